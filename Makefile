@@ -1,0 +1,47 @@
+# custody — build, test and demo. Every target installs what it needs first.
+SHELL := /bin/bash
+GO ?= go
+BIN := $(CURDIR)/bin
+PROTOC_GEN_GO_VERSION := v1.36.12
+PROTOC_GEN_GO_GRPC_VERSION := v1.5.1
+GOBIN_TOOLS := $(CURDIR)/.tools
+PROTO := sdk/proto/custody/transport/v1/transport.proto
+
+.PHONY: all build test demo proto bench lint deps clean
+
+all: build
+
+# deps installs the system packages the build needs (UCX for the ucx
+# transport) with apt-get when running as root, or says what to run.
+deps:
+	@./scripts/deps.sh
+
+build: deps
+	@mkdir -p $(BIN)
+	$(GO) build -o $(BIN)/custody ./cmd/host
+	$(GO) build -o $(BIN)/custody-transport-fake ./plugins/fake/cmd/custody-transport-fake
+
+test: build
+	$(GO) vet ./...
+	$(GO) test -race -count=1 -timeout 20m ./...
+
+demo: build
+	$(BIN)/custody demo
+
+bench: build
+	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+lint: deps
+	@test -z "$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$'))" || { gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$'); echo 'gofmt: files above need formatting'; exit 1; }
+	$(GO) vet ./...
+
+# proto regenerates the checked-in gRPC code from $(PROTO).
+proto:
+	@command -v protoc >/dev/null || ./scripts/deps.sh protoc
+	GOBIN=$(GOBIN_TOOLS) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
+	GOBIN=$(GOBIN_TOOLS) $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
+	PATH=$(GOBIN_TOOLS):$$PATH protoc --go_out=. --go_opt=paths=source_relative \
+		--go-grpc_out=. --go-grpc_opt=paths=source_relative $(PROTO)
+
+clean:
+	rm -rf $(BIN) $(GOBIN_TOOLS)

@@ -1,0 +1,106 @@
+package sdk
+
+// ContractMajor and ContractMinor are the version of the transport contract
+// this package implements. A host refuses a transport of another major
+// version; minor versions only add optional calls and fields.
+const (
+	ContractMajor = 1
+	ContractMinor = 0
+)
+
+// MemoryKind is the kind of memory a region lives in.
+type MemoryKind string
+
+const (
+	// MemoryHost is ordinary host memory: a file the engine, host and
+	// transport all map (under /dev/shm, or a memfd).
+	MemoryHost MemoryKind = "host"
+)
+
+// CancelEffect states what Cancel achieves on a transport. The conformance
+// suite holds a transport to what it claims.
+type CancelEffect string
+
+const (
+	// CancelNone: Cancel is accepted but changes nothing; a handle runs to
+	// DONE or FAILED as if Cancel had not been asked. (UCX cannot cancel a
+	// posted put or get.)
+	CancelNone CancelEffect = "none"
+	// CancelStops: a canceled handle stops moving bytes within a bound and
+	// then reports CANCELED (or DONE, if it finished first).
+	CancelStops CancelEffect = "stops"
+	// CancelClosesPeer: Cancel force-closes the connection to the handle's
+	// peer; every handle to that peer then ends CANCELED or FAILED once the
+	// backend completes its requests.
+	CancelClosesPeer CancelEffect = "closes-peer"
+)
+
+// PeerLoss states how the death of a peer shows on a transport.
+type PeerLoss string
+
+const (
+	// PeerLossReported: handles to a dead peer end FAILED with
+	// CodeRemoteDisconnect within Limits.PeerLossBound.
+	PeerLossReported PeerLoss = "reported"
+	// PeerLossProcessExits: the transport cannot report a dead peer; its
+	// process exits instead, which the host treats as a fence.
+	PeerLossProcessExits PeerLoss = "process-exits"
+)
+
+// FenceScope states which transfers stop when the transport process is
+// killed (DESIGN section 4a).
+type FenceScope string
+
+const (
+	// FenceInitiated: transfers this process posted stop. A peer that maps
+	// our memory directly may still write into it.
+	FenceInitiated FenceScope = "initiated"
+	// FenceInitiatedAndIncoming: transfers this process posted stop, and so
+	// do transfers peers posted into or out of our memory, because our
+	// registration is what grants their access.
+	FenceInitiatedAndIncoming FenceScope = "initiated-and-incoming"
+)
+
+// Capabilities are the optional behaviours a transport claims.
+type Capabilities struct {
+	// Remote: transfers between agents in different processes.
+	Remote bool
+	// Local: transfers between two regions of the same agent (a loopback
+	// peer loaded from the agent's own metadata).
+	Local bool
+	// Notifications: SendNotifications and Notifications, and the
+	// notification carried by a post.
+	Notifications bool
+	// Cancel: Cancel does more than CancelNone.
+	Cancel bool
+	// Events: the transport implements EventSource.
+	Events bool
+}
+
+// Limits are the bounds a transport honours. Zero means no stated limit.
+type Limits struct {
+	MaxDescriptorsPerList uint32
+	MaxDescriptorsPerPost uint32
+	MaxItemsPerCall       uint32
+	MaxNotificationBytes  uint32
+	MaxMetadataBytes      uint32
+	MaxTransferBytes      uint64
+	// PeerLossBoundMillis bounds how long after a peer's death its handles
+	// turn terminal (PeerLossReported) or the process exits.
+	PeerLossBoundMillis uint32
+}
+
+// Description is what Describe returns: who the transport is and what it
+// promises. It does not change while the process lives.
+type Description struct {
+	Name          string
+	Version       string
+	ContractMajor uint32
+	ContractMinor uint32
+	MemoryKinds   []MemoryKind
+	Capabilities  Capabilities
+	CancelEffect  CancelEffect
+	PeerLoss      PeerLoss
+	FenceScope    FenceScope
+	Limits        Limits
+}
