@@ -1,0 +1,98 @@
+// Package sdk is custody's transport contract, version 1: the Go types and
+// the Transport interface every backend implements, the error codes, the
+// proto that carries them between processes, Serve for a plugin's main and
+// Launch for the host.
+//
+// # Who calls what
+//
+// The host is the only caller of a transport. It owns every resource: the
+// transport holds native state (registrations, peers, descriptor lists,
+// transfer handles) only on the host's behalf and frees each one only when
+// the host asks. A transport holds no ownership logic and must not need any:
+// it answers truthfully, and refuses what would be unsafe.
+//
+// The host calls, in order: Describe (any time); Open once; RegisterMemory;
+// LocalMetadata, which it hands to peers; LoadPeers with each peer's
+// metadata; PrepareDescriptors for local and remote lists; then, per
+// transfer, Post, Poll (or EventSource.Events) until terminal, and Release.
+// Teardown runs in reverse: Release every handle, ReleaseDescriptors,
+// UnloadPeers, DeregisterMemory, Close. Every method is safe for concurrent
+// use; the host serialises calls that touch one handle.
+//
+// Every call takes a context with a deadline. A transport never blocks past
+// it: Post, Poll, Cancel, Release, Notifications and Events never wait for
+// bytes to move at all.
+//
+// # Ids
+//
+// Ids are uint64, never zero, and never reused within one transport process,
+// whatever kind they name. A host keeps every id together with the epoch of
+// the process that issued it (a number the host gives each start), so an id
+// from a killed process can never be confused with a live one.
+//
+// # Codes, per call
+//
+// Each call or batched item ends in one Code (see errors.go). The table says
+// what the host may assume after each; any code not listed for a call is a
+// contract violation, treated as CodeBackend.
+//
+//	call                 code                  the host may assume                       next
+//	Open                 OK                    agent ready                               register memory
+//	                     INVALID_ARGUMENT      bad agent name or parameter; not opened   fix the config
+//	Close                OK                    agent ended, nothing held                 stop the process
+//	                     BUSY                  something is still held; nothing changed  release it first
+//	RegisterMemory       OK (item)             region registered, reachable by peers     re-publish metadata
+//	                     INVALID_ARGUMENT      bad path, range or kind; not registered   fix the request
+//	DeregisterMemory     OK (item)             region no longer reachable                -
+//	                     BUSY                  a live dlist or handle uses it; unchanged retry after release
+//	                     NOT_FOUND             unknown or already deregistered           drop the id
+//	LoadPeers            OK (item)             peer loaded                               prepare dlists
+//	                     INVALID_ARGUMENT      garbage metadata; nothing loaded          refuse the peer
+//	                     BACKEND               native load failed; nothing loaded        roll back the handshake
+//	UnloadPeers          OK (item)             peer released                             -
+//	                     BUSY                  a live dlist or handle uses it; unchanged retry later
+//	PrepareDescriptors   OK (item)             dlist ready                               post
+//	                     INVALID_ARGUMENT      unknown region or peer, range outside it  fix the request
+//	ReleaseDescriptors   OK (item)             dlist released                            -
+//	                     BUSY                  a live handle uses it; unchanged          retry later
+//	Post                 OK (item)             handle exists; bytes may move from now on poll it
+//	                     INVALID_ARGUMENT      bad op, index or length; nothing posted   fix the request
+//	                     REMOTE_DISCONNECT     peer gone; nothing posted                 fail the request
+//	Poll                 OK (item)             State is true now                         release when terminal
+//	                     NOT_FOUND, BACKEND    state unknown: NOT terminal               keep holding; poll again
+//	Cancel               OK (item)             stop requested; nothing freed             poll until terminal
+//	                     NOT_FOUND             unknown handle                            -
+//	Release              OK (item)             handle freed; it moves no byte            hand its blocks back
+//	                     BUSY                  not terminal; handle still valid          poll, retry later
+//	                     NOT_FOUND             unknown or already released               -
+//	                     BACKEND               release failed; handle still held         retain, retry next round
+//	SendNotifications    OK (item)             message queued for delivery               -
+//	                     INVALID_ARGUMENT      too long or unknown peer                  -
+//	any call             TIMEOUT               unknown whether it took effect            find out (Poll, Resources)
+//	any call             PLUGIN_SHUTDOWN       the process is gone: every transfer it    fence: new epoch
+//	                                           initiated has stopped
+//
+// A transfer's terminal states are DONE, FAILED and CANCELED; in each, no
+// byte of it moves any more. DONE means the bytes are in place at the
+// destination, not merely that the source may be reused. A transport that
+// cannot tell whether data still moves reports IN_PROGRESS: the host never
+// guesses, and a handle whose last known state is IN_PROGRESS, or unknown,
+// is never released.
+//
+// # Describe's promises
+//
+// Describe states what Cancel achieves (CancelEffect), how a dead peer shows
+// (PeerLoss), which transfers a kill of the process stops (FenceScope) and
+// the Limits the transport honours. The conformance suite holds every
+// transport to them.
+//
+// # Optional interfaces
+//
+// EventSource: state changes pushed by the transport, so the host touches
+// only handles that changed. Fallback: Poll every live handle each round.
+//
+// # Evolution
+//
+// The contract grows by adding optional interfaces and fields, never by
+// changing a call. A plugin of another major version is refused at launch.
+package sdk
