@@ -26,7 +26,7 @@ test: build
 	$(GO) test -race -count=1 -timeout 20m ./...
 
 demo: build
-	$(BIN)/custody demo
+	$(BIN)/custody copy
 
 bench: build
 	$(GO) test -run '^$$' -bench . -benchmem ./...
