@@ -1,0 +1,221 @@
+package host
+
+import (
+	"bytes"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Config is one host's configuration: one engine rank, one transport.
+// Load validates it; every error names the field that is wrong.
+type Config struct {
+	// Name is this host's agent name among its peers.
+	Name string `yaml:"name"`
+	// Transport is the transport process the host runs.
+	Transport TransportConfig `yaml:"transport"`
+	// Pools are registered at start; engines may register more over the API.
+	Pools []PoolConfig `yaml:"pools"`
+	// Peers are the other hosts this one may connect to.
+	Peers []PeerConfig `yaml:"peers"`
+	// Metadata is where peers find each other.
+	Metadata MetadataConfig `yaml:"metadata"`
+	// Escalation bounds how long a stopped session's transfers are held.
+	Escalation EscalationConfig `yaml:"escalation"`
+	// Engine is the engine API's unix socket.
+	Engine EngineConfig `yaml:"engine"`
+	// Metrics is the Prometheus listen address (empty: off).
+	Metrics MetricsConfig `yaml:"metrics"`
+	// LogLevel is hclog's level: trace, debug, info, warn or error.
+	LogLevel string `yaml:"log_level"`
+}
+
+// TransportConfig names the transport plugin and its parameters.
+type TransportConfig struct {
+	// Name is a built-in transport (fake, ucx), found next to the custody
+	// binary, unless Path is set.
+	Name string `yaml:"name"`
+	// Path is the plugin binary; it overrides Name's lookup.
+	Path string `yaml:"path"`
+	// Params are passed to the transport's Open.
+	Params map[string]string `yaml:"params"`
+	// SHA256 is the plugin binary's checksum (hex); when set, a binary that
+	// differs is refused at launch.
+	SHA256 string `yaml:"sha256"`
+	// CallTimeout bounds every call to the transport.
+	CallTimeout time.Duration `yaml:"call_timeout"`
+}
+
+// PoolConfig is a region file cut into equal blocks.
+type PoolConfig struct {
+	Name      string `yaml:"name"`
+	Path      string `yaml:"path"`
+	BlockSize uint64 `yaml:"block_size"`
+	Blocks    uint64 `yaml:"blocks"`
+}
+
+// PeerConfig is a statically known peer host.
+type PeerConfig struct {
+	Name string `yaml:"name"`
+	// Address is the peer's metadata endpoint (host:port).
+	Address string `yaml:"address"`
+}
+
+// MetadataConfig is where this host serves its metadata to peers.
+type MetadataConfig struct {
+	// Listen is the peer endpoint's TCP address, e.g. 127.0.0.1:0.
+	Listen string `yaml:"listen"`
+}
+
+// EscalationConfig is the bounded hold (DESIGN rule 8).
+type EscalationConfig struct {
+	// Cap is how long a retained or retired transfer may be held before it
+	// is escalated (default 120s).
+	Cap time.Duration `yaml:"cap"`
+	// Policy is what escalation does: "fence" (default: kill the transport
+	// process, then quarantine what the fence does not cover), or
+	// "release-and-reuse", the seeds' unsafe behaviour, only when chosen.
+	Policy string `yaml:"policy"`
+}
+
+// EngineConfig is the engine API's unix socket.
+type EngineConfig struct {
+	Socket string `yaml:"socket"`
+}
+
+// MetricsConfig is the Prometheus endpoint.
+type MetricsConfig struct {
+	Listen string `yaml:"listen"`
+}
+
+// Escalation policies.
+const (
+	PolicyFence           = "fence"
+	PolicyReleaseAndReuse = "release-and-reuse"
+)
+
+// DefaultCap is the bounded hold's default (DESIGN rule 8).
+const DefaultCap = 120 * time.Second
+
+// LoadConfig reads and validates the YAML file at path. Unknown fields are
+// errors, so a misspelt key never silently falls back to a default.
+func LoadConfig(path string) (*Config, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	return ParseConfig(raw)
+}
+
+// ParseConfig decodes and validates a YAML configuration, filling defaults.
+func ParseConfig(raw []byte) (*Config, error) {
+	var c Config
+	dec := yaml.NewDecoder(bytes.NewReader(raw))
+	dec.KnownFields(true)
+	if err := dec.Decode(&c); err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	c.defaults()
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+func (c *Config) defaults() {
+	if c.Transport.Name == "" && c.Transport.Path == "" {
+		c.Transport.Name = "fake"
+	}
+	if c.Transport.CallTimeout == 0 {
+		c.Transport.CallTimeout = 10 * time.Second
+	}
+	if c.Escalation.Cap == 0 {
+		c.Escalation.Cap = DefaultCap
+	}
+	if c.Escalation.Policy == "" {
+		c.Escalation.Policy = PolicyFence
+	}
+	if c.LogLevel == "" {
+		c.LogLevel = "info"
+	}
+}
+
+// Validate checks every field and returns all problems at once, each naming
+// its field.
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("config: %s: %s", field, fmt.Sprintf(format, args...)))
+	}
+	if c.Name == "" {
+		bad("name", "required: this host's agent name among its peers")
+	}
+	if c.Transport.Path == "" && c.Transport.Name != "fake" && c.Transport.Name != "ucx" {
+		bad("transport.name", "%q is not a built-in transport (fake, ucx); set transport.path for another", c.Transport.Name)
+	}
+	if s := c.Transport.SHA256; s != "" {
+		if b, err := hex.DecodeString(s); err != nil || len(b) != 32 {
+			bad("transport.sha256", "want 64 hex digits, got %q", s)
+		}
+	}
+	if c.Transport.CallTimeout < 0 {
+		bad("transport.call_timeout", "must be positive, got %v", c.Transport.CallTimeout)
+	}
+	pools := map[string]bool{}
+	for i, p := range c.Pools {
+		f := fmt.Sprintf("pools[%d]", i)
+		switch {
+		case p.Name == "":
+			bad(f+".name", "required")
+		case pools[p.Name]:
+			bad(f+".name", "pool %q is defined twice", p.Name)
+		}
+		pools[p.Name] = true
+		if p.Path == "" {
+			bad(f+".path", "required: the region file")
+		}
+		if p.BlockSize == 0 {
+			bad(f+".block_size", "must be positive")
+		}
+		if p.Blocks == 0 {
+			bad(f+".blocks", "must be positive")
+		}
+	}
+	peers := map[string]bool{c.Name: true}
+	for i, p := range c.Peers {
+		f := fmt.Sprintf("peers[%d]", i)
+		switch {
+		case p.Name == "":
+			bad(f+".name", "required")
+		case peers[p.Name]:
+			bad(f+".name", "%q is this host or another peer's name", p.Name)
+		}
+		peers[p.Name] = true
+		if p.Address == "" {
+			bad(f+".address", "required: the peer's metadata endpoint host:port")
+		}
+	}
+	if c.Escalation.Cap < 0 {
+		bad("escalation.cap", "must be positive, got %v", c.Escalation.Cap)
+	}
+	if c.Escalation.Policy != PolicyFence && c.Escalation.Policy != PolicyReleaseAndReuse {
+		bad("escalation.policy", "%q: want %q or %q", c.Escalation.Policy, PolicyFence, PolicyReleaseAndReuse)
+	}
+	if c.Engine.Socket == "" {
+		bad("engine.socket", "required: the engine API's unix socket path")
+	} else if !filepath.IsAbs(c.Engine.Socket) {
+		bad("engine.socket", "%q must be an absolute path", c.Engine.Socket)
+	}
+	switch strings.ToLower(c.LogLevel) {
+	case "trace", "debug", "info", "warn", "error":
+	default:
+		bad("log_level", "%q: want trace, debug, info, warn or error", c.LogLevel)
+	}
+	return errors.Join(errs...)
+}
