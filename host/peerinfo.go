@@ -1,0 +1,56 @@
+package host
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"sort"
+)
+
+// PeerInfo is what a host publishes to its peers: who it is, its transport's
+// metadata for this epoch, and the layout of its pools. A peer refuses it
+// before any transfer when the compatibility hashes differ.
+type PeerInfo struct {
+	Name          string       `json:"name"`
+	Transport     string       `json:"transport"`
+	ContractMajor uint32       `json:"contract_major"`
+	Epoch         uint64       `json:"epoch"`
+	Metadata      []byte       `json:"metadata"`
+	Pools         []PoolLayout `json:"pools"`
+	Compat        string       `json:"compat"`
+}
+
+// PoolLayout is one pool as a peer sees it: its block geometry and the
+// region id its host's transport gave it this epoch.
+type PoolLayout struct {
+	Name      string `json:"name"`
+	BlockSize uint64 `json:"block_size"`
+	Blocks    uint64 `json:"blocks"`
+	Region    uint64 `json:"region"`
+}
+
+// CompatHash is the compatibility hash of a host: the transport, the
+// contract major version and every pool's block size. Two hosts move blocks
+// only when theirs are equal.
+func CompatHash(transport string, contractMajor uint32, pools []PoolLayout) string {
+	sizes := make([]string, len(pools))
+	for i, p := range pools {
+		sizes[i] = fmt.Sprintf("%s=%d", p.Name, p.BlockSize)
+	}
+	sort.Strings(sizes)
+	h := sha256.New()
+	fmt.Fprintf(h, "custody-compat/1\x00%s\x00%d", transport, contractMajor)
+	for _, s := range sizes {
+		fmt.Fprintf(h, "\x00%s", s)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// CheckCompat refuses a peer whose hash differs from ours, naming both.
+func (p PeerInfo) CheckCompat(ours string) error {
+	if p.Compat != ours {
+		return fmt.Errorf("peer %q is incompatible: its compatibility hash %.12s (transport %s, contract v%d) differs from ours %.12s; check that both hosts run the same transport and block sizes",
+			p.Name, p.Compat, p.Transport, p.ContractMajor, ours)
+	}
+	return nil
+}
