@@ -3,6 +3,7 @@ package host
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,9 +13,10 @@ import (
 
 func TestMetadataServerServesCurrentInfo(t *testing.T) {
 	pools := []PoolLayout{{Name: "kv", BlockSize: 4096, Blocks: 8, Region: 3}}
-	epoch := uint64(1)
+	var epoch atomic.Uint64
+	epoch.Store(1)
 	srv, err := ServeMetadata("127.0.0.1:0", func() (PeerInfo, error) {
-		return PeerInfo{Name: "p", Transport: "fake", ContractMajor: 1, Epoch: epoch,
+		return PeerInfo{Name: "p", Transport: "fake", ContractMajor: 1, Epoch: epoch.Load(),
 			Metadata: []byte{1, 2, 3}, Pools: pools, Compat: CompatHash("fake", 1, pools)}, nil
 	})
 	require.NoError(t, err)
@@ -28,7 +30,7 @@ func TestMetadataServerServesCurrentInfo(t *testing.T) {
 	assert.Equal(t, pools, pi.Pools)
 	assert.NoError(t, pi.CheckCompat(CompatHash("fake", 1, pools)))
 
-	epoch = 2 // served per request, so a fenced host publishes its new epoch
+	epoch.Store(2) // served per request, so a fenced host publishes its new epoch
 	pi, err = FetchPeerInfo(ctx, srv.Addr())
 	require.NoError(t, err)
 	assert.Equal(t, uint64(2), pi.Epoch)
