@@ -12,6 +12,7 @@ import (
 // before any transfer when the compatibility hashes differ.
 type PeerInfo struct {
 	Name          string       `json:"name"`
+	Agent         string       `json:"agent"`
 	Transport     string       `json:"transport"`
 	ContractMajor uint32       `json:"contract_major"`
 	Epoch         uint64       `json:"epoch"`

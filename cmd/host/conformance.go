@@ -1,0 +1,123 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/spf13/cobra"
+
+	"github.com/custody-dev/custody/conformance"
+	"github.com/custody-dev/custody/sdk"
+)
+
+// conformanceCmd runs the conformance suite (package conformance) against
+// a transport binary, outside go test: each agent is a process of that
+// binary. It prints a table per capability and exits non-zero when any
+// check fails.
+var conformanceCmd = func() *cobra.Command {
+	var (
+		plugin, run, junit, jsonOut, dir string
+		params                           []string
+		timeout                          time.Duration
+		list, verbose                    bool
+	)
+	cmd := &cobra.Command{
+		Use:   "conformance",
+		Short: "check a transport binary against the transport contract",
+		Long: "conformance launches the transport at --plugin (two or more processes per check) and runs every check of the\n" +
+			"conformance suite against it: data, Poll/Release/Cancel semantics, refused teardown, notifications, peer loss,\n" +
+			"bad arguments, limits. What the transport does not claim is skipped with the reason. Exits 1 if any check fails.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if list {
+				for _, name := range conformance.Checks() {
+					fmt.Fprintln(cmd.OutOrStdout(), name)
+				}
+				return nil
+			}
+			p, err := parseParams(params)
+			if err != nil {
+				return err
+			}
+			var match func(string) bool
+			if run != "" {
+				re, err := regexp.Compile(run)
+				if err != nil {
+					return fmt.Errorf("--run %q: %w", run, err)
+				}
+				match = re.MatchString
+			}
+			level := hclog.Off
+			if verbose {
+				level = hclog.Debug
+			}
+			logger := hclog.New(&hclog.LoggerOptions{Name: "transport", Level: level, Output: cmd.ErrOrStderr()})
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
+			defer stop()
+			rep, err := conformance.Execute(ctx, conformance.Config{
+				New:          conformance.PluginFactory(plugin, sdk.LaunchOptions{Logger: logger}),
+				Params:       p,
+				Dir:          dir,
+				CheckTimeout: timeout,
+				Match:        match,
+			})
+			if err != nil {
+				return err
+			}
+			if err := rep.WriteTable(cmd.OutOrStdout()); err != nil {
+				return err
+			}
+			if err := writeReport(junit, rep.WriteJUnit); err != nil {
+				return err
+			}
+			if err := writeReport(jsonOut, rep.WriteJSON); err != nil {
+				return err
+			}
+			var failed []string
+			for _, r := range rep.Results {
+				if r.Status == conformance.StatusFail {
+					failed = append(failed, r.Name)
+				}
+			}
+			if len(failed) > 0 {
+				return fmt.Errorf("conformance: %d of %d checks failed: %s", len(failed), len(rep.Results), strings.Join(failed, ", "))
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&plugin, "plugin", defaultPlugin("fake"), "transport plugin binary (built with sdk.Serve)")
+	f.StringArrayVar(&params, "param", nil, "transport parameter k=v passed to every agent's Open (repeatable)")
+	f.StringVar(&run, "run", "", "run only the checks whose group/name matches this regular expression")
+	f.StringVar(&junit, "junit", "", "also write the results as JUnit XML to this file")
+	f.StringVar(&jsonOut, "json", "", "also write the results as JSON to this file")
+	f.StringVar(&dir, "dir", "", "directory for region files (default /dev/shm, else the temp directory)")
+	f.DurationVar(&timeout, "timeout", 3*time.Minute, "bound of one check, cleanup included")
+	f.BoolVar(&list, "list", false, "list the checks and exit")
+	f.BoolVar(&verbose, "verbose", false, "show the transport processes' logs")
+	return cmd
+}()
+
+func init() { rootCmd.AddCommand(conformanceCmd) }
+
+// writeReport writes one report format to path, when a path is given.
+func writeReport(path string, write func(w io.Writer) error) error {
+	if path == "" {
+		return nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("write report: %w", err)
+	}
+	if err := write(f); err != nil {
+		f.Close()
+		return fmt.Errorf("write report %s: %w", path, err)
+	}
+	return f.Close()
+}

@@ -1,0 +1,35 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// parseParams turns repeated --param k=v flags into a map, refusing a
+// malformed or repeated key.
+func parseParams(kvs []string) (map[string]string, error) {
+	out := make(map[string]string, len(kvs))
+	for _, kv := range kvs {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("--param %q: want key=value", kv)
+		}
+		if _, dup := out[k]; dup {
+			return nil, fmt.Errorf("--param %q: key %q given twice", kv, k)
+		}
+		out[k] = v
+	}
+	return out, nil
+}
+
+// defaultPlugin is the path of the named transport binary installed next to
+// this custody binary (make build puts both in ./bin).
+func defaultPlugin(name string) string {
+	exe, err := os.Executable()
+	if err != nil {
+		return "custody-transport-" + name
+	}
+	return filepath.Join(filepath.Dir(exe), "custody-transport-"+name)
+}

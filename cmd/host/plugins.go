@@ -1,0 +1,61 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/custody-dev/custody/sdk"
+)
+
+func init() {
+	pluginsCmd := &cobra.Command{Use: "plugins", Short: "inspect transport plugins"}
+	var params []string
+	describeCmd := &cobra.Command{
+		Use:   "describe PATH",
+		Short: "launch a transport and print what Describe says",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p, err := parseParams(params)
+			if err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
+			defer cancel()
+			d, err := describePlugin(ctx, args[0], p)
+			if err != nil {
+				return err
+			}
+			enc := json.NewEncoder(cmd.OutOrStdout())
+			enc.SetIndent("", "  ")
+			return enc.Encode(d)
+		},
+	}
+	describeCmd.Flags().StringArrayVar(&params, "param", nil, "transport parameter k=v (repeatable)")
+	pluginsCmd.AddCommand(describeCmd)
+	rootCmd.AddCommand(pluginsCmd)
+}
+
+// describePlugin launches the transport at path, opens it with params (what
+// a transport promises can depend on them) and returns its Description.
+func describePlugin(ctx context.Context, path string, params map[string]string) (sdk.Description, error) {
+	pl, err := sdk.Launch(ctx, path, sdk.LaunchOptions{})
+	if err != nil {
+		return sdk.Description{}, err
+	}
+	defer pl.Stop()
+	if err := pl.Open(ctx, sdk.OpenRequest{Agent: "describe", Params: params}); err != nil {
+		return sdk.Description{}, fmt.Errorf("open %s: %w", path, err)
+	}
+	d, err := pl.Describe(ctx)
+	if err != nil {
+		return sdk.Description{}, fmt.Errorf("describe %s: %w", path, err)
+	}
+	if err := pl.Close(ctx); err != nil {
+		return sdk.Description{}, fmt.Errorf("close %s: %w", path, err)
+	}
+	return d, nil
+}

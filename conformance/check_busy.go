@@ -1,0 +1,60 @@
+package conformance
+
+import (
+	"context"
+
+	"github.com/custody-dev/custody/sdk"
+)
+
+// checkBusyInUse: what a live transfer or dlist uses cannot be freed.
+var checkBusyInUse = check{
+	name: "contract/busy-in-use",
+	doc: "while a handle is unreleased, ReleaseDescriptors of its dlists is BUSY; while a dlist lives, UnloadPeers of its peer and DeregisterMemory of its region are BUSY; " +
+		"each refusal changes nothing, and the same calls succeed once the user is gone",
+	needs: movesData,
+	run: func(e *env) {
+		l := e.link(bigTransfer)
+		want := pattern(7, bigTransfer)
+		l.src.write(0, want)
+		h := l.a.post(l.spec(sdk.OpWrite))[0]
+		// The handle may still run or be DONE: either way it is unreleased,
+		// so its dlists are in use.
+		refused := func(what string, call func(context.Context) ([]error, error)) {
+			e.t.Helper()
+			before := l.a.resources()
+			ctx, cancel := e.callCtx()
+			errs, err := call(ctx)
+			cancel()
+			if c := codeOf(errs, err); c != sdk.CodeBusy {
+				e.t.Errorf("%s: code %v (%v), want BUSY", what, c, firstErr(errs, err))
+			}
+			after := l.a.resources()
+			// A transfer may finish meanwhile; only its InFlight count may
+			// change.
+			before.InFlight, after.InFlight = 0, 0
+			if after != before {
+				e.t.Errorf("%s was refused but changed Resources: %+v, then %+v", what, before, after)
+			}
+		}
+		refused("ReleaseDescriptors(local dlist of an unreleased handle)", func(ctx context.Context) ([]error, error) {
+			return l.a.tr.ReleaseDescriptors(ctx, []sdk.DlistID{l.ld})
+		})
+		refused("ReleaseDescriptors(remote dlist of an unreleased handle)", func(ctx context.Context) ([]error, error) {
+			return l.a.tr.ReleaseDescriptors(ctx, []sdk.DlistID{l.rd})
+		})
+		refused("UnloadPeers(peer of a live dlist)", func(ctx context.Context) ([]error, error) {
+			return l.a.tr.UnloadPeers(ctx, []sdk.PeerID{l.peer})
+		})
+		refused("DeregisterMemory(region of a live dlist)", func(ctx context.Context) ([]error, error) {
+			return l.a.tr.DeregisterMemory(ctx, []sdk.RegionID{l.src.id})
+		})
+		if st := l.a.wait(h)[0]; st.State != sdk.StateDone {
+			e.t.Fatalf("handle %d ended %v (%v) after the refused calls, want DONE", h, st.State, st.Reason)
+		}
+		expectBytes(l.dst, 0, want, "after the refused calls and DONE")
+		l.a.release(h)
+		l.a.releaseDlists(l.ld, l.rd)
+		l.a.unloadPeer(l.peer)
+		l.a.deregister(l.src.id)
+	},
+}

@@ -1,0 +1,182 @@
+package conformance
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/custody-dev/custody/sdk"
+)
+
+// notifCount is how many messages each sender sends in the notification
+// check.
+const notifCount = 300
+
+// needsNotifications runs on transports that claim notifications.
+func needsNotifications(d sdk.Description) string {
+	if !d.Capabilities.Notifications {
+		return "transport does not claim Notifications"
+	}
+	return movesData(d)
+}
+
+// inbox drains an agent's notifications until stop says it has what it
+// waits for, within a bound.
+func (a *agent) drainUntil(what string, stop func([]sdk.Notification) bool) []sdk.Notification {
+	a.e.t.Helper()
+	var got []sdk.Notification
+	deadline := time.Now().Add(settleTimeout)
+	var b backoff
+	for !stop(got) {
+		if time.Now().After(deadline) {
+			a.e.t.Fatalf("agent %q: %s not received within %v (got %d messages)", a.name, what, settleTimeout, len(got))
+		}
+		ctx, cancel := a.e.callCtx()
+		ns, err := a.tr.Notifications(ctx, 0)
+		cancel()
+		if err != nil {
+			a.e.t.Fatalf("Notifications(agent %q): %v", a.name, err)
+		}
+		got = append(got, ns...)
+		if len(ns) == 0 {
+			b.wait()
+		}
+	}
+	return got
+}
+
+// send sends messages to a peer; every item must be accepted.
+func (a *agent) send(peer sdk.PeerID, msgs ...string) {
+	a.e.t.Helper()
+	out := make([]sdk.OutboundNotification, len(msgs))
+	for i, m := range msgs {
+		out[i] = sdk.OutboundNotification{Peer: peer, Message: []byte(m)}
+	}
+	chunks(a.e, out, func(out []sdk.OutboundNotification) {
+		ctx, cancel := a.e.callCtx()
+		defer cancel()
+		errs, err := a.tr.SendNotifications(ctx, out)
+		a.itemErrs("SendNotifications", errs, err, len(out))
+	})
+}
+
+// hasMessage reports whether ns holds message m.
+func hasMessage(m string) func([]sdk.Notification) bool {
+	return func(ns []sdk.Notification) bool {
+		for _, n := range ns {
+			if string(n.Message) == m {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+// checkNotificationsOnce: every message arrives once, in order per sender.
+var checkNotificationsOnce = check{
+	name:  "notifications/exactly-once-in-order",
+	doc:   "300 messages from each of two senders, sent in batches, arrive exactly once each, in order per sender, named by their sender; Notifications(max) returns at most max",
+	needs: needsNotifications,
+	run: func(e *env) {
+		rx := e.agent()
+		senders := []*agent{rx}
+		if e.desc.Capabilities.Remote {
+			senders = []*agent{e.agent(), e.agent()}
+		}
+		_ = rx.region(4096)
+		peers := make([]sdk.PeerID, len(senders))
+		for i, s := range senders {
+			peers[i] = s.loadPeer(rx)
+		}
+		for k := 0; k < notifCount; k += 50 {
+			for i, s := range senders {
+				msgs := make([]string, 50)
+				for j := range msgs {
+					msgs[j] = fmt.Sprintf("%d:%d", i, k+j)
+				}
+				s.send(peers[i], msgs...)
+			}
+		}
+		ctx, cancel := e.callCtx()
+		one, err := rx.tr.Notifications(ctx, 1)
+		cancel()
+		if err != nil {
+			e.t.Fatalf("Notifications(max 1): %v", err)
+		}
+		if len(one) > 1 {
+			e.t.Errorf("Notifications(max 1) returned %d messages", len(one))
+		}
+		total := notifCount * len(senders)
+		got := append(one, rx.drainUntil(fmt.Sprintf("%d messages", total), func(ns []sdk.Notification) bool { return len(ns)+len(one) >= total })...)
+		// A last message from each sender: once it arrived, any duplicate
+		// sent before it would have arrived too.
+		for i, s := range senders {
+			s.send(peers[i], fmt.Sprintf("%d:end", i))
+		}
+		got = append(got, rx.drainUntil("the end messages", func(ns []sdk.Notification) bool {
+			ends := 0
+			for _, n := range ns {
+				if strings.HasSuffix(string(n.Message), ":end") {
+					ends++
+				}
+			}
+			return ends == len(senders)
+		})...)
+		next := make([]int, len(senders))
+		for _, n := range got {
+			sender, seq, _ := strings.Cut(string(n.Message), ":")
+			i, err := strconv.Atoi(sender)
+			if err != nil || i >= len(senders) {
+				e.t.Fatalf("received a message nobody sent: %q from %q", n.Message, n.From)
+			}
+			if n.From != senders[i].name {
+				e.t.Errorf("message %q says it is from %q, but %q sent it", n.Message, n.From, senders[i].name)
+			}
+			want := strconv.Itoa(next[i])
+			if next[i] == notifCount {
+				want = "end"
+			}
+			if seq != want {
+				e.t.Fatalf("from %q: got message %s, want %s: messages must arrive exactly once and in order per sender", senders[i].name, seq, want)
+			}
+			next[i]++
+		}
+	},
+}
+
+// checkNotificationWithPost: a post's notification arrives once, after its
+// bytes landed.
+var checkNotificationWithPost = check{
+	name:  "notifications/with-post",
+	doc:   "the notification a WRITE carries arrives exactly once, and by then the written bytes are in place at the receiver",
+	needs: needsNotifications,
+	run: func(e *env) {
+		l := e.link(bigTransfer)
+		want := pattern(8, bigTransfer)
+		l.src.write(0, want)
+		const msg = "blocks written"
+		p := l.spec(sdk.OpWrite)
+		p.Notification = []byte(msg)
+		h := l.a.post(p)[0]
+		got := l.b.drainUntil("the post's notification", hasMessage(msg))
+		expectBytes(l.dst, 0, want, "when the post's notification arrived")
+		if st := l.a.wait(h)[0]; st.State != sdk.StateDone {
+			e.t.Errorf("handle %d ended %v (%v), want DONE", h, st.State, st.Reason)
+		}
+		l.a.send(l.peer, "end")
+		got = append(got, l.b.drainUntil("the end message", hasMessage("end"))...)
+		count := 0
+		for _, n := range got {
+			if string(n.Message) == msg {
+				count++
+				if n.From != l.a.name {
+					e.t.Errorf("the post's notification says it is from %q, want %q", n.From, l.a.name)
+				}
+			}
+		}
+		if count != 1 {
+			e.t.Errorf("the post's notification arrived %d times, want once", count)
+		}
+	},
+}

@@ -1,0 +1,75 @@
+package conformance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/custody-dev/custody/sdk"
+)
+
+// Agent is one fresh transport a Factory started, not yet opened: the suite
+// opens it with Config.Params and closes it in the check's cleanup.
+type Agent struct {
+	// Transport is the agent under test.
+	Transport sdk.Transport
+	// Kill ends the agent's process at once, as a crash would, so that the
+	// peer-loss checks can observe what its peers see. Nil when the agent
+	// cannot die alone (an in-process transport): those checks are skipped.
+	Kill func() error
+	// Exited is closed once the agent's process has exited. Nil when the
+	// factory cannot tell; a transport claiming PeerLossProcessExits then
+	// fails the peer-loss check, which cannot verify its claim.
+	Exited <-chan struct{}
+	// Stop ends what the factory started. The suite calls it once, after
+	// Close (or after Kill). Nil when there is nothing to end.
+	Stop func()
+}
+
+// Factory starts one fresh agent. Every check starts its own agents (two or
+// three, so that remote operations are real), so a factory must be able to
+// start many, one after another and at the same time.
+type Factory func(ctx context.Context) (Agent, error)
+
+// Config says what to test and how.
+type Config struct {
+	// New starts the agents under test. Required.
+	New Factory
+	// Params are passed to every agent's Open (a fake's faults, UCX's tls).
+	Params map[string]string
+	// Dir is where the suite creates its region files; each check uses a
+	// fresh directory below it and removes it. Default: /dev/shm when it
+	// exists, else os.TempDir().
+	Dir string
+	// CheckTimeout bounds one check, cleanup included (default 3 minutes).
+	// A check still running then fails; the CLI abandons it and goes on.
+	CheckTimeout time.Duration
+	// Match selects the checks to run by full name (group/name). Nil runs
+	// all.
+	Match func(name string) bool
+}
+
+const defaultCheckTimeout = 3 * time.Minute
+
+// withDefaults returns cfg with its zero fields filled in, or an error
+// naming the field that is wrong.
+func (cfg Config) withDefaults() (Config, error) {
+	if cfg.New == nil {
+		return cfg, errors.New("conformance: Config.New is nil: give a Factory that starts a fresh agent")
+	}
+	if cfg.Dir == "" {
+		cfg.Dir = os.TempDir()
+		if fi, err := os.Stat("/dev/shm"); err == nil && fi.IsDir() {
+			cfg.Dir = "/dev/shm"
+		}
+	}
+	if fi, err := os.Stat(cfg.Dir); err != nil || !fi.IsDir() {
+		return cfg, fmt.Errorf("conformance: Config.Dir %q is not a directory (%v): give a writable directory for region files", cfg.Dir, err)
+	}
+	if cfg.CheckTimeout <= 0 {
+		cfg.CheckTimeout = defaultCheckTimeout
+	}
+	return cfg, nil
+}

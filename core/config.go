@@ -1,0 +1,85 @@
+package core
+
+import (
+	"fmt"
+	"time"
+)
+
+// DefaultHoldCap is how long a handle may stay non-terminal (live, retained
+// or retired) before it is escalated (rule 8). It is the seeds' 120 s.
+const DefaultHoldCap = 120 * time.Second
+
+// DefaultBatch is the most items core puts in one batched transport call
+// when the transport states no MaxItemsPerCall.
+const DefaultBatch = 1024
+
+// EscalationPolicy says what core does with a handle held past the cap.
+type EscalationPolicy uint8
+
+const (
+	// EscalateFence (the default) asks the caller to fence the handle's
+	// transport epoch (Ready.Fence). Once the caller reports the epoch fenced
+	// (Fenced), every handle of that epoch is terminal and its blocks are safe.
+	EscalateFence EscalationPolicy = iota
+	// EscalateQuarantine is for transports that cannot be fenced: the handle is
+	// forgotten without proof that it stopped (an Alert of error level says
+	// so), and its blocks are quarantined, never handed back for reuse.
+	EscalateQuarantine
+	// EscalateReleaseAndReuse is the seeds' behaviour: forget the handle and
+	// hand its blocks back as invalid, so the engine reuses them. A transfer
+	// still running may corrupt the next owner of those blocks; choose it only
+	// knowingly.
+	EscalateReleaseAndReuse
+)
+
+func (p EscalationPolicy) String() string {
+	switch p {
+	case EscalateFence:
+		return "fence"
+	case EscalateQuarantine:
+		return "quarantine"
+	case EscalateReleaseAndReuse:
+		return "release-and-reuse"
+	}
+	return fmt.Sprintf("EscalationPolicy(%d)", uint8(p))
+}
+
+// Config tunes a Core. The zero value is valid and means the defaults.
+type Config struct {
+	// HoldCap bounds how long a handle may stay non-terminal before it is
+	// escalated; zero means DefaultHoldCap.
+	HoldCap time.Duration
+	// Escalation is what happens past HoldCap; the zero value is
+	// EscalateFence.
+	Escalation EscalationPolicy
+	// Batch caps the items of one batched transport call; zero means the
+	// transport's MaxItemsPerCall, or DefaultBatch if it states none.
+	Batch int
+	// MaxEarlyNotifications bounds the consumer notifications core keeps for
+	// sends not registered yet (a consumer may notify before the producer's
+	// ExpectSend); zero means 4096. Past it, new early notifications are
+	// dropped with an Alert.
+	MaxEarlyNotifications int
+}
+
+func (c Config) withDefaults() (Config, error) {
+	if c.HoldCap < 0 {
+		return c, fmt.Errorf("core: Config.HoldCap is %v; it must be positive, or zero for the default %v", c.HoldCap, DefaultHoldCap)
+	}
+	if c.HoldCap == 0 {
+		c.HoldCap = DefaultHoldCap
+	}
+	if c.Escalation > EscalateReleaseAndReuse {
+		return c, fmt.Errorf("core: Config.Escalation is %v; use EscalateFence, EscalateQuarantine or EscalateReleaseAndReuse", c.Escalation)
+	}
+	if c.Batch < 0 {
+		return c, fmt.Errorf("core: Config.Batch is %d; it must be positive, or zero for the transport's limit", c.Batch)
+	}
+	if c.MaxEarlyNotifications < 0 {
+		return c, fmt.Errorf("core: Config.MaxEarlyNotifications is %d; it must be positive, or zero for 4096", c.MaxEarlyNotifications)
+	}
+	if c.MaxEarlyNotifications == 0 {
+		c.MaxEarlyNotifications = 4096
+	}
+	return c, nil
+}

@@ -1,0 +1,65 @@
+// Package core is custody's ownership engine: it owns every block, peer,
+// descriptor list and transfer handle of one engine rank and decides when
+// each may be let go, so that no block is reused, no handle released and no
+// peer removed while a transfer may still touch it (DESIGN section 4, rules
+// 1–8 and 12–16).
+//
+// core is a pure state machine in the manner of etcd's raft. It has no
+// goroutines, reads no clock and does no I/O of its own: it reaches the
+// transport only through sdk.Transport (and sdk.EventSource when the
+// transport has one), with the context its caller passes, and it learns the
+// time only from the now its caller passes.
+//
+// # The caller's obligations
+//
+//  1. Make a Core with New, open a transport, and Attach it with an epoch
+//     (a number that grows with every transport process started). Register
+//     pools (RegisterPool) and hand blocks to the engine (Alloc).
+//  2. Call every method from one goroutine, the owner. Other goroutines
+//     never touch the Core; what they observe (a background handshake done or
+//     failed, a fence finished) they push into Inbox(), which the owner
+//     drains at the start of each Poll.
+//  3. Pass every call that may reach the transport a context with a deadline
+//     (rule 13): core waits for nothing else. Pass now values that never go
+//     backwards.
+//  4. Call Poll(ctx, now) in a loop while anything is in flight, a few
+//     milliseconds apart (the engine's step), and before any Close. Hand the
+//     finished report in each Ready to the engine (FinishedSending,
+//     FinishedReceiving, Failed, InvalidBlocks, Quarantined: the engine owns
+//     those blocks again, except the quarantined ones, which it must never
+//     use again), and log its Alerts.
+//  5. When a Ready lists an epoch in Fence, fence it: kill that transport
+//     process (the process is the fence, DESIGN 4a), then report it with
+//     Fenced (or Inbox().Fenced) and Attach a new transport with a new epoch.
+//     Until then the escalated handles and their blocks stay held.
+//  6. Connect peers (ConnectPeer, or Inbox().HandshakeDone from the goroutine
+//     that fetched their metadata) and remove them (RemovePeer); issue Read,
+//     Write and ExpectSend for requests.
+//  7. To stop, call Close until it returns nil (it returns an error wrapping
+//     ErrHeld while transfers still run; Poll in between), then Poll once
+//     more for the last reports. Close stops the transport last (rule 12).
+//
+// # Ownership
+//
+// A block is held by exactly one Owner. Alloc moves free blocks to the
+// engine; Read, Write and ExpectSend move the engine's blocks to a request
+// (OwnerTransfer); a request whose session closes while a handle of it runs
+// holds them as OwnerRetained; and a request hands them back to the engine
+// only in the Ready that reports it, once every handle of it is terminal and
+// released. Blocks of a handle force-released by escalation without a fence
+// are OwnerQuarantined for good.
+//
+// Every native acquisition of a handshake is journaled before ConnectPeer
+// returns and leaves the journal only when published or released. A loaded
+// peer's dlists and native handles are released only once no handle uses
+// them. Every handle is released only once terminal, and stays tracked with
+// its blocks while its Release fails.
+//
+// # Notifications
+//
+// A consumer tells its producer that it holds a request's bytes with the
+// message ConsumedMessage(id) ("custody/1 consumed " + id). A Read with
+// NotifyProducer sends it to each rank read from once every part is DONE and
+// released, never after a failure; a push consumer sends it with
+// NotifyConsumed. A producer counts them against its sends.
+package core

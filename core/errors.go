@@ -1,0 +1,26 @@
+package core
+
+import "errors"
+
+// Failure reasons core itself assigns; match with errors.Is.
+var (
+	// ErrPeerRemoved: the request's peer was removed (or the Core closed)
+	// before the request finished.
+	ErrPeerRemoved = errors.New("peer removed before the request finished")
+	// ErrHoldCap: a handle of the request stayed non-terminal, or unreleased,
+	// past Config.HoldCap and was escalated.
+	ErrHoldCap = errors.New("transfer held past the hold cap")
+	// ErrFenced: the request's transport epoch was fenced (its process
+	// killed) before the request finished.
+	ErrFenced = errors.New("transport epoch fenced")
+	// ErrUnknownOutcome: a transport call timed out or the transport died
+	// mid-call, so whether the request's transfers were posted is unknown;
+	// its blocks stay pinned until the epoch is fenced.
+	ErrUnknownOutcome = errors.New("outcome of a transport call unknown")
+	// ErrNotAttached: no transport is attached (before Attach, or after the
+	// attached epoch was fenced).
+	ErrNotAttached = errors.New("no transport attached")
+	// ErrHeld: Close found resources still held; keep calling Poll (the hold
+	// cap bounds the wait) and call Close again.
+	ErrHeld = errors.New("resources still held")
+)

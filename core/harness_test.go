@@ -1,0 +1,462 @@
+package core
+
+import (
+	"context"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/custody-dev/custody/plugins/fake"
+	"github.com/custody-dev/custody/sdk"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// wait bounds every wait on the fake's DMA engine in these tests.
+const wait = 10 * time.Second
+
+const (
+	blockSize = 4096
+	nBlocks   = 16
+)
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// spy is the real in-process fake with what it lacks for some seed cases
+// (reported to its owner): Cancel that changes nothing, as UCX's
+// (cancelNone), and native release failures of dlists and peers
+// (failReleaseDescs, failUnloads), plus a record of what core called.
+type spy struct {
+	*fake.Transport
+	mu               sync.Mutex
+	cancelNone       bool
+	failReleaseDescs int
+	failUnloads      int
+	calls            []string
+	canceled         []sdk.HandleID
+	unloaded         []sdk.PeerID
+	terminal         map[sdk.HandleID]bool // handles seen terminal by Poll or Events
+	releasedEarly    []sdk.HandleID        // Release asked before the handle was seen terminal
+}
+
+func (s *spy) note(call string) {
+	s.mu.Lock()
+	s.calls = append(s.calls, call)
+	s.mu.Unlock()
+}
+
+func (s *spy) Describe(ctx context.Context) (sdk.Description, error) {
+	d, err := s.Transport.Describe(ctx)
+	if s.cancelNone {
+		d.CancelEffect = sdk.CancelNone
+	}
+	return d, err
+}
+
+func (s *spy) LoadPeers(ctx context.Context, p []sdk.PeerSpec) ([]sdk.PeerResult, error) {
+	s.note("LoadPeers")
+	return s.Transport.LoadPeers(ctx, p)
+}
+
+func (s *spy) Cancel(ctx context.Context, ids []sdk.HandleID) ([]error, error) {
+	s.mu.Lock()
+	s.calls = append(s.calls, "Cancel")
+	s.canceled = append(s.canceled, ids...)
+	none := s.cancelNone
+	s.mu.Unlock()
+	if none {
+		return make([]error, len(ids)), nil
+	}
+	return s.Transport.Cancel(ctx, ids)
+}
+
+func (s *spy) ReleaseDescriptors(ctx context.Context, ids []sdk.DlistID) ([]error, error) {
+	s.mu.Lock()
+	s.calls = append(s.calls, "ReleaseDescriptors")
+	fail := s.failReleaseDescs > 0
+	if fail {
+		s.failReleaseDescs--
+	}
+	s.mu.Unlock()
+	if fail {
+		out := make([]error, len(ids))
+		for i := range out {
+			out[i] = sdk.Errorf(sdk.CodeBackend, "spy: injected dlist release failure")
+		}
+		return out, nil
+	}
+	return s.Transport.ReleaseDescriptors(ctx, ids)
+}
+
+func (s *spy) UnloadPeers(ctx context.Context, ids []sdk.PeerID) ([]error, error) {
+	s.mu.Lock()
+	s.calls = append(s.calls, "UnloadPeers")
+	fail := s.failUnloads > 0
+	if fail {
+		s.failUnloads--
+	}
+	s.mu.Unlock()
+	if fail {
+		out := make([]error, len(ids))
+		for i := range out {
+			out[i] = sdk.Errorf(sdk.CodeBackend, "spy: injected unload failure")
+		}
+		return out, nil
+	}
+	errs, err := s.Transport.UnloadPeers(ctx, ids)
+	s.mu.Lock()
+	for i, id := range ids {
+		if err == nil && errs[i] == nil {
+			s.unloaded = append(s.unloaded, id)
+		}
+	}
+	s.mu.Unlock()
+	return errs, err
+}
+
+func (s *spy) Poll(ctx context.Context, ids []sdk.HandleID) ([]sdk.HandleStatus, error) {
+	st, err := s.Transport.Poll(ctx, ids)
+	s.mu.Lock()
+	for i := range st {
+		if st[i].Err == nil && st[i].State.Terminal() {
+			s.terminal[ids[i]] = true
+		}
+	}
+	s.mu.Unlock()
+	return st, err
+}
+
+func (s *spy) Events(ctx context.Context, max int) ([]sdk.Event, error) {
+	evs, err := s.Transport.Events(ctx, max)
+	s.mu.Lock()
+	for _, e := range evs {
+		if e.State.Terminal() {
+			s.terminal[e.Handle] = true
+		}
+	}
+	s.mu.Unlock()
+	return evs, err
+}
+
+func (s *spy) Release(ctx context.Context, ids []sdk.HandleID) ([]error, error) {
+	s.mu.Lock()
+	s.calls = append(s.calls, "Release")
+	for _, id := range ids {
+		if !s.terminal[id] {
+			s.releasedEarly = append(s.releasedEarly, id)
+		}
+	}
+	s.mu.Unlock()
+	return s.Transport.Release(ctx, ids)
+}
+
+func (s *spy) count(call string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, c := range s.calls {
+		if c == call {
+			n++
+		}
+	}
+	return n
+}
+
+// remote is one producer rank: a fake agent with one registered pool.
+type remote struct {
+	tr     *fake.Transport
+	name   string
+	path   string
+	region sdk.RegionID
+	md     []byte
+	back   sdk.PeerID // the local agent loaded into this one, to notify it
+}
+
+// testingT is what the rig needs of *testing.T and *rapid.T.
+type testingT interface {
+	require.TestingT
+	Helper()
+}
+
+// rig is a Core over a spied fake agent ("dec"), and remote fake agents
+// ("pre0", ...) to read from and write to, all in one test directory.
+type rig struct {
+	t       testingT
+	ctx     context.Context
+	dir     string
+	tr      *spy
+	c       *Core
+	pool    PoolID
+	path    string
+	remotes []*remote
+	now     time.Time
+	seen    map[RequestID]int
+	all     Ready // every Ready so far, concatenated
+	last    Ready // the most recent Ready
+}
+
+type rigOpts struct {
+	local   string            // fault parameter of the local agent
+	remote  map[int]string    // fault parameter per remote rank
+	ranks   int               // remote ranks (default 2)
+	cfg     Config            //
+	setup   func(s *spy)      //
+	params  map[string]string // extra local params
+	noClose bool              // the test ends the rig itself
+}
+
+func newRig(t *testing.T, o rigOpts) *rig {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*wait)
+	t.Cleanup(cancel)
+	r := openRig(t, ctx, t.TempDir(), o)
+	if !o.noClose {
+		t.Cleanup(r.shutdown)
+	}
+	return r
+}
+
+// openRig opens the agents and the Core of a rig in dir.
+func openRig(t testingT, ctx context.Context, dir string, o rigOpts) *rig {
+	t.Helper()
+	if o.ranks == 0 {
+		o.ranks = 2
+	}
+	r := &rig{t: t, ctx: ctx, dir: dir, now: t0, seen: map[RequestID]int{}}
+	params := map[string]string{"dir": r.dir}
+	for k, v := range o.params {
+		params[k] = v
+	}
+	if o.local != "" {
+		params["fault"] = o.local
+	}
+	r.tr = &spy{Transport: fake.New(), terminal: map[sdk.HandleID]bool{}}
+	if o.setup != nil {
+		o.setup(r.tr)
+	}
+	require.NoError(t, r.tr.Open(ctx, sdk.OpenRequest{Agent: "dec", Params: params}))
+	for i := 0; i < o.ranks; i++ {
+		rp := map[string]string{"dir": r.dir}
+		if f := o.remote[i]; f != "" {
+			rp["fault"] = f
+		}
+		rm := &remote{tr: fake.New(), name: "pre" + string(rune('0'+i))}
+		require.NoError(t, rm.tr.Open(ctx, sdk.OpenRequest{Agent: rm.name, Params: rp}))
+		rm.path = r.regionFile(byte(i + 1))
+		regs, err := rm.tr.RegisterMemory(ctx, []sdk.Region{{Path: rm.path, Length: blockSize * nBlocks, Kind: sdk.MemoryHost}})
+		require.NoError(t, err)
+		require.NoError(t, regs[0].Err)
+		rm.region = regs[0].ID
+		rm.md, err = rm.tr.LocalMetadata(ctx)
+		require.NoError(t, err)
+		r.remotes = append(r.remotes, rm)
+	}
+	c, err := New(o.cfg)
+	require.NoError(t, err)
+	r.c = c
+	require.NoError(t, c.Attach(ctx, r.tr, 1))
+	r.path = r.regionFile(0)
+	r.pool, err = c.RegisterPool(ctx, PoolSpec{Path: r.path, BlockSize: blockSize, Blocks: nBlocks})
+	require.NoError(t, err)
+	return r
+}
+
+// regionFile makes a pool file whose every byte is fill.
+func (r *rig) regionFile(fill byte) string {
+	path, err := fake.NewRegionFile(r.dir, blockSize*nBlocks)
+	require.NoError(r.t, err)
+	if fill != 0 {
+		b := make([]byte, blockSize*nBlocks)
+		for i := range b {
+			b[i] = fill
+		}
+		require.NoError(r.t, os.WriteFile(path, b, 0o600))
+	}
+	return path
+}
+
+// spec is the PeerSpec of the remote ranks; notifyOnly ranks get no blocks.
+func (r *rig) spec(name string, notifyOnly ...int) PeerSpec {
+	ps := PeerSpec{Name: name}
+	for i, rm := range r.remotes {
+		rs := RankSpec{Agent: rm.name, Metadata: rm.md, Region: rm.region, BlockSize: blockSize, Blocks: nBlocks}
+		for _, n := range notifyOnly {
+			if n == i {
+				rs.Blocks = 0
+			}
+		}
+		ps.Ranks = append(ps.Ranks, rs)
+	}
+	return ps
+}
+
+func (r *rig) connect(name string) {
+	r.t.Helper()
+	require.NoError(r.t, r.c.ConnectPeer(r.ctx, r.spec(name)))
+}
+
+// alloc hands n blocks to the engine.
+func (r *rig) alloc(n int) []uint32 {
+	r.t.Helper()
+	b, err := r.c.Alloc(r.pool, n)
+	require.NoError(r.t, err)
+	return b
+}
+
+// readSpec reads one block per rank into fresh engine blocks.
+func (r *rig) readSpec(id RequestID, peer string, ranks int) (ReadSpec, []BlockRef) {
+	r.t.Helper()
+	spec := ReadSpec{Request: id, Peer: peer}
+	var blocks []BlockRef
+	for k := 0; k < ranks; k++ {
+		b := r.alloc(1)
+		spec.Parts = append(spec.Parts, Part{Pool: r.pool, Local: b, Rank: k, Remote: []uint32{uint32(k)}})
+		blocks = append(blocks, BlockRef{r.pool, b[0]})
+	}
+	return spec, blocks
+}
+
+// poll runs one round and records its reports, failing the test on a second
+// report of any request.
+func (r *rig) poll() Ready {
+	r.t.Helper()
+	rd := r.c.Poll(r.ctx, r.now)
+	for _, id := range rd.FinishedSending {
+		r.seen[id]++
+	}
+	for _, id := range rd.FinishedReceiving {
+		r.seen[id]++
+	}
+	for _, f := range rd.Failed {
+		r.seen[f.Request]++
+	}
+	for id, n := range r.seen {
+		require.LessOrEqual(r.t, n, 1, "request %q reported twice", id)
+	}
+	r.all.FinishedSending = append(r.all.FinishedSending, rd.FinishedSending...)
+	r.all.FinishedReceiving = append(r.all.FinishedReceiving, rd.FinishedReceiving...)
+	r.all.Failed = append(r.all.Failed, rd.Failed...)
+	r.all.InvalidBlocks = append(r.all.InvalidBlocks, rd.InvalidBlocks...)
+	r.all.Quarantined = append(r.all.Quarantined, rd.Quarantined...)
+	r.all.Fence = append(r.all.Fence, rd.Fence...)
+	r.all.Alerts = append(r.all.Alerts, rd.Alerts...)
+	r.last = rd
+	return rd
+}
+
+// until polls rounds until cond holds, bounded by wait; it returns the Ready
+// of the round in which cond first held.
+func (r *rig) until(what string, cond func(Ready) bool) Ready {
+	r.t.Helper()
+	deadline := time.Now().Add(wait)
+	for {
+		rd := r.poll()
+		if cond(rd) {
+			return rd
+		}
+		require.True(r.t, time.Now().Before(deadline), "timed out waiting for %s; stats %+v", what, r.c.Stats())
+		time.Sleep(time.Millisecond) // pacing of the poll loop, not synchronisation
+	}
+}
+
+// reported waits for the round that reports id and returns it.
+func (r *rig) reported(id RequestID) Ready {
+	r.t.Helper()
+	return r.until("report of "+string(id), func(Ready) bool { return r.seen[id] == 1 })
+}
+
+func (r *rig) owners(blocks []BlockRef) []Owner {
+	out := make([]Owner, len(blocks))
+	for i, b := range blocks {
+		out[i] = r.c.Owner(b)
+	}
+	return out
+}
+
+func repeat[T any](v T, n int) []T {
+	out := make([]T, n)
+	for i := range out {
+		out[i] = v
+	}
+	return out
+}
+
+func failedIDs(rd Ready) []RequestID {
+	var out []RequestID
+	for _, f := range rd.Failed {
+		out = append(out, f.Request)
+	}
+	return out
+}
+
+func hasAlert(rd Ready, kind string) bool {
+	for _, a := range rd.Alerts {
+		if a.Kind == kind {
+			return true
+		}
+	}
+	return false
+}
+
+// shutdown closes the Core (polling while it is held), checks that the
+// agents hold nothing, and closes them.
+func (r *rig) shutdown() {
+	t := r.t
+	deadline := time.Now().Add(wait)
+	for {
+		err := r.c.Close(r.ctx, r.now)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("Close still refused: %v", err)
+			break
+		}
+		r.poll()
+		time.Sleep(time.Millisecond)
+	}
+	// Close succeeded, so the local agent's own Close did: the fake refuses
+	// it while any region, peer, dlist or handle is held.
+	r.poll()
+	for _, rm := range r.remotes {
+		if rm.back != 0 {
+			_, _ = rm.tr.UnloadPeers(r.ctx, []sdk.PeerID{rm.back})
+		}
+		_, _ = rm.tr.DeregisterMemory(r.ctx, []sdk.RegionID{rm.region})
+		res, err := rm.tr.Resources(r.ctx)
+		if err == nil {
+			require.True(t, res.Zero(), "remote %s still holds %+v", rm.name, res)
+		}
+		_ = rm.tr.Close(r.ctx)
+	}
+}
+
+// notifyBack sends the consumed notification of id from remote rank k to
+// the local agent, loading the local agent into it first.
+func (r *rig) notifyBack(k int, id RequestID) {
+	r.t.Helper()
+	rm := r.remotes[k]
+	if rm.back == 0 {
+		md, err := r.tr.LocalMetadata(r.ctx)
+		require.NoError(r.t, err)
+		res, err := rm.tr.LoadPeers(r.ctx, []sdk.PeerSpec{{Name: "dec", Metadata: md}})
+		require.NoError(r.t, err)
+		require.NoError(r.t, res[0].Err)
+		rm.back = res[0].ID
+	}
+	errs, err := rm.tr.SendNotifications(r.ctx, []sdk.OutboundNotification{{Peer: rm.back, Message: ConsumedMessage(id)}})
+	require.NoError(r.t, err)
+	require.NoError(r.t, errs[0])
+}
+
+// newAgent opens a fresh local agent, as the runtime would after a fence.
+func newAgent(t testingT, r *rig) *fake.Transport {
+	t.Helper()
+	a := fake.New()
+	require.NoError(t, a.Open(r.ctx, sdk.OpenRequest{Agent: "dec", Params: map[string]string{"dir": r.dir}}))
+	return a
+}

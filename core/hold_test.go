@@ -1,0 +1,107 @@
+package core
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/custody-dev/custody/sdk"
+)
+
+// Seed 001's open risk and rule 8: a handle that never turns terminal is
+// bounded by the hold cap. With a fence the blocks come back safe once the
+// epoch is fenced; without one they are quarantined, never reused; only an
+// explicit policy hands them back (the seeds' behaviour).
+func TestHandleThatNeverTurnsTerminalIsBoundedByCap(t *testing.T) {
+	for _, tc := range []struct {
+		policy      EscalationPolicy
+		fence       bool
+		quarantined bool
+	}{
+		{EscalateFence, true, false},
+		{EscalateQuarantine, false, true},
+		{EscalateReleaseAndReuse, false, false},
+	} {
+		t.Run(tc.policy.String(), func(t *testing.T) {
+			r := newRig(t, rigOpts{local: "stall,post=1;crash,at=release,n=1", cfg: Config{HoldCap: time.Minute, Escalation: tc.policy}})
+			r.connect("p")
+			spec, blocks := r.readSpec("r", "p", 1)
+			require.NoError(t, r.c.Read(r.ctx, r.now, spec))
+			r.now = r.now.Add(time.Minute - time.Nanosecond)
+			rd := r.poll()
+			require.True(t, rd.Empty(), "escalated before the cap: %+v", rd)
+
+			r.now = r.now.Add(time.Nanosecond)
+			rd = r.poll()
+			if tc.fence {
+				assert.Equal(t, []Epoch{1}, rd.Fence)
+				assert.True(t, hasAlert(rd, "hold_cap_fence"))
+				assert.Empty(t, rd.Failed, "reported before the fence")
+				assert.Equal(t, OwnerTransfer, r.c.Owner(blocks[0]))
+				assert.Equal(t, []Epoch{1}, r.poll().Fence, "the fence is asked every round until done")
+				r.kill()
+				r.c.Inbox().Fenced(1)
+				rd = r.poll()
+				assert.Empty(t, rd.Fence)
+			}
+			require.Equal(t, []RequestID{"r"}, failedIDs(rd))
+			assert.ErrorIs(t, rd.Failed[0].Reason, ErrHoldCap)
+			if tc.quarantined {
+				assert.Equal(t, blocks, rd.Quarantined)
+				assert.Empty(t, rd.InvalidBlocks, "quarantined blocks are not handed back")
+				assert.Equal(t, OwnerQuarantined, r.c.Owner(blocks[0]))
+				got, err := r.c.Alloc(r.pool, nBlocks-1)
+				require.NoError(t, err)
+				assert.NotContains(t, got, blocks[0].Block)
+				_, err = r.c.Alloc(r.pool, 1)
+				assert.Error(t, err, "a quarantined block was handed out")
+			} else {
+				assert.Equal(t, blocks, rd.InvalidBlocks)
+				assert.Equal(t, OwnerEngine, r.c.Owner(blocks[0]))
+			}
+			if !tc.fence {
+				assert.True(t, hasAlert(rd, "transfer_force_released"))
+				assert.Equal(t, 1, r.c.Stats().Leaked)
+				require.ErrorIs(t, r.c.Close(r.ctx, r.now), ErrHeld, "Close stopped a transport that still runs a transfer")
+				r.kill()
+				r.c.Fenced(1)
+			}
+		})
+	}
+}
+
+// Seed 002 and rules 8 and 14: a retained transfer held past the cap is
+// escalated to a fence; after it every handle of the epoch is terminal, a
+// new epoch works, and a stale report about the old epoch changes nothing.
+func TestRetainedPastTheCapIsFencedAndANewEpochWorks(t *testing.T) {
+	r := newRig(t, rigOpts{local: "stall,post=1;crash,at=release,n=1", setup: cancelNone})
+	r.connect("p")
+	spec, blocks := r.readSpec("r", "p", 1)
+	require.NoError(t, r.c.Read(r.ctx, r.now, spec))
+	r.now = r.now.Add(DefaultHoldCap / 2)
+	require.NoError(t, r.c.RemovePeer(r.ctx, r.now, "p"))
+	r.now = r.now.Add(DefaultHoldCap - time.Second)
+	assert.Empty(t, r.poll().Fence, "the cap of a retained handle runs from its retirement")
+	r.now = r.now.Add(time.Second)
+	assert.Equal(t, []Epoch{1}, r.poll().Fence)
+	require.Error(t, r.c.Attach(r.ctx, r.tr, 2), "attach while epoch 1 is attached")
+	r.kill()
+	r.c.Fenced(1)
+	rd := r.poll()
+	assert.Equal(t, []RequestID{"r"}, failedIDs(rd))
+	assert.Equal(t, blocks, rd.InvalidBlocks)
+	assert.Zero(t, r.c.Stats().RetiredPeers, "the dead epoch's peer went with it")
+
+	// A new transport process, epoch 2.
+	r.tr = &spy{Transport: newAgent(t, r), terminal: map[sdk.HandleID]bool{}}
+	require.Error(t, r.c.Attach(r.ctx, r.tr, 1), "epochs must grow")
+	require.NoError(t, r.c.Attach(r.ctx, r.tr, 2))
+	r.connect("p")
+	spec2, _ := r.readSpec("r2", "p", 2)
+	require.NoError(t, r.c.Read(r.ctx, r.now, spec2))
+	r.c.Fenced(1) // stale: must not touch epoch 2
+	r.reported("r2")
+	assert.Equal(t, []RequestID{"r2"}, r.all.FinishedReceiving)
+}

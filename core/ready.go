@@ -1,0 +1,92 @@
+package core
+
+import "fmt"
+
+// Ready is what one Poll round hands the caller, in the manner of raft's
+// Ready: the finished report the engine consumes (vLLM's get_finished) and
+// the actions the runtime must take. Every request appears at most once in
+// all Ready values a Core ever returns; blocks listed in a Ready moved back
+// to the engine in that same round, and not before.
+type Ready struct {
+	// FinishedSending: sends (Write or ExpectSend) that finished: every handle
+	// DONE and released, and the consumers notified or the lease expired.
+	// Their blocks are back with the engine.
+	FinishedSending []RequestID
+	// FinishedReceiving: reads whose every handle ended DONE and was
+	// released. Their blocks are back with the engine and hold the bytes.
+	FinishedReceiving []RequestID
+	// Failed: requests that failed, reported once every handle of theirs was
+	// terminal and released (rule 3). Their blocks are back with the engine
+	// except those listed in Quarantined. vLLM reports a failed receive in
+	// finished_recving as well; a host mapping to vLLM adds them there.
+	Failed []Failure
+	// InvalidBlocks: the blocks of the failed receives in Failed, whose bytes
+	// are undefined: the engine must recompute them. Listed in the same Ready
+	// as the failure, never earlier.
+	InvalidBlocks []BlockRef
+	// Quarantined: blocks a force-released handle may still touch
+	// (EscalateQuarantine). The engine must never use them again; they are
+	// not back with the engine.
+	Quarantined []BlockRef
+	// Fence lists transport epochs the runtime must fence (kill the
+	// transport process) because a handle was held past the cap or a call's
+	// outcome is unknown. It is repeated every round until the caller
+	// reports the epoch fenced (Fenced), so acting on it must be idempotent.
+	Fence []Epoch
+	// Alerts are the events worth a log line, one failure type each.
+	Alerts []Alert
+}
+
+// Empty reports whether the round produced nothing.
+func (r *Ready) Empty() bool {
+	return len(r.FinishedSending) == 0 && len(r.FinishedReceiving) == 0 &&
+		len(r.Failed) == 0 && len(r.InvalidBlocks) == 0 && len(r.Quarantined) == 0 &&
+		len(r.Fence) == 0 && len(r.Alerts) == 0
+}
+
+// Failure is one failed request and why.
+type Failure struct {
+	Request RequestID
+	// Sending is true for a failed Write or ExpectSend, false for a Read.
+	Sending bool
+	// Reason is the first failure seen (a handle's FAILED reason, a setup
+	// or handshake error, ErrPeerRemoved, ErrHoldCap, ...).
+	Reason error
+}
+
+// AlertLevel orders alerts for logging.
+type AlertLevel uint8
+
+const (
+	// AlertWarn: a failure core recovered from or reports through a request.
+	AlertWarn AlertLevel = iota + 1
+	// AlertError: core gave up proving safety (a force-release) or a native
+	// resource may leak.
+	AlertError
+)
+
+func (l AlertLevel) String() string {
+	switch l {
+	case AlertWarn:
+		return "warn"
+	case AlertError:
+		return "error"
+	}
+	return fmt.Sprintf("AlertLevel(%d)", uint8(l))
+}
+
+// Alert is one event worth a log line. Kind names the failure type (as the
+// seeds log them: "transfer_failed", "transfer_release_failed", ...); the
+// other fields are set where they apply.
+type Alert struct {
+	Level   AlertLevel
+	Kind    string
+	Peer    string
+	Request RequestID
+	Handle  Ref
+	Err     error
+}
+
+func (a Alert) String() string {
+	return fmt.Sprintf("%s %s peer=%q request=%q handle=%v: %v", a.Level, a.Kind, a.Peer, a.Request, a.Handle, a.Err)
+}

@@ -1,0 +1,376 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/custody-dev/custody/sdk"
+)
+
+// Part is one transfer of a request: Local blocks of a local pool move to or
+// from the same number of Remote blocks of one remote rank's pool. Each part
+// becomes one transfer handle.
+type Part struct {
+	Pool   PoolID
+	Local  []uint32
+	Rank   int
+	Remote []uint32
+}
+
+// ReadSpec pulls blocks of a request from a peer into engine blocks.
+type ReadSpec struct {
+	Request RequestID
+	Peer    string
+	Parts   []Part
+	// NotifyProducer: once every part is DONE and released, send the
+	// consumed notification to each rank read from, so the producer frees
+	// its blocks. Never sent when any part failed.
+	NotifyProducer bool
+}
+
+// WriteSpec pushes engine blocks of a request into a peer's blocks.
+type WriteSpec struct {
+	Request RequestID
+	Peer    string
+	Parts   []Part
+	// Consumers is how many consumed notifications finish the send (one per
+	// consumer rank under heterogeneous TP); at least 1.
+	Consumers int
+	// Lease bounds the wait for those notifications; positive. A failed push
+	// keeps its blocks until the lease expires.
+	Lease time.Duration
+}
+
+// SendSpec pins engine blocks that peers will read (pull mode, producer
+// side) until Consumers consumed notifications arrived or Lease expired.
+type SendSpec struct {
+	Request RequestID
+	// Peer, when set, ties the send to a connected peer: removing the peer
+	// fails the send (its blocks still wait for the lease, since a consumer
+	// may be reading them).
+	Peer      string
+	Pool      PoolID
+	Blocks    []uint32
+	Consumers int
+	Lease     time.Duration
+}
+
+type reqKind uint8
+
+const (
+	kindRead reqKind = iota + 1
+	kindWrite
+	kindSend
+)
+
+const (
+	rWaiting   uint8 = 1 << iota // waiting for its peer's handshake
+	rDirty                       // queued in Core.dirty
+	rReported                    // its terminal report was emitted
+	rLeaseOver                   // the lease expired
+	rNotify                      // ReadSpec.NotifyProducer
+	rAbandoned                   // no consumer can read it any more: finish without the lease
+)
+
+// request is one engine request. Its blocks are its parts' Local blocks; it
+// holds them (OwnerTransfer or OwnerRetained) until its terminal report.
+type request struct {
+	id        RequestID
+	kind      reqKind
+	flags     uint8
+	pending   int32 // handles not yet released or forgotten
+	consumers int32
+	notified  int32
+	peerName  string
+	peer      *peer
+	parts     []Part
+	failed    error
+	fenceWait Epoch // nonzero: a call's outcome is unknown until this epoch is fenced
+	lease     int64
+}
+
+// xfer is one tracked transfer handle. Its blocks are req.parts[part].Local.
+type xfer struct {
+	ref      Ref
+	req      *request
+	peer     *peer
+	deadline int64 // hold-cap deadline (UnixNano)
+	part     uint16
+	state    sdk.State
+	flags    uint8
+}
+
+const (
+	fRetained  uint8 = 1 << iota // its session closed while it ran
+	fQueued                      // in releaseQ
+	fGone                        // released or forgotten
+	fEscalated                   // held past the cap; fence asked
+)
+
+// Read records a pull request and posts one READ per part. Its blocks move
+// from the engine to the request at once. If the peer is not connected yet the
+// request waits for ConnectPeer (or fails with HandshakeFailed). Transport
+// failures while posting never return an error: they fail the request, which
+// is reported (with its invalid blocks) by the Poll round in which its last
+// handle is released. Bad input is an error that changes nothing.
+func (c *Core) Read(ctx context.Context, now time.Time, spec ReadSpec) error {
+	c.setNow(now)
+	r, err := c.newRequest(spec.Request, spec.Peer, spec.Parts, kindRead)
+	if err != nil {
+		return fmt.Errorf("core: read request %q: %w", spec.Request, err)
+	}
+	if spec.NotifyProducer {
+		r.flags |= rNotify
+	}
+	c.admit(ctx, r)
+	return nil
+}
+
+// Write records a push request and posts one WRITE per part. It finishes
+// sending once every handle is DONE and released and Consumers consumed
+// notifications arrived, or its lease expired; a failed push is never
+// reported as finished sending: it is reported Failed once its handles are
+// released and its lease expired. Otherwise as Read.
+func (c *Core) Write(ctx context.Context, now time.Time, spec WriteSpec) error {
+	c.setNow(now)
+	if spec.Consumers < 1 || spec.Lease <= 0 {
+		return fmt.Errorf("core: write request %q: Consumers %d must be at least 1 and Lease %v positive", spec.Request, spec.Consumers, spec.Lease)
+	}
+	r, err := c.newRequest(spec.Request, spec.Peer, spec.Parts, kindWrite)
+	if err != nil {
+		return fmt.Errorf("core: write request %q: %w", spec.Request, err)
+	}
+	c.startSend(r, spec.Consumers, spec.Lease)
+	c.admit(ctx, r)
+	return nil
+}
+
+// ExpectSend pins blocks that consumers will read until Consumers consumed
+// notifications arrived or the lease expired; then the request is finished
+// sending (or Failed, if its peer was removed meanwhile). Bad input is an
+// error that changes nothing.
+func (c *Core) ExpectSend(now time.Time, spec SendSpec) error {
+	c.setNow(now)
+	if spec.Consumers < 1 || spec.Lease <= 0 {
+		return fmt.Errorf("core: expect send %q: Consumers %d must be at least 1 and Lease %v positive", spec.Request, spec.Consumers, spec.Lease)
+	}
+	if len(spec.Blocks) == 0 {
+		return fmt.Errorf("core: expect send %q: no blocks", spec.Request)
+	}
+	if err := c.checkID(spec.Request); err != nil {
+		return fmt.Errorf("core: expect send: %w", err)
+	}
+	p := c.pool(spec.Pool)
+	if p == nil {
+		return fmt.Errorf("core: expect send %q: pool %d is not registered", spec.Request, spec.Pool)
+	}
+	if err := p.checkEngine(spec.Blocks); err != nil {
+		return fmt.Errorf("core: expect send %q: %w", spec.Request, err)
+	}
+	r := &request{id: spec.Request, kind: kindSend, peerName: spec.Peer, parts: []Part{{Pool: spec.Pool, Local: append([]uint32(nil), spec.Blocks...), Rank: -1}}}
+	p.setOwner(r.parts[0].Local, OwnerTransfer)
+	c.reqs[r.id] = r
+	if spec.Peer != "" {
+		r.peer = c.peers[spec.Peer]
+		if r.peer == nil {
+			c.fail(r, fmt.Errorf("peer %q is not connected", spec.Peer))
+		}
+	}
+	c.startSend(r, spec.Consumers, spec.Lease)
+	return nil
+}
+
+func (c *Core) checkID(id RequestID) error {
+	if id == "" {
+		return errors.New("request id is empty")
+	}
+	if _, ok := c.reqs[id]; ok {
+		return fmt.Errorf("request %q is still in flight; use a new id", id)
+	}
+	return nil
+}
+
+// newRequest validates a read or write and records it, moving its blocks to
+// OwnerTransfer. It changes nothing on error.
+func (c *Core) newRequest(id RequestID, peerName string, parts []Part, kind reqKind) (*request, error) {
+	if err := c.checkID(id); err != nil {
+		return nil, err
+	}
+	if peerName == "" {
+		return nil, errors.New("peer name is empty")
+	}
+	if len(parts) == 0 {
+		return nil, errors.New("no parts; give one Part per remote rank to read from or write to")
+	}
+	if len(parts) > 1<<16 {
+		return nil, fmt.Errorf("%d parts; at most 65536", len(parts))
+	}
+	pools := make([]*pool, len(parts))
+	blocks := make([][]uint32, len(parts))
+	total := 0
+	for i, pt := range parts {
+		p := c.pool(pt.Pool)
+		switch {
+		case p == nil:
+			return nil, fmt.Errorf("part %d: pool %d is not registered", i, pt.Pool)
+		case len(pt.Local) == 0 || len(pt.Local) != len(pt.Remote):
+			return nil, fmt.Errorf("part %d: %d local and %d remote blocks; both must be equal and positive", i, len(pt.Local), len(pt.Remote))
+		case pt.Rank < 0:
+			return nil, fmt.Errorf("part %d: rank %d is negative", i, pt.Rank)
+		}
+		pools[i], blocks[i] = p, pt.Local
+		total += 2 * len(pt.Local)
+	}
+	if err := checkEngineParts(pools, blocks); err != nil {
+		return nil, err
+	}
+	if p := c.peers[peerName]; p != nil {
+		if err := c.checkRanks(p, parts); err != nil {
+			return nil, err
+		}
+	}
+	// One backing array for every index slice: the request owns copies.
+	backing := make([]uint32, 0, total)
+	own := make([]Part, len(parts))
+	for i, pt := range parts {
+		backing = append(backing, pt.Local...)
+		l := backing[len(backing)-len(pt.Local):]
+		backing = append(backing, pt.Remote...)
+		own[i] = Part{Pool: pt.Pool, Local: l, Rank: pt.Rank, Remote: backing[len(backing)-len(pt.Remote):]}
+	}
+	r := &request{id: id, kind: kind, peerName: peerName, parts: own}
+	for i, pt := range own {
+		pools[i].setOwner(pt.Local, OwnerTransfer)
+	}
+	c.reqs[id] = r
+	return r, nil
+}
+
+// checkRanks verifies parts against a connected peer's layout.
+func (c *Core) checkRanks(p *peer, parts []Part) error {
+	for i, pt := range parts {
+		if pt.Rank >= len(p.ranks) {
+			return fmt.Errorf("part %d: peer %q has %d ranks, so rank %d does not exist", i, p.name, len(p.ranks), pt.Rank)
+		}
+		rs := p.ranks[pt.Rank].spec
+		if rs.Blocks == 0 {
+			return fmt.Errorf("part %d: rank %d of peer %q is notification-only; it has no blocks", i, pt.Rank, p.name)
+		}
+		if lp := c.pool(pt.Pool); lp.spec.BlockSize != rs.BlockSize {
+			return fmt.Errorf("part %d: local block size %d differs from rank %d's %d", i, lp.spec.BlockSize, pt.Rank, rs.BlockSize)
+		}
+		for _, b := range pt.Remote {
+			if b >= rs.Blocks {
+				return fmt.Errorf("part %d: rank %d of peer %q has %d blocks, so remote block %d does not exist", i, pt.Rank, p.name, rs.Blocks, b)
+			}
+		}
+	}
+	return nil
+}
+
+func (c *Core) startSend(r *request, consumers int, lease time.Duration) {
+	r.consumers = int32(consumers)
+	r.lease = c.now + int64(lease)
+	c.sends[r.id] = r
+	if n, ok := c.early[r.id]; ok {
+		r.notified = int32(n)
+		delete(c.early, r.id)
+	}
+	c.leases.push(r)
+	c.markDirty(r)
+}
+
+// admit posts r now if its peer is connected, else queues it for the
+// handshake.
+func (c *Core) admit(ctx context.Context, r *request) {
+	if p := c.peers[r.peerName]; p != nil {
+		c.bind(ctx, r, p)
+		return
+	}
+	r.flags |= rWaiting
+	c.waiting[r.peerName] = append(c.waiting[r.peerName], r)
+}
+
+// failWaiting fails every request waiting for peer's handshake with reason.
+func (c *Core) failWaiting(name string, reason error) {
+	for _, r := range c.waiting[name] {
+		r.flags &^= rWaiting
+		c.fail(r, reason)
+	}
+	delete(c.waiting, name)
+}
+
+// bind ties r to p and posts its parts. A layout mismatch found only now
+// (the request waited for the handshake) or a post failure fails r.
+func (c *Core) bind(ctx context.Context, r *request, p *peer) {
+	r.peer = p
+	c.markDirty(r)
+	if err := c.checkRanks(p, r.parts); err != nil {
+		c.fail(r, sdk.Errorf(sdk.CodeInvalidArgument, "request %q does not fit peer %q: %v", r.id, p.name, err))
+		return
+	}
+	if c.tr == nil {
+		c.fail(r, ErrNotAttached)
+		return
+	}
+	op := sdk.OpRead
+	if r.kind == kindWrite {
+		op = sdk.OpWrite
+	}
+	posts := make([]sdk.PostSpec, len(r.parts))
+	for i, pt := range r.parts {
+		posts[i] = sdk.PostSpec{Op: op, Local: c.pool(pt.Pool).local, LocalIndices: pt.Local, Remote: p.ranks[pt.Rank].dlist, RemoteIndices: pt.Remote}
+	}
+	each(len(posts), c.batch, func(lo, hi int) {
+		res, err := c.tr.Post(ctx, posts[lo:hi])
+		if err != nil {
+			if unknownOutcome(err) {
+				// Handles may exist that we cannot name: the blocks stay
+				// pinned until the epoch is fenced.
+				r.fenceWait = c.epoch
+				c.requestFence(c.epoch, Alert{Level: AlertError, Kind: "post_outcome_unknown", Peer: p.name, Request: r.id, Err: err})
+				c.fail(r, fmt.Errorf("post request %q: %w: %w", r.id, ErrUnknownOutcome, err))
+				return
+			}
+			c.fail(r, fmt.Errorf("post request %q parts %d-%d: %w", r.id, lo, hi-1, err))
+			return
+		}
+		for k := lo; k < hi; k++ {
+			if k-lo >= len(res) || res[k-lo].Err != nil {
+				e := itemErr(nil, 0, nil)
+				if k-lo < len(res) {
+					e = res[k-lo].Err
+				}
+				c.alert(Alert{Level: AlertWarn, Kind: "transfer_setup_failed", Peer: p.name, Request: r.id, Err: e})
+				c.fail(r, fmt.Errorf("post request %q part %d: %w", r.id, k, e))
+				continue
+			}
+			x := &xfer{ref: Ref{c.epoch, res[k-lo].ID}, req: r, peer: p, part: uint16(k), state: sdk.StateInProgress}
+			c.live[x.ref] = x
+			r.pending++
+			p.refs++
+			c.hold(x)
+		}
+	})
+}
+
+// fail records r's first failure; it is reported once r drains.
+func (c *Core) fail(r *request, reason error) {
+	if r.failed == nil {
+		r.failed = reason
+	}
+	c.markDirty(r)
+}
+
+// pin moves the blocks of x's part to owner o (OwnerRetained on retirement).
+func (c *Core) pin(x *xfer, o Owner) {
+	pt := x.req.parts[x.part]
+	p := c.pool(pt.Pool)
+	for _, b := range pt.Local {
+		if p.owner[b] != OwnerQuarantined {
+			p.owner[b] = o
+		}
+	}
+}

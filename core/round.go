@@ -1,0 +1,304 @@
+package core
+
+import (
+	"context"
+	"time"
+
+	"github.com/custody-dev/custody/sdk"
+)
+
+// Poll runs one round and returns what it produced. In order it: drains the
+// Inbox (handshakes, fences); drains consumer notifications; learns handle
+// state changes (from the transport's EventSource when it has one, so the
+// round's cost follows the number of changes, else by polling every live
+// handle in batches); releases terminal handles (a failed Release keeps the
+// handle and its blocks, retried next round); releases the natives of
+// retired peers no handle uses any more (poll_retired); expires leases;
+// escalates handles held past the cap; and reports every request that
+// finished. Transport failures never abort a round: they become Alerts and
+// the work is retried next round. Every transport call uses ctx, which
+// should carry the round's deadline.
+func (c *Core) Poll(ctx context.Context, now time.Time) Ready {
+	c.setNow(now)
+	c.drainInbox(ctx)
+	if c.tr != nil {
+		c.drainNotifications(ctx)
+		c.collectStates(ctx)
+		c.releaseTerminal(ctx)
+		c.releaseRetired(ctx)
+	}
+	c.expireLeases()
+	c.expireHolds()
+	c.finishDirty(ctx)
+	for e := range c.fenceWant {
+		c.out.Fence = append(c.out.Fence, e)
+	}
+	out := c.out
+	c.out = Ready{}
+	return out
+}
+
+func (c *Core) drainInbox(ctx context.Context) {
+	c.inBuf = c.inbox.take(c.inBuf)
+	for i, in := range c.inBuf {
+		switch in.kind {
+		case inputHandshakeDone:
+			if err := c.ConnectPeer(ctx, in.spec); err != nil {
+				c.alert(Alert{Level: AlertWarn, Kind: "handshake_failed", Peer: in.spec.Name, Err: err})
+			}
+		case inputHandshakeFailed:
+			c.alert(Alert{Level: AlertWarn, Kind: "handshake_failed", Peer: in.peer, Err: in.err})
+			c.failWaiting(in.peer, in.err)
+		case inputFenced:
+			c.applyFence(in.epoch)
+		}
+		c.inBuf[i] = input{}
+	}
+}
+
+// drainNotifications counts consumed notifications against their sends.
+// Notifications of unknown requests are kept (bounded) for a send not
+// registered yet; other messages are ignored.
+func (c *Core) drainNotifications(ctx context.Context) {
+	if !c.desc.Capabilities.Notifications {
+		return
+	}
+	ns, err := c.tr.Notifications(ctx, 0)
+	if err != nil {
+		c.alert(Alert{Level: AlertWarn, Kind: "notifications_failed", Err: err})
+		return
+	}
+	for _, n := range ns {
+		id, ok := parseConsumed(n.Message)
+		if !ok {
+			continue
+		}
+		if r := c.sends[id]; r != nil {
+			r.notified++
+			c.markDirty(r)
+			continue
+		}
+		if _, ok := c.reqs[id]; ok {
+			continue // a read of ours under the same id: not a send
+		}
+		if len(c.early) >= c.cfg.MaxEarlyNotifications {
+			c.alert(Alert{Level: AlertWarn, Kind: "early_notification_dropped", Request: id, Err: sdk.Errorf(sdk.CodeBusy, "%d early notifications kept already", len(c.early))})
+			continue
+		}
+		c.early[id]++
+	}
+}
+
+// collectStates learns which live handles changed state.
+func (c *Core) collectStates(ctx context.Context) {
+	if c.events != nil && !c.resync {
+		evs, err := c.events.Events(ctx, 0)
+		if err != nil {
+			// A drained batch may be lost with the reply: poll every live
+			// handle once to resynchronise.
+			c.alert(Alert{Level: AlertWarn, Kind: "events_failed", Err: err})
+			c.resync = true
+		}
+		for _, ev := range evs {
+			if x := c.live[Ref{c.epoch, ev.Handle}]; x != nil {
+				c.setState(x, ev.State, ev.Reason)
+			}
+		}
+		if !c.resync {
+			return
+		}
+	}
+	xs := c.xBuf[:0]
+	for _, x := range c.live {
+		if !x.state.Terminal() && x.ref.Epoch == c.epoch {
+			xs = append(xs, x)
+		}
+	}
+	if c.pollHandles(ctx, xs) {
+		c.resync = false
+	}
+	clear(xs)
+	c.xBuf = xs[:0]
+}
+
+// pollHandles polls xs in batches and applies their states. A poll error,
+// for an item or a call, leaves the state unknown: never terminal (rule 1).
+// It reports whether every call succeeded.
+func (c *Core) pollHandles(ctx context.Context, xs []*xfer) bool {
+	ok := true
+	ids := make([]sdk.HandleID, 0, min(len(xs), c.batch))
+	each(len(xs), c.batch, func(lo, hi int) {
+		ids = ids[:0]
+		for _, x := range xs[lo:hi] {
+			ids = append(ids, x.ref.Handle)
+		}
+		sts, err := c.tr.Poll(ctx, ids)
+		if err != nil {
+			ok = false
+			c.alert(Alert{Level: AlertWarn, Kind: "transfer_poll_failed", Err: err})
+			return
+		}
+		for k, x := range xs[lo:hi] {
+			if k >= len(sts) {
+				break
+			}
+			if sts[k].Err != nil {
+				c.alert(Alert{Level: AlertWarn, Kind: "transfer_poll_failed", Request: x.req.id, Handle: x.ref, Err: sts[k].Err})
+				continue
+			}
+			c.setState(x, sts[k].State, sts[k].Reason)
+		}
+	})
+	return ok
+}
+
+// setState applies a state the transport reported for x. The first FAILED or
+// CANCELED handle fails the request at once; the failure is reported only
+// when every handle of the request is released (rule 3).
+func (c *Core) setState(x *xfer, st sdk.State, reason error) {
+	if x.flags&fGone != 0 || x.state.Terminal() || !st.Terminal() {
+		return
+	}
+	x.state = st
+	if st != sdk.StateDone {
+		if reason == nil {
+			reason = sdk.Errorf(sdk.CodeBackend, "handle %v ended %v", x.ref, st)
+		}
+		c.alert(Alert{Level: AlertWarn, Kind: "transfer_failed", Peer: x.peer.name, Request: x.req.id, Handle: x.ref, Err: reason})
+		c.fail(x.req, reason)
+	}
+	c.queueRelease(x)
+}
+
+func (c *Core) queueRelease(x *xfer) {
+	if x.flags&(fQueued|fGone) == 0 {
+		x.flags |= fQueued
+		c.releaseQ = append(c.releaseQ, x)
+	}
+}
+
+// releaseTerminal releases queued terminal handles. A handle whose Release
+// fails stays tracked, with its blocks, and is retried next round (rule 2).
+func (c *Core) releaseTerminal(ctx context.Context) {
+	if len(c.releaseQ) == 0 || c.tr == nil {
+		return
+	}
+	q := c.releaseQ
+	keep := q[:0]
+	ids := c.idBuf[:0]
+	each(len(q), c.batch, func(lo, hi int) {
+		ids = ids[:0]
+		for _, x := range q[lo:hi] {
+			ids = append(ids, x.ref.Handle)
+		}
+		errs, err := c.tr.Release(ctx, ids)
+		for k, x := range q[lo:hi] {
+			if x.flags&fGone != 0 {
+				continue
+			}
+			if e := itemErr(errs, k, err); e != nil && !isNotFound(e, err) {
+				c.alert(Alert{Level: AlertWarn, Kind: "transfer_release_failed", Peer: x.peer.name, Request: x.req.id, Handle: x.ref, Err: e})
+				keep = append(keep, x)
+				continue
+			}
+			c.gone(x, true)
+		}
+	})
+	clear(q[len(keep):])
+	c.releaseQ = keep
+	c.idBuf = ids[:0]
+}
+
+// gone stops tracking x: released (or fenced) when stopped is true, else
+// forgotten by escalation while the transport may still hold it.
+func (c *Core) gone(x *xfer, stopped bool) {
+	x.flags |= fGone
+	x.flags &^= fQueued
+	delete(c.live, x.ref)
+	x.req.pending--
+	c.markDirty(x.req)
+	if stopped {
+		x.peer.refs--
+	} else {
+		c.leaked[x.ref] = x
+	}
+}
+
+// finishDirty reports every touched request that has finished.
+func (c *Core) finishDirty(ctx context.Context) {
+	for i, r := range c.dirty {
+		r.flags &^= rDirty
+		c.tryFinish(ctx, r)
+		c.dirty[i] = nil
+	}
+	c.dirty = c.dirty[:0]
+}
+
+// tryFinish emits r's one terminal report if r has drained: no handle left,
+// no handshake or fence awaited, and for a send its consumers notified or its
+// lease over. Blocks go back to the engine here and only here.
+func (c *Core) tryFinish(ctx context.Context, r *request) {
+	if r.flags&(rReported|rWaiting) != 0 || r.pending > 0 || r.fenceWait != 0 {
+		return
+	}
+	if r.kind != kindRead {
+		over := r.flags&(rLeaseOver|rAbandoned) != 0
+		if !over && (r.failed != nil || r.notified < r.consumers) {
+			return
+		}
+	}
+	r.flags |= rReported
+	delete(c.reqs, r.id)
+	if c.sends[r.id] == r {
+		delete(c.sends, r.id)
+	}
+	var quarantined []BlockRef
+	for _, pt := range r.parts {
+		p := c.pool(pt.Pool)
+		for _, b := range pt.Local {
+			if p.owner[b] == OwnerQuarantined {
+				quarantined = append(quarantined, BlockRef{pt.Pool, b})
+				continue
+			}
+			p.owner[b] = OwnerEngine
+			if r.failed != nil && r.kind == kindRead {
+				c.out.InvalidBlocks = append(c.out.InvalidBlocks, BlockRef{pt.Pool, b})
+			}
+		}
+	}
+	c.out.Quarantined = append(c.out.Quarantined, quarantined...)
+	switch {
+	case r.failed != nil:
+		c.out.Failed = append(c.out.Failed, Failure{Request: r.id, Sending: r.kind != kindRead, Reason: r.failed})
+	case r.kind == kindRead:
+		c.notifyProducer(ctx, r)
+		c.out.FinishedReceiving = append(c.out.FinishedReceiving, r.id)
+	default:
+		if r.notified < r.consumers {
+			c.alert(Alert{Level: AlertWarn, Kind: "send_lease_expired", Peer: r.peerName, Request: r.id, Err: sdk.Errorf(sdk.CodeTimeout, "%d of %d consumers notified before the lease expired", r.notified, r.consumers)})
+		}
+		c.out.FinishedSending = append(c.out.FinishedSending, r.id)
+	}
+}
+
+// notifyProducer sends the consumed notification to each rank r read from.
+func (c *Core) notifyProducer(ctx context.Context, r *request) {
+	p := r.peer
+	if r.flags&rNotify == 0 || p == nil || p.retired || c.tr == nil || p.epoch != c.epoch {
+		return
+	}
+	var msgs []sdk.OutboundNotification
+	seen := map[int]bool{}
+	for _, pt := range r.parts {
+		if !seen[pt.Rank] {
+			seen[pt.Rank] = true
+			msgs = append(msgs, sdk.OutboundNotification{Peer: p.ranks[pt.Rank].id, Message: ConsumedMessage(r.id)})
+		}
+	}
+	errs, err := c.tr.SendNotifications(ctx, msgs)
+	for k := range msgs {
+		if e := itemErr(errs, k, err); e != nil {
+			c.alert(Alert{Level: AlertWarn, Kind: "consumed_notification_failed", Peer: p.name, Request: r.id, Err: e})
+		}
+	}
+}

@@ -1,0 +1,162 @@
+package host
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/custody-dev/custody/core"
+)
+
+// The engine API in Go: each method runs on the owner goroutine. Bad input
+// is an error that changes nothing.
+
+// RegisterPool registers a pool of the engine's memory and publishes its
+// layout to peers.
+func (h *Host) RegisterPool(ctx context.Context, name string, spec core.PoolSpec) (core.PoolID, error) {
+	var id core.PoolID
+	err := h.do(ctx, func(ctx context.Context) (err error) {
+		id, err = h.registerPool(ctx, name, spec)
+		return err
+	})
+	return id, err
+}
+
+func (h *Host) registerPool(ctx context.Context, name string, spec core.PoolSpec) (core.PoolID, error) {
+	if name == "" {
+		return 0, fmt.Errorf("register pool: name is empty")
+	}
+	for _, p := range h.pools {
+		if p.name == name {
+			return 0, fmt.Errorf("register pool %q: a pool of that name exists", name)
+		}
+	}
+	id, err := h.core.RegisterPool(ctx, spec)
+	if err != nil {
+		return 0, err
+	}
+	h.pools = append(h.pools, poolEntry{name: name, spec: spec})
+	return id, h.publish(ctx)
+}
+
+// Alloc takes n free blocks of a pool for the engine.
+func (h *Host) Alloc(ctx context.Context, pool core.PoolID, n int) ([]uint32, error) {
+	var blocks []uint32
+	err := h.do(ctx, func(context.Context) (err error) {
+		blocks, err = h.core.Alloc(pool, n)
+		return err
+	})
+	return blocks, err
+}
+
+// Free gives engine blocks back to the pool's free list.
+func (h *Host) Free(ctx context.Context, pool core.PoolID, blocks []uint32) error {
+	return h.do(ctx, func(context.Context) error { return h.core.Free(pool, blocks) })
+}
+
+// ConnectPeer records how to reach a peer's ranks and starts its handshake
+// in the background; requests for the peer wait for it.
+func (h *Host) ConnectPeer(ctx context.Context, name string, ranks []RemoteRank) error {
+	return h.do(ctx, func(context.Context) error { return h.connectPeer(name, ranks) })
+}
+
+// RemovePeer retires a peer: its running transfers are retained, its native
+// resources released once none uses them.
+func (h *Host) RemovePeer(ctx context.Context, name string) error {
+	return h.do(ctx, func(ctx context.Context) error {
+		if _, ok := h.links[name]; !ok {
+			return fmt.Errorf("remove peer %q: not connected", name)
+		}
+		delete(h.links, name)
+		if !h.core.Connected(name) {
+			return nil
+		}
+		return h.core.RemovePeer(ctx, time.Now(), name)
+	})
+}
+
+// Read pulls a request's blocks from a peer.
+func (h *Host) Read(ctx context.Context, spec core.ReadSpec) error {
+	return h.do(ctx, func(ctx context.Context) error {
+		if err := h.ensurePeer(spec.Peer); err != nil {
+			return fmt.Errorf("read request %q: %w", spec.Request, err)
+		}
+		if err := h.core.Read(ctx, time.Now(), spec); err != nil {
+			return err
+		}
+		h.reqs[spec.Request] = reqInfo{peer: spec.Peer, op: "read", bytes: h.partBytes(spec.Parts)}
+		return nil
+	})
+}
+
+// Write pushes a request's blocks to a peer.
+func (h *Host) Write(ctx context.Context, spec core.WriteSpec) error {
+	return h.do(ctx, func(ctx context.Context) error {
+		if err := h.ensurePeer(spec.Peer); err != nil {
+			return fmt.Errorf("write request %q: %w", spec.Request, err)
+		}
+		if err := h.core.Write(ctx, time.Now(), spec); err != nil {
+			return err
+		}
+		h.reqs[spec.Request] = reqInfo{peer: spec.Peer, op: "write", bytes: h.partBytes(spec.Parts)}
+		return nil
+	})
+}
+
+// ExpectSend pins blocks peers will read until they are consumed or the
+// lease expires.
+func (h *Host) ExpectSend(ctx context.Context, spec core.SendSpec) error {
+	return h.do(ctx, func(context.Context) error {
+		if err := h.core.ExpectSend(time.Now(), spec); err != nil {
+			return err
+		}
+		h.reqs[spec.Request] = reqInfo{peer: spec.Peer}
+		return nil
+	})
+}
+
+// GetFinished returns what finished since the last call; every request
+// appears in exactly one Finished.
+func (h *Host) GetFinished(ctx context.Context) (Finished, error) {
+	var r Finished
+	err := h.do(ctx, func(context.Context) error {
+		r = h.rep.take()
+		return nil
+	})
+	return r, err
+}
+
+// Status is a snapshot of what the host holds.
+type Status struct {
+	Name      string
+	Transport string
+	Epoch     uint64
+	Stats     core.Stats
+	Peers     []string
+	// Fences and Restarts count transport processes killed and started
+	// again since the host started.
+	Fences, Restarts uint64
+}
+
+// Status reports what the host holds now.
+func (h *Host) Status(ctx context.Context) (Status, error) {
+	var s Status
+	err := h.do(ctx, func(context.Context) error {
+		s = Status{Name: h.cfg.Name, Transport: h.desc.Name, Epoch: uint64(h.epoch), Stats: h.core.Stats(), Fences: h.fences, Restarts: h.restarts}
+		for name := range h.links {
+			s.Peers = append(s.Peers, name)
+		}
+		return nil
+	})
+	return s, err
+}
+
+func (h *Host) partBytes(parts []core.Part) uint64 {
+	var n uint64
+	for _, p := range parts {
+		if int(p.Pool) >= 1 && int(p.Pool) <= len(h.pools) {
+			n += uint64(len(p.Local)) * h.pools[p.Pool-1].spec.BlockSize
+		}
+	}
+	return n
+}

@@ -1,0 +1,147 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	enginev1 "github.com/custody-dev/custody/api/engine/v1"
+	"github.com/custody-dev/custody/core"
+)
+
+// engineServer serves the engine API (api/engine/v1) over a Host.
+type engineServer struct {
+	enginev1.UnimplementedEngineServer
+	h *Host
+}
+
+// NewEngineServer returns a gRPC server serving h's engine API.
+func NewEngineServer(h *Host) *grpc.Server {
+	s := grpc.NewServer()
+	enginev1.RegisterEngineServer(s, &engineServer{h: h})
+	return s
+}
+
+// engineErr maps a host error to a gRPC status: the host stopped is
+// Unavailable, a deadline is DeadlineExceeded, and anything else is the
+// engine's bad input, InvalidArgument, with the message naming what was wrong.
+func engineErr(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, ErrClosed):
+		return status.Error(codes.Unavailable, err.Error())
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return status.Error(codes.DeadlineExceeded, err.Error())
+	}
+	return status.Error(codes.InvalidArgument, err.Error())
+}
+
+func (s *engineServer) RegisterPool(ctx context.Context, r *enginev1.RegisterPoolRequest) (*enginev1.RegisterPoolResponse, error) {
+	id, err := s.h.RegisterPool(ctx, r.GetName(), core.PoolSpec{Path: r.GetPath(), Offset: r.GetOffset(), BlockSize: r.GetBlockSize(), Blocks: r.GetBlocks()})
+	return &enginev1.RegisterPoolResponse{Pool: uint32(id)}, engineErr(err)
+}
+
+func (s *engineServer) Alloc(ctx context.Context, r *enginev1.AllocRequest) (*enginev1.AllocResponse, error) {
+	b, err := s.h.Alloc(ctx, core.PoolID(r.GetPool()), int(r.GetCount()))
+	return &enginev1.AllocResponse{Blocks: b}, engineErr(err)
+}
+
+func (s *engineServer) Free(ctx context.Context, r *enginev1.FreeRequest) (*enginev1.Empty, error) {
+	return &enginev1.Empty{}, engineErr(s.h.Free(ctx, core.PoolID(r.GetPool()), r.GetBlocks()))
+}
+
+func (s *engineServer) ConnectPeer(ctx context.Context, r *enginev1.ConnectPeerRequest) (*enginev1.Empty, error) {
+	ranks := make([]RemoteRank, len(r.GetRanks()))
+	for i, rk := range r.GetRanks() {
+		ranks[i] = RemoteRank{Address: rk.GetAddress(), Pool: rk.GetPool()}
+	}
+	return &enginev1.Empty{}, engineErr(s.h.ConnectPeer(ctx, r.GetName(), ranks))
+}
+
+func (s *engineServer) RemovePeer(ctx context.Context, r *enginev1.RemovePeerRequest) (*enginev1.Empty, error) {
+	return &enginev1.Empty{}, engineErr(s.h.RemovePeer(ctx, r.GetName()))
+}
+
+func parts(ps []*enginev1.Part) []core.Part {
+	out := make([]core.Part, len(ps))
+	for i, p := range ps {
+		out[i] = core.Part{Pool: core.PoolID(p.GetPool()), Local: p.GetLocal(), Rank: int(p.GetRank()), Remote: p.GetRemote()}
+	}
+	return out
+}
+
+func (s *engineServer) Read(ctx context.Context, r *enginev1.ReadRequest) (*enginev1.Empty, error) {
+	return &enginev1.Empty{}, engineErr(s.h.Read(ctx, core.ReadSpec{
+		Request: core.RequestID(r.GetRequestId()), Peer: r.GetPeer(), Parts: parts(r.GetParts()), NotifyProducer: r.GetNotifyProducer(),
+	}))
+}
+
+func (s *engineServer) Write(ctx context.Context, r *enginev1.WriteRequest) (*enginev1.Empty, error) {
+	return &enginev1.Empty{}, engineErr(s.h.Write(ctx, core.WriteSpec{
+		Request: core.RequestID(r.GetRequestId()), Peer: r.GetPeer(), Parts: parts(r.GetParts()),
+		Consumers: int(r.GetConsumers()), Lease: time.Duration(r.GetLeaseMs()) * time.Millisecond,
+	}))
+}
+
+func (s *engineServer) ExpectSend(ctx context.Context, r *enginev1.ExpectSendRequest) (*enginev1.Empty, error) {
+	return &enginev1.Empty{}, engineErr(s.h.ExpectSend(ctx, core.SendSpec{
+		Request: core.RequestID(r.GetRequestId()), Peer: r.GetPeer(), Pool: core.PoolID(r.GetPool()), Blocks: r.GetBlocks(),
+		Consumers: int(r.GetConsumers()), Lease: time.Duration(r.GetLeaseMs()) * time.Millisecond,
+	}))
+}
+
+func blockRefs(bs []core.BlockRef) []*enginev1.BlockRef {
+	out := make([]*enginev1.BlockRef, len(bs))
+	for i, b := range bs {
+		out[i] = &enginev1.BlockRef{Pool: uint32(b.Pool), Block: b.Block}
+	}
+	return out
+}
+
+func ids(rs []core.RequestID) []string {
+	out := make([]string, len(rs))
+	for i, r := range rs {
+		out[i] = string(r)
+	}
+	return out
+}
+
+// GetFinished follows vLLM: a failed receive is listed in finished_recving
+// too, its blocks in invalid_blocks of the same reply.
+func (s *engineServer) GetFinished(ctx context.Context, _ *enginev1.GetFinishedRequest) (*enginev1.Finished, error) {
+	f, err := s.h.GetFinished(ctx)
+	if err != nil {
+		return nil, engineErr(err)
+	}
+	out := &enginev1.Finished{
+		FinishedSending: ids(f.FinishedSending),
+		FinishedRecving: ids(f.FinishedReceiving),
+		InvalidBlocks:   blockRefs(f.InvalidBlocks),
+		Quarantined:     blockRefs(f.Quarantined),
+	}
+	for _, fl := range f.Failed {
+		out.Failed = append(out.Failed, &enginev1.Failure{RequestId: string(fl.Request), Sending: fl.Sending, Reason: fl.Reason.Error()})
+		if !fl.Sending {
+			out.FinishedRecving = append(out.FinishedRecving, string(fl.Request))
+		}
+	}
+	return out, nil
+}
+
+func (s *engineServer) Status(ctx context.Context, _ *enginev1.StatusRequest) (*enginev1.StatusResponse, error) {
+	st, err := s.h.Status(ctx)
+	if err != nil {
+		return nil, engineErr(err)
+	}
+	return &enginev1.StatusResponse{
+		Name: st.Name, Transport: st.Transport, Epoch: st.Epoch,
+		InFlight: uint64(st.Stats.Live), Retained: uint64(st.Stats.Retained), Retired: uint64(st.Stats.RetiredPeers),
+		QuarantinedBlocks: uint64(st.Stats.Quarantined), Peers: st.Peers,
+		Fences: st.Fences, TransportRestarts: st.Restarts,
+	}, nil
+}

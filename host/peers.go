@@ -1,0 +1,168 @@
+package host
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/custody-dev/custody/core"
+	"github.com/custody-dev/custody/sdk"
+)
+
+// handshakeTimeout bounds fetching a peer's metadata from all its ranks.
+const handshakeTimeout = 10 * time.Second
+
+// RemoteRank is one rank of a peer: the address of the host serving it (or
+// the name of a peer in the config's static list) and the name of its pool
+// that remote block ids index.
+type RemoteRank struct {
+	Address string
+	Pool    string
+}
+
+// link is how the engine asked to reach a peer; the host connects it again
+// on demand after a fence or after the peer restarted.
+type link struct {
+	ranks   []RemoteRank
+	pending bool // a handshake runs in the background
+}
+
+// connectPeer records how to reach a peer and starts its handshake.
+func (h *Host) connectPeer(name string, ranks []RemoteRank) error {
+	if name == "" {
+		return fmt.Errorf("connect peer: name is empty")
+	}
+	if name == h.cfg.Name {
+		return fmt.Errorf("connect peer %q: that is this host's own name", name)
+	}
+	if len(ranks) == 0 {
+		return fmt.Errorf("connect peer %q: no ranks; give one address and pool per remote rank", name)
+	}
+	for i, r := range ranks {
+		if r.Address == "" || r.Pool == "" {
+			return fmt.Errorf("connect peer %q: rank %d: address and pool are both required", name, i)
+		}
+	}
+	if l, ok := h.links[name]; ok && h.core.Connected(name) {
+		if equalRanks(l.ranks, ranks) {
+			return nil
+		}
+		return fmt.Errorf("connect peer %q: already connected with other ranks; remove it first", name)
+	}
+	h.links[name] = &link{ranks: append([]RemoteRank(nil), ranks...)}
+	return h.ensurePeer(name)
+}
+
+func equalRanks(a, b []RemoteRank) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// ensurePeer starts a background handshake with a peer that core does not
+// have connected, unless one already runs. Requests for the peer wait in
+// core meanwhile.
+func (h *Host) ensurePeer(name string) error {
+	l := h.links[name]
+	if l == nil {
+		return fmt.Errorf("peer %q is not connected; call ConnectPeer first", name)
+	}
+	if l.pending || h.core.Connected(name) {
+		return nil
+	}
+	info, ok := h.Info()
+	if !ok {
+		return fmt.Errorf("peer %q: this host's transport is restarting; retry", name)
+	}
+	l.pending = true
+	ranks := append([]RemoteRank(nil), l.ranks...)
+	inbox := h.core.Inbox()
+	h.bg.Add(1)
+	go func() {
+		defer h.bg.Done()
+		ctx, cancel := context.WithTimeout(h.bgCtx, handshakeTimeout)
+		defer cancel()
+		spec, err := h.fetchPeer(ctx, name, ranks, info.Compat)
+		if err != nil {
+			inbox.HandshakeFailed(name, err)
+			return
+		}
+		inbox.HandshakeDone(spec)
+	}()
+	return nil
+}
+
+// fetchPeer fetches every rank's metadata, refuses an incompatible one, and
+// builds core's PeerSpec. It runs off the owner goroutine and touches no
+// host state.
+func (h *Host) fetchPeer(ctx context.Context, name string, ranks []RemoteRank, compat string) (core.PeerSpec, error) {
+	spec := core.PeerSpec{Name: name}
+	for i, r := range ranks {
+		addr := r.Address
+		for _, p := range h.cfg.Peers {
+			if p.Name == addr {
+				addr = p.Address
+			}
+		}
+		pi, err := FetchPeerInfo(ctx, addr)
+		if err != nil {
+			return spec, fmt.Errorf("peer %q rank %d: %w", name, i, err)
+		}
+		if err := pi.CheckCompat(compat); err != nil {
+			return spec, fmt.Errorf("peer %q rank %d: %w", name, i, err)
+		}
+		var pool *PoolLayout
+		for k := range pi.Pools {
+			if pi.Pools[k].Name == r.Pool {
+				pool = &pi.Pools[k]
+			}
+		}
+		if pool == nil {
+			return spec, fmt.Errorf("peer %q rank %d: host %s has no pool %q", name, i, pi.Name, r.Pool)
+		}
+		spec.Ranks = append(spec.Ranks, core.RankSpec{
+			Agent: pi.Agent, Metadata: pi.Metadata, Region: sdk.RegionID(pool.Region),
+			BlockSize: pool.BlockSize, Blocks: uint32(pool.Blocks),
+		})
+	}
+	return spec, nil
+}
+
+// settleHandshakes clears the pending mark of peers whose handshake ended
+// in this round, connected or failed.
+func (h *Host) settleHandshakes(alerts []core.Alert) {
+	for name, l := range h.links {
+		if l.pending && h.core.Connected(name) {
+			l.pending = false
+		}
+	}
+	for _, a := range alerts {
+		if a.Kind == "handshake_failed" {
+			if l := h.links[a.Peer]; l != nil {
+				l.pending = false
+			}
+		}
+	}
+}
+
+// dropStalePeer removes a peer whose transfers report a disconnect: its
+// process or its transport restarted, so its metadata is stale. Its running
+// transfers are retired; the next request connects it again.
+func (h *Host) dropStalePeer(name string) {
+	if !h.core.Connected(name) {
+		return
+	}
+	ctx, cancel := h.callCtx()
+	defer cancel()
+	if err := h.core.RemovePeer(ctx, time.Now(), name); err != nil {
+		h.log.Warn("remove stale peer", "failure_type", "peer_remove_failed", "peer", name, "error", err.Error())
+		return
+	}
+	h.log.Warn("peer disconnected; it will be connected again on the next request", "failure_type", "peer_disconnected", "peer", name)
+}

@@ -1,0 +1,80 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Serve runs a host for cfg until ctx ends: the transport, the engine API on
+// its unix socket, the peer metadata endpoint and, when configured, metrics.
+// ready, when non-nil, is called once everything listens. On the way out the
+// engine API stops first, then the host tears down (rule 12), then the
+// endpoints close.
+func Serve(ctx context.Context, cfg *Config, log hclog.Logger, ready func(*Host)) (err error) {
+	h, err := New(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	runCtx, stop := context.WithCancel(context.Background())
+	runErr := make(chan error, 1)
+	go func() { runErr <- h.Run(runCtx) }()
+	defer func() {
+		stop()
+		err = errors.Join(err, <-runErr)
+	}()
+
+	meta, err := ServeMetadata(cfg.Metadata.Listen, func() (PeerInfo, error) {
+		if pi, ok := h.Info(); ok {
+			return pi, nil
+		}
+		return PeerInfo{}, errors.New("transport restarting; retry")
+	})
+	if err != nil {
+		return err
+	}
+	h.metaAddr = meta.Addr()
+	defer func() { err = errors.Join(err, meta.Close()) }()
+
+	if cfg.Metrics.Listen != "" {
+		mln, err := net.Listen("tcp", cfg.Metrics.Listen)
+		if err != nil {
+			return fmt.Errorf("metrics: listen on %q: %w", cfg.Metrics.Listen, err)
+		}
+		msrv := &http.Server{Handler: promhttp.HandlerFor(h.Metrics().Registry, promhttp.HandlerOpts{}), ReadHeaderTimeout: 5 * time.Second}
+		mdone := make(chan struct{})
+		go func() { defer close(mdone); _ = msrv.Serve(mln) }()
+		defer func() { _ = msrv.Close(); <-mdone }()
+	}
+
+	ln, err := listenEngine(cfg.Engine.Socket, log)
+	if err != nil {
+		return err
+	}
+	gs := NewEngineServer(h)
+	gdone := make(chan error, 1)
+	go func() { gdone <- gs.Serve(ln) }()
+	defer func() {
+		gs.Stop()
+		<-gdone
+		_ = ln.Close()
+	}()
+
+	log.Info("host serving", "name", cfg.Name, "engine_socket", cfg.Engine.Socket, "metadata", meta.Addr(), "metrics", cfg.Metrics.Listen)
+	if ready != nil {
+		ready(h)
+	}
+	select {
+	case <-ctx.Done():
+		return nil
+	case err := <-gdone:
+		gdone <- err
+		return fmt.Errorf("engine API stopped: %w", err)
+	}
+}

@@ -1,0 +1,56 @@
+package host
+
+import (
+	"context"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/custody-dev/custody/sdk"
+)
+
+// PluginPath resolves the transport binary of a TransportConfig: its Path,
+// else custody-transport-NAME next to the running executable, else on PATH.
+func PluginPath(tc TransportConfig) (string, error) {
+	if tc.Path != "" {
+		return tc.Path, nil
+	}
+	bin := "custody-transport-" + tc.Name
+	if exe, err := os.Executable(); err == nil {
+		p := filepath.Join(filepath.Dir(exe), bin)
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	p, err := exec.LookPath(bin)
+	if err != nil {
+		return "", fmt.Errorf("transport %q: %s is neither next to this binary nor on PATH; run make build or set transport.path", tc.Name, bin)
+	}
+	return p, nil
+}
+
+// startTransport launches the transport process and opens its agent. On any
+// error the process is killed: nothing is left running.
+func startTransport(ctx context.Context, tc TransportConfig, agent string, log hclog.Logger) (*sdk.Plugin, error) {
+	path, err := PluginPath(tc)
+	if err != nil {
+		return nil, err
+	}
+	var sum []byte
+	if tc.SHA256 != "" {
+		sum, _ = hex.DecodeString(tc.SHA256) // validated at load
+	}
+	pl, err := sdk.Launch(ctx, path, sdk.LaunchOptions{Checksum: sum, Logger: log, CallTimeout: tc.CallTimeout})
+	if err != nil {
+		return nil, err
+	}
+	if err := pl.Open(ctx, sdk.OpenRequest{Agent: agent, Params: tc.Params}); err != nil {
+		_ = pl.Kill()
+		return nil, fmt.Errorf("open transport %s as agent %q: %w", path, agent, err)
+	}
+	return pl, nil
+}

@@ -1,0 +1,230 @@
+package fake
+
+import (
+	"slices"
+	"time"
+
+	"github.com/custody-dev/custody/sdk"
+)
+
+// stallScan is how often the engine checks the leases of stalled transfers,
+// so that a stalled transfer to a dead peer still ends REMOTE_DISCONNECT
+// within Limits.PeerLossBoundMillis.
+const stallScan = 10 * time.Millisecond
+
+// earlyTail is the least time by which misbehave=early-done reports DONE
+// before the last chunk lands.
+const earlyTail = 50 * time.Millisecond
+
+// engine is the agent's DMA engine: it copies one chunk of one transfer per
+// step, round robin over the transfers in flight, pausing chunk_delay after
+// each chunk, and sleeps while nothing can move. It ends when the agent
+// closes or crashes.
+func (t *Transport) engine() {
+	defer t.wg.Done()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		copied, again, wait, notes := t.step()
+		for _, n := range notes {
+			_ = t.send(n)
+		}
+		select {
+		case <-t.stop:
+			return
+		default:
+		}
+		if copied && t.p.chunkDelay > 0 {
+			wait, again = t.p.chunkDelay, false
+		}
+		if again {
+			continue
+		}
+		if wait <= 0 {
+			wait = time.Hour
+		}
+		timer.Reset(wait)
+		select {
+		case <-t.stop:
+			return
+		case <-t.wake:
+			if copied && t.p.chunkDelay > 0 {
+				// A kick must not shorten the pause between chunks.
+				select {
+				case <-t.stop:
+					return
+				case <-timer.C:
+				}
+			}
+		case <-timer.C:
+		}
+	}
+}
+
+// step does one unit of the engine's work: it delivers notifications that
+// fell due, ends transfers that were canceled, failed or lost their peer,
+// and copies one chunk. It reports whether it copied bytes, whether more
+// work is ready at once, how long until the next timed event, and the
+// notifications to send now.
+func (t *Transport) step() (copied, again bool, wait time.Duration, notes []note) {
+	if t.stepHook != nil {
+		t.stepHook()
+	}
+	t.mu.Lock()
+	now := time.Now()
+	notes, wait = t.dueNotes(now)
+	order := append(slices.Clone(t.active[t.next:]), t.active[:t.next]...)
+	var pick *transfer
+	for _, x := range order {
+		switch {
+		case x.canceled && !x.earlyDone:
+			notes = t.finish(x, sdk.StateCanceled, sdk.Errorf(sdk.CodeCanceled, "fake: handle %d canceled", x.h.id), notes)
+		case x.earlyDone && now.Before(x.earlyAt):
+			wait = shorter(wait, x.earlyAt.Sub(now))
+		case x.stall && (x.stallUntil.IsZero() || now.Before(x.stallUntil)):
+			if !x.leasesHeld(0, len(x.segs)) {
+				notes = t.finish(x, sdk.StateFailed, disconnected(x), notes)
+				continue
+			}
+			wait = shorter(wait, stallScan)
+			if !x.stallUntil.IsZero() {
+				wait = shorter(wait, x.stallUntil.Sub(now))
+			}
+		default:
+			if pick == nil {
+				x.stall = false
+				pick = x
+			}
+		}
+	}
+	if pick == nil {
+		t.mu.Unlock()
+		return false, false, wait, notes
+	}
+	x := pick
+	if x.failAfter >= 0 && x.chunks >= x.failAfter {
+		notes = t.finish(x, sdk.StateFailed, sdk.Errorf(x.failCode, "fake: handle %d: injected fault %q after %d chunks", x.h.id, x.failRule, x.chunks), notes)
+		t.mu.Unlock()
+		return false, true, wait, notes
+	}
+	pieces, seg, off := x.chunk(t.p.chunk)
+	if !x.leasesHeld(x.seg, min(seg+1, len(x.segs))) {
+		notes = t.finish(x, sdk.StateFailed, disconnected(x), notes)
+		t.mu.Unlock()
+		return false, true, wait, notes
+	}
+	last := seg == len(x.segs)
+	if last && t.p.misbehave == misbehaveEarlyDone && !x.earlyDone {
+		x.earlyDone, x.earlyAt = true, now.Add(max(earlyTail, t.p.chunkDelay))
+		notes = t.report(x, sdk.StateDone, nil, notes)
+		t.mu.Unlock()
+		return false, true, wait, notes
+	}
+	x.seg, x.off = seg, off
+	t.next = (slices.Index(t.active, x) + 1) % len(t.active)
+	t.mu.Unlock()
+
+	for _, p := range pieces {
+		copy(p[0], p[1])
+	}
+
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	x.chunks++
+	switch {
+	case last:
+		notes = t.finish(x, sdk.StateDone, nil, notes)
+	case x.canceled && !x.earlyDone:
+		notes = t.finish(x, sdk.StateCanceled, sdk.Errorf(sdk.CodeCanceled, "fake: handle %d canceled", x.h.id), notes)
+	}
+	return true, true, wait, notes
+}
+
+// chunk returns the destination and source slices of x's next chunk of at
+// most size bytes, and the position after it.
+func (x *transfer) chunk(size int) (pieces [][2][]byte, seg, off int) {
+	seg, off = x.seg, x.off
+	for size > 0 && seg < len(x.segs) {
+		s := x.segs[seg]
+		n := min(size, len(s.dst)-off)
+		pieces = append(pieces, [2][]byte{s.dst[off : off+n], s.src[off : off+n]})
+		off += n
+		size -= n
+		if off == len(s.dst) {
+			seg, off = seg+1, 0
+		}
+	}
+	return pieces, seg, off
+}
+
+// leasesHeld reports whether the remote regions of segments [from, to) are
+// still leased by their owner.
+func (x *transfer) leasesHeld(from, to int) bool {
+	var last *lease
+	for _, s := range x.segs[from:to] {
+		if s.probe == nil || s.probe == last {
+			continue
+		}
+		if !s.probe.held() {
+			return false
+		}
+		last = s.probe
+	}
+	return true
+}
+
+// finish ends x: the engine drops it and its hold on memory, and its handle
+// turns terminal unless it already was (misbehave=early-done) or was
+// released (misbehave=release-running).
+func (t *Transport) finish(x *transfer, state sdk.State, reason error, notes []note) []note {
+	i := slices.Index(t.active, x)
+	if i < 0 {
+		return notes
+	}
+	t.active = slices.Delete(t.active, i, i+1)
+	if t.next > i {
+		t.next--
+	}
+	if t.next >= len(t.active) {
+		t.next = 0
+	}
+	for _, m := range x.maps {
+		t.unref(m)
+	}
+	if x.earlyDone {
+		return notes
+	}
+	return t.report(x, state, reason, notes)
+}
+
+// report turns x's handle terminal, records the event and, when DONE,
+// queues the post's notification.
+func (t *Transport) report(x *transfer, state sdk.State, reason error, notes []note) []note {
+	h := x.h
+	if !h.released {
+		h.state, h.reason = state, reason
+		t.events = append(t.events, sdk.Event{Handle: h.id, State: state, Reason: reason})
+	}
+	if state != sdk.StateDone || len(x.note) == 0 || x.noteDrop {
+		return notes
+	}
+	n := note{to: x.to, msg: x.note}
+	if x.noteDelay > 0 {
+		t.delayed = append(t.delayed, delayedNote{note: n, due: time.Now().Add(x.noteDelay)})
+		return notes
+	}
+	return append(notes, n)
+}
+
+// disconnected is the reason of a transfer whose peer's lease is gone.
+func disconnected(x *transfer) error {
+	return sdk.Errorf(sdk.CodeRemoteDisconnect, "fake: handle %d: the remote region's lease is gone (peer deregistered it or died)", x.h.id)
+}
+
+// shorter returns the shorter of two waits, where zero means none.
+func shorter(a, b time.Duration) time.Duration {
+	if a <= 0 || b < a {
+		return max(b, time.Nanosecond)
+	}
+	return a
+}

@@ -1,0 +1,108 @@
+package fake
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"sort"
+
+	"github.com/custody-dev/custody/sdk"
+)
+
+// metadataMagic opens every metadata blob; metadataVersion follows it as a
+// big-endian uint16, then the JSON body.
+const (
+	metadataMagic   = "custody-fake\x00"
+	metadataVersion = 1
+)
+
+// metadata is what a peer needs to reach this agent: its name, its
+// notification socket, and every registered region with its lease file.
+type metadata struct {
+	Agent   string       `json:"agent"`
+	PID     int          `json:"pid"`
+	Notify  string       `json:"notify"`
+	Regions []metaRegion `json:"regions"`
+}
+
+// metaRegion is one registered region as a peer sees it.
+type metaRegion struct {
+	ID     uint64 `json:"id"`
+	Path   string `json:"path"`
+	Offset uint64 `json:"offset"`
+	Length uint64 `json:"length"`
+	Lease  string `json:"lease"`
+}
+
+// LocalMetadata returns the blob a peer loads to reach this agent's regions
+// as they are registered now. It fails with BACKEND when the blob would
+// exceed Limits.MaxMetadataBytes.
+func (t *Transport) LocalMetadata(ctx context.Context) ([]byte, error) {
+	if err := t.lock(ctx, ""); err != nil {
+		return nil, err
+	}
+	md := metadata{Agent: t.agent, PID: pid, Notify: t.addr, Regions: []metaRegion{}}
+	for _, r := range t.regions {
+		md.Regions = append(md.Regions, metaRegion{ID: uint64(r.id), Path: r.spec.Path, Offset: r.spec.Offset, Length: r.spec.Length, Lease: r.lease.path()})
+	}
+	t.mu.Unlock()
+	sort.Slice(md.Regions, func(i, j int) bool { return md.Regions[i].ID < md.Regions[j].ID })
+	blob, err := encodeMetadata(md)
+	if err != nil {
+		return nil, sdk.Errorf(sdk.CodeBackend, "fake: LocalMetadata of agent %q: %v", md.Agent, err)
+	}
+	if len(blob) > maxMetadataBytes {
+		return nil, sdk.Errorf(sdk.CodeBackend, "fake: LocalMetadata of agent %q: %d bytes exceed the limit of %d; register fewer regions", md.Agent, len(blob), maxMetadataBytes)
+	}
+	return blob, nil
+}
+
+// encodeMetadata renders md as a versioned blob.
+func encodeMetadata(md metadata) ([]byte, error) {
+	body, err := json.Marshal(md)
+	if err != nil {
+		return nil, err
+	}
+	var b bytes.Buffer
+	b.WriteString(metadataMagic)
+	_ = binary.Write(&b, binary.BigEndian, uint16(metadataVersion))
+	b.Write(body)
+	return b.Bytes(), nil
+}
+
+// decodeMetadata parses a blob made by encodeMetadata and checks that it is
+// whole: a name, a socket, regions with non-zero lengths and distinct ids.
+func decodeMetadata(blob []byte) (metadata, error) {
+	var md metadata
+	if len(blob) > maxMetadataBytes {
+		return md, fmt.Errorf("%d bytes exceed the limit of %d", len(blob), maxMetadataBytes)
+	}
+	rest, ok := bytes.CutPrefix(blob, []byte(metadataMagic))
+	if !ok || len(rest) < 2 {
+		return md, fmt.Errorf("not fake metadata (bad magic)")
+	}
+	if v := binary.BigEndian.Uint16(rest); v != metadataVersion {
+		return md, fmt.Errorf("metadata version %d unsupported; this fake reads version %d", v, metadataVersion)
+	}
+	dec := json.NewDecoder(bytes.NewReader(rest[2:]))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&md); err != nil {
+		return md, fmt.Errorf("malformed body: %v", err)
+	}
+	if dec.More() {
+		return md, fmt.Errorf("trailing bytes after the body")
+	}
+	if md.Agent == "" || md.Notify == "" {
+		return md, fmt.Errorf("agent name or notification address missing")
+	}
+	seen := map[uint64]bool{}
+	for _, r := range md.Regions {
+		if r.ID == 0 || seen[r.ID] || r.Path == "" || r.Length == 0 || r.Lease == "" {
+			return md, fmt.Errorf("region %d is malformed or repeated", r.ID)
+		}
+		seen[r.ID] = true
+	}
+	return md, nil
+}

@@ -1,0 +1,178 @@
+package fake
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/custody-dev/custody/sdk"
+)
+
+// pid is this process's id, as metadata reports it.
+var pid = os.Getpid()
+
+// socketSeq numbers this process's notification sockets.
+var socketSeq atomic.Uint64
+
+// sendTimeout bounds how long a notification waits for room in the peer's
+// socket buffer.
+const sendTimeout = time.Second
+
+// note is a notification on its way to a peer's socket.
+type note struct {
+	to  *net.UnixAddr
+	msg []byte
+}
+
+// delayedNote is a note held back by a notif-delay fault until due.
+type delayedNote struct {
+	note
+	due time.Time
+}
+
+// listenNotifications binds the agent's notification socket: a unix
+// datagram socket in the abstract namespace, so it needs no file, cannot
+// outlive the process and reaches agents in other processes on the host.
+// Datagrams on a unix socket are reliable and ordered, which gives delivery
+// once and in order per sender.
+func listenNotifications(agent string) (*net.UnixConn, string, error) {
+	name := fmt.Sprintf("@custody-fake/%d/%d", pid, socketSeq.Add(1))
+	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: name, Net: "unixgram"})
+	if err != nil {
+		return nil, "", err
+	}
+	return conn, name, nil
+}
+
+// receive reads notifications into the inbox until the socket closes.
+func (t *Transport) receive(conn *net.UnixConn) {
+	defer t.wg.Done()
+	buf := make([]byte, 64<<10)
+	for {
+		n, _, err := conn.ReadFromUnix(buf)
+		if errors.Is(err, net.ErrClosed) {
+			return
+		}
+		if err != nil {
+			continue
+		}
+		from, msg, ok := decodeNote(buf[:n])
+		if !ok {
+			continue
+		}
+		t.mu.Lock()
+		if t.state == stateOpen {
+			t.inbox = append(t.inbox, sdk.Notification{From: from, Message: msg})
+		}
+		t.mu.Unlock()
+	}
+}
+
+// send writes one notification to its peer's socket, signed with this
+// agent's name.
+func (t *Transport) send(n note) error {
+	b := make([]byte, 2, 2+len(t.agent)+len(n.msg))
+	binary.BigEndian.PutUint16(b, uint16(len(t.agent)))
+	b = append(append(b, t.agent...), n.msg...)
+	_ = t.conn.SetWriteDeadline(time.Now().Add(sendTimeout))
+	_, err := t.conn.WriteToUnix(b, n.to)
+	return err
+}
+
+// decodeNote splits a datagram into sender name and message.
+func decodeNote(b []byte) (from string, msg []byte, ok bool) {
+	if len(b) < 2 {
+		return "", nil, false
+	}
+	k := int(binary.BigEndian.Uint16(b))
+	if len(b) < 2+k {
+		return "", nil, false
+	}
+	return string(b[2 : 2+k]), append([]byte(nil), b[2+k:]...), true
+}
+
+// dueNotes pops the delayed notifications that fell due and says how long
+// until the next one does (zero for none).
+func (t *Transport) dueNotes(now time.Time) (due []note, wait time.Duration) {
+	kept := t.delayed[:0]
+	for _, d := range t.delayed {
+		if now.Before(d.due) {
+			kept = append(kept, d)
+			wait = shorter(wait, d.due.Sub(now))
+			continue
+		}
+		due = append(due, d.note)
+	}
+	t.delayed = kept
+	return due, wait
+}
+
+// SendNotifications sends each message to a loaded peer. An unknown peer or
+// a message over Limits.MaxNotificationBytes is INVALID_ARGUMENT; a peer
+// whose socket is gone is REMOTE_DISCONNECT. A notif-drop fault drops the
+// message silently, a notif-delay fault delivers it late.
+func (t *Transport) SendNotifications(ctx context.Context, msgs []sdk.OutboundNotification) ([]error, error) {
+	if err := t.lock(ctx, ""); err != nil {
+		return nil, err
+	}
+	out := make([]error, len(msgs))
+	sends := make([]note, len(msgs))
+	for i, m := range msgs {
+		p, ok := t.peers[m.Peer]
+		switch {
+		case !ok:
+			out[i] = sdk.Errorf(sdk.CodeInvalidArgument, "fake: SendNotifications: peer %d unknown or unloaded", m.Peer)
+		case len(m.Message) > maxNotificationBytes:
+			out[i] = sdk.Errorf(sdk.CodeInvalidArgument, "fake: SendNotifications to %s: %d bytes exceed the limit of %d", p.name, len(m.Message), maxNotificationBytes)
+		case t.fault(faultNotifDrop, 0, p.name, -1) != nil:
+		default:
+			n := note{to: p.notify, msg: append([]byte(nil), m.Message...)}
+			if r := t.fault(faultNotifDelay, 0, p.name, -1); r != nil {
+				t.delayed = append(t.delayed, delayedNote{note: n, due: time.Now().Add(r.dur)})
+				t.kick()
+				continue
+			}
+			sends[i] = n
+		}
+	}
+	t.mu.Unlock()
+	for i, n := range sends {
+		if n.to == nil {
+			continue
+		}
+		if err := t.send(n); err != nil {
+			out[i] = sendError(n, err)
+		}
+	}
+	return out, nil
+}
+
+// sendError classifies a failed send.
+func sendError(n note, err error) error {
+	if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ENOENT) {
+		return sdk.Errorf(sdk.CodeRemoteDisconnect, "fake: notification to %s: peer's socket is gone: %v", n.to.Name, err)
+	}
+	return sdk.Errorf(sdk.CodeBackend, "fake: notification to %s: %v; retry", n.to.Name, err)
+}
+
+// Notifications drains up to max received messages (all when max <= 0),
+// each once, in order per sender. It never waits.
+func (t *Transport) Notifications(ctx context.Context, max int) ([]sdk.Notification, error) {
+	if err := t.lock(ctx, ""); err != nil {
+		return nil, err
+	}
+	defer t.mu.Unlock()
+	n := len(t.inbox)
+	if max > 0 && max < n {
+		n = max
+	}
+	out := append([]sdk.Notification(nil), t.inbox[:n]...)
+	t.inbox = t.inbox[n:]
+	return out, nil
+}

@@ -1,0 +1,97 @@
+package fake
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/custody-dev/custody/sdk"
+)
+
+// Fence values of the fence parameter.
+const (
+	fenceIncoming  = "incoming"
+	fenceInitiated = "initiated"
+)
+
+// params are an agent's settings, parsed from sdk.OpenRequest.Params.
+type params struct {
+	seed       uint64
+	chunk      int
+	chunkDelay time.Duration
+	fence      string
+	dir        string
+	faults     []rule
+	misbehave  misbehave
+}
+
+// defaultParams are the settings of an agent opened without parameters.
+func defaultParams() params {
+	return params{seed: 1, chunk: 64 << 10, fence: fenceIncoming, dir: os.TempDir()}
+}
+
+// parseParams parses Open's parameters. An unknown key or malformed value is
+// INVALID_ARGUMENT naming the key.
+func parseParams(in map[string]string) (params, error) {
+	p := defaultParams()
+	for k, v := range in {
+		if err := p.set(k, v); err != nil {
+			return params{}, sdk.Errorf(sdk.CodeInvalidArgument, "fake: parameter %s=%q: %v", k, v, err)
+		}
+	}
+	return p, nil
+}
+
+// set applies one parameter.
+func (p *params) set(k, v string) error {
+	switch k {
+	case "seed":
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			return fmt.Errorf("want an unsigned integer")
+		}
+		p.seed = n
+	case "chunk":
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			return fmt.Errorf("want a positive number of bytes")
+		}
+		p.chunk = n
+	case "chunk_delay":
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			return fmt.Errorf("want a non-negative Go duration such as 1ms")
+		}
+		p.chunkDelay = d
+	case "fence":
+		if v != fenceIncoming && v != fenceInitiated {
+			return fmt.Errorf("want %q or %q", fenceIncoming, fenceInitiated)
+		}
+		p.fence = v
+	case "dir":
+		st, err := os.Stat(v)
+		if err != nil {
+			return err
+		}
+		if !st.IsDir() {
+			return fmt.Errorf("not a directory")
+		}
+		p.dir = v
+	case "fault":
+		rules, err := parseRules(v)
+		if err != nil {
+			return err
+		}
+		p.faults = rules
+	case "misbehave":
+		m, err := parseMisbehave(v)
+		if err != nil {
+			return err
+		}
+		p.misbehave = m
+	default:
+		return fmt.Errorf("unknown key; known: seed, chunk, chunk_delay, fence, dir, fault, misbehave")
+	}
+	return nil
+}

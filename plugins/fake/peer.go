@@ -1,0 +1,119 @@
+package fake
+
+import (
+	"context"
+	"net"
+
+	"github.com/custody-dev/custody/sdk"
+)
+
+// peer is a loaded peer agent: its regions mapped here, each with a probe
+// of its owner's lease (nil under fence=initiated), and its notification
+// address.
+type peer struct {
+	id      sdk.PeerID
+	name    string
+	notify  *net.UnixAddr
+	regions map[sdk.RegionID]*mapping
+	dlists  int // live remote dlists that reference the peer
+}
+
+// LoadPeers loads each peer from its metadata, mapping the peer's region
+// files. Garbage metadata, or a name that differs from the metadata's
+// agent, is INVALID_ARGUMENT; a peer whose region lease is no longer held is
+// REMOTE_DISCONNECT. A failed item loads nothing.
+func (t *Transport) LoadPeers(ctx context.Context, peers []sdk.PeerSpec) ([]sdk.PeerResult, error) {
+	if err := t.lock(ctx, ""); err != nil {
+		return nil, err
+	}
+	defer t.mu.Unlock()
+	out := make([]sdk.PeerResult, len(peers))
+	for i, spec := range peers {
+		id, err := t.loadPeer(spec)
+		out[i] = sdk.PeerResult{ID: id, Err: err}
+	}
+	return out, nil
+}
+
+func (t *Transport) loadPeer(spec sdk.PeerSpec) (sdk.PeerID, error) {
+	md, err := decodeMetadata(spec.Metadata)
+	if err != nil {
+		return 0, sdk.Errorf(sdk.CodeInvalidArgument, "fake: LoadPeers %q: %v; pass the blob the peer's LocalMetadata returned", spec.Name, err)
+	}
+	if spec.Name != md.Agent {
+		return 0, sdk.Errorf(sdk.CodeInvalidArgument, "fake: LoadPeers: name %q differs from the metadata's agent %q", spec.Name, md.Agent)
+	}
+	rank := t.loads
+	t.loads++
+	if t.fault(faultLoadPeerFail, 0, md.Agent, rank) != nil {
+		return 0, sdk.Errorf(sdk.CodeBackend, "fake: LoadPeers %q: injected load-peer-fail at item %d; nothing loaded", md.Agent, rank)
+	}
+	p := &peer{name: md.Agent, notify: &net.UnixAddr{Name: md.Notify, Net: "unixgram"}, regions: map[sdk.RegionID]*mapping{}}
+	for _, r := range md.Regions {
+		m, err := t.mapPeerRegion(md.Agent, r)
+		if err != nil {
+			for _, m := range p.regions {
+				m.unmap()
+			}
+			return 0, err
+		}
+		p.regions[sdk.RegionID(r.ID)] = m
+	}
+	p.id = sdk.PeerID(newID())
+	t.peers[p.id] = p
+	for _, m := range p.regions {
+		t.maps[m] = struct{}{}
+	}
+	return p.id, nil
+}
+
+// mapPeerRegion maps one of a peer's regions and, unless fence=initiated,
+// opens and checks its lease.
+func (t *Transport) mapPeerRegion(agent string, r metaRegion) (*mapping, error) {
+	var probe *lease
+	if t.p.fence != fenceInitiated {
+		l, err := openLease(r.Lease)
+		if err != nil {
+			return nil, sdk.Errorf(sdk.CodeRemoteDisconnect, "fake: LoadPeers %q: region %d lease: %v; the peer deregistered it or died, fetch fresh metadata", agent, r.ID, err)
+		}
+		if !l.held() {
+			l.close()
+			return nil, sdk.Errorf(sdk.CodeRemoteDisconnect, "fake: LoadPeers %q: region %d lease is not held; the peer deregistered it or died, fetch fresh metadata", agent, r.ID)
+		}
+		probe = l
+	}
+	m, err := mapFile(r.Path, r.Offset, r.Length)
+	if err != nil {
+		if probe != nil {
+			probe.close()
+		}
+		return nil, sdk.Errorf(sdk.CodeBackend, "fake: LoadPeers %q: cannot map region %d (%s): %v; peers must share a host", agent, r.ID, r.Path, err)
+	}
+	m.probe = probe
+	return m, nil
+}
+
+// UnloadPeers unmaps each peer's regions. A peer a live dlist references is
+// BUSY and stays loaded; an unknown one is NOT_FOUND.
+func (t *Transport) UnloadPeers(ctx context.Context, ids []sdk.PeerID) ([]error, error) {
+	if err := t.lock(ctx, ""); err != nil {
+		return nil, err
+	}
+	defer t.mu.Unlock()
+	out := make([]error, len(ids))
+	for i, id := range ids {
+		p, ok := t.peers[id]
+		switch {
+		case !ok:
+			out[i] = sdk.Errorf(sdk.CodeNotFound, "fake: UnloadPeers: peer %d unknown or already unloaded", id)
+		case p.dlists > 0:
+			out[i] = sdk.Errorf(sdk.CodeBusy, "fake: UnloadPeers: peer %d (%s) is referenced by %d dlists; release them first", id, p.name, p.dlists)
+		default:
+			delete(t.peers, id)
+			for _, m := range p.regions {
+				t.unref(m)
+			}
+		}
+	}
+	return out, nil
+}

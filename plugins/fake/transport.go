@@ -1,0 +1,302 @@
+package fake
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"net"
+	"os"
+	"sync"
+
+	"github.com/custody-dev/custody/sdk"
+)
+
+// Version is the fake transport's version, as Describe reports it.
+const Version = "1.0.0"
+
+// Limits the fake enforces, as Describe reports them.
+const (
+	maxDescriptorsPerList = 1 << 16
+	maxDescriptorsPerPost = 1 << 16
+	maxNotificationBytes  = 4096
+	maxMetadataBytes      = 1 << 20
+	peerLossBoundMillis   = 1000
+)
+
+// Lifecycle states of an agent.
+const (
+	stateNew = iota
+	stateOpen
+	stateClosed
+	stateCrashed
+)
+
+// Transport is one fake agent. The zero value is not usable; call New. It
+// implements sdk.Transport and sdk.EventSource, and is safe for concurrent
+// use.
+type Transport struct {
+	exitOnCrash bool
+	// stepHook, when set (by tests, before Open), runs before each step of
+	// the DMA engine, so a test can hold the engine between two chunks.
+	stepHook func()
+
+	mu    sync.Mutex
+	state int
+	agent string
+	p     params
+	rng   *rand.Rand
+
+	regions  map[sdk.RegionID]*region
+	peers    map[sdk.PeerID]*peer
+	dlists   map[sdk.DlistID]*dlist
+	handles  map[sdk.HandleID]*handle
+	active   []*transfer           // transfers the DMA engine still runs
+	next     int                   // round-robin position in active
+	maps     map[*mapping]struct{} // every live mapping, for teardown
+	calls    map[string]int        // calls per crash point, for crash rules
+	freed    []sdk.HandleID        // released handle ids, for reuse-ids
+	posts    int                   // transfers posted, for post= selectors
+	loads    int                   // valid LoadPeers items, for load-peer-fail
+	prepares int                   // valid remote dlists, for prepare-fail
+
+	events  []sdk.Event
+	inbox   []sdk.Notification
+	delayed []delayedNote
+
+	conn *net.UnixConn
+	addr string
+	stop chan struct{}
+	wake chan struct{}
+	wg   sync.WaitGroup
+}
+
+var (
+	_ sdk.Transport   = (*Transport)(nil)
+	_ sdk.EventSource = (*Transport)(nil)
+)
+
+// Option configures a Transport at New.
+type Option func(*Transport)
+
+// WithExitOnCrash makes a crash fault end the process with exit code 3, as
+// the plugin binary must, instead of shutting the agent down in-process.
+// The plugin main passes it: sdk.Serve(fake.New(fake.WithExitOnCrash())).
+func WithExitOnCrash() Option {
+	return func(t *Transport) { t.exitOnCrash = true }
+}
+
+// New returns an agent that is not open yet. Without options a crash fault
+// shuts the agent down in-process (every later call answers
+// PLUGIN_SHUTDOWN), which is what in-process tests want.
+func New(opts ...Option) *Transport {
+	t := &Transport{p: defaultParams()}
+	for _, o := range opts {
+		o(t)
+	}
+	return t
+}
+
+// Describe says who the fake is and what it promises. Before Open it
+// reports the default parameters; FenceScope follows the fence parameter.
+func (t *Transport) Describe(ctx context.Context) (sdk.Description, error) {
+	t.mu.Lock()
+	p := t.p
+	crashed := t.state == stateCrashed
+	t.mu.Unlock()
+	if crashed {
+		return sdk.Description{}, shutdownError()
+	}
+	fence := sdk.FenceInitiatedAndIncoming
+	if p.fence == fenceInitiated {
+		fence = sdk.FenceInitiated
+	}
+	return sdk.Description{
+		Name:          "fake",
+		Version:       Version,
+		ContractMajor: sdk.ContractMajor,
+		ContractMinor: sdk.ContractMinor,
+		MemoryKinds:   []sdk.MemoryKind{sdk.MemoryHost},
+		Capabilities:  sdk.Capabilities{Remote: true, Local: true, Notifications: true, Cancel: true, Events: true},
+		CancelEffect:  sdk.CancelStops,
+		PeerLoss:      sdk.PeerLossReported,
+		FenceScope:    fence,
+		Limits: sdk.Limits{
+			MaxDescriptorsPerList: maxDescriptorsPerList,
+			MaxDescriptorsPerPost: maxDescriptorsPerPost,
+			MaxNotificationBytes:  maxNotificationBytes,
+			MaxMetadataBytes:      maxMetadataBytes,
+			PeerLossBoundMillis:   peerLossBoundMillis + uint32(p.chunkDelay.Milliseconds()),
+		},
+	}, nil
+}
+
+// Open starts the agent: it parses the parameters, opens the notification
+// socket and starts the DMA engine. It is refused unless the agent is new.
+func (t *Transport) Open(ctx context.Context, req sdk.OpenRequest) error {
+	if err := ctxError(ctx); err != nil {
+		return err
+	}
+	if req.Agent == "" {
+		return sdk.Errorf(sdk.CodeInvalidArgument, "fake: Open: agent name is empty; name the agent")
+	}
+	p, err := parseParams(req.Params)
+	if err != nil {
+		return err
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.state != stateNew {
+		return sdk.Errorf(sdk.CodeInvalidArgument, "fake: Open: agent %q was opened before; an agent opens once, make a new one", t.agent)
+	}
+	conn, addr, err := listenNotifications(req.Agent)
+	if err != nil {
+		return sdk.Errorf(sdk.CodeBackend, "fake: Open: notification socket: %v", err)
+	}
+	t.state, t.agent, t.p = stateOpen, req.Agent, p
+	t.rng = rand.New(rand.NewPCG(p.seed, p.seed))
+	t.regions = map[sdk.RegionID]*region{}
+	t.peers = map[sdk.PeerID]*peer{}
+	t.dlists = map[sdk.DlistID]*dlist{}
+	t.handles = map[sdk.HandleID]*handle{}
+	t.maps = map[*mapping]struct{}{}
+	t.calls = map[string]int{}
+	t.conn, t.addr = conn, addr
+	t.stop = make(chan struct{})
+	t.wake = make(chan struct{}, 1)
+	t.wg.Add(2)
+	go t.receive(conn)
+	go t.engine()
+	return nil
+}
+
+// Close ends the agent. It is refused with BUSY while any region, peer,
+// dlist or handle is held; transfers still running without a handle
+// (misbehave=release-running) are stopped.
+func (t *Transport) Close(ctx context.Context) error {
+	if err := t.lock(ctx, ""); err != nil {
+		return err
+	}
+	if r := t.resourcesLocked(); r.Regions+r.Peers+r.Dlists+r.Handles > 0 {
+		t.mu.Unlock()
+		return sdk.Errorf(sdk.CodeBusy, "fake: Close of agent %q: still held: %d regions, %d peers, %d dlists, %d handles; release them first", t.agent, r.Regions, r.Peers, r.Dlists, r.Handles)
+	}
+	t.state = stateClosed
+	t.mu.Unlock()
+	t.teardown()
+	return nil
+}
+
+// Resources counts what the agent holds. A new or closed agent holds
+// nothing.
+func (t *Transport) Resources(ctx context.Context) (sdk.Resources, error) {
+	if err := ctxError(ctx); err != nil {
+		return sdk.Resources{}, err
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	switch t.state {
+	case stateCrashed:
+		return sdk.Resources{}, shutdownError()
+	case stateOpen:
+		return t.resourcesLocked(), nil
+	}
+	return sdk.Resources{}, nil
+}
+
+func (t *Transport) resourcesLocked() sdk.Resources {
+	return sdk.Resources{
+		Regions:  uint64(len(t.regions)),
+		Peers:    uint64(len(t.peers)),
+		Dlists:   uint64(len(t.dlists)),
+		Handles:  uint64(len(t.handles)),
+		InFlight: uint64(len(t.active)),
+	}
+}
+
+// lock takes t.mu for a call of an open agent, or returns the error the call
+// answers. call names a crash point ("" for none): when a crash rule fires
+// there, the agent crashes before the call takes effect.
+func (t *Transport) lock(ctx context.Context, call string) error {
+	if err := ctxError(ctx); err != nil {
+		return err
+	}
+	t.mu.Lock()
+	switch t.state {
+	case stateNew:
+		t.mu.Unlock()
+		return sdk.Errorf(sdk.CodeInvalidArgument, "fake: agent is not open; call Open first")
+	case stateClosed:
+		t.mu.Unlock()
+		return sdk.Errorf(sdk.CodeInvalidArgument, "fake: agent %q is closed; make a new one", t.agent)
+	case stateCrashed:
+		t.mu.Unlock()
+		return shutdownError()
+	}
+	if call == "" || !t.crashDue(call) {
+		return nil
+	}
+	t.state = stateCrashed
+	t.mu.Unlock()
+	if t.exitOnCrash {
+		os.Exit(3)
+	}
+	t.teardown()
+	return shutdownError()
+}
+
+// crashDue counts a call at a crash point and reports whether a crash rule
+// fires on it.
+func (t *Transport) crashDue(call string) bool {
+	t.calls[call]++
+	for i := range t.p.faults {
+		r := &t.p.faults[i]
+		if r.kind == faultCrash && r.at == call && r.n == t.calls[call] {
+			return true
+		}
+	}
+	return false
+}
+
+// teardown stops the goroutines and frees every native resource, as the
+// end of the process would: mappings are unmapped and leases dropped. The
+// agent is already closed or crashed.
+func (t *Transport) teardown() {
+	close(t.stop)
+	t.conn.Close()
+	t.wg.Wait()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for m := range t.maps {
+		m.unmap()
+	}
+	for _, r := range t.regions {
+		r.lease.close()
+	}
+	t.regions, t.peers, t.dlists, t.handles, t.maps = nil, nil, nil, nil, nil
+	t.active, t.delayed, t.inbox, t.events = nil, nil, nil, nil
+}
+
+// kick wakes the DMA engine.
+func (t *Transport) kick() {
+	select {
+	case t.wake <- struct{}{}:
+	default:
+	}
+}
+
+// shutdownError is what a crashed agent answers.
+func shutdownError() error {
+	return sdk.Errorf(sdk.CodePluginShutdown, "fake: agent crashed (fault crash); open a new agent")
+}
+
+// ctxError maps a done context to the code of a call that did nothing.
+func ctxError(ctx context.Context) error {
+	err := ctx.Err()
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, context.DeadlineExceeded):
+		return sdk.Errorf(sdk.CodeTimeout, "fake: deadline passed before the call started; nothing changed")
+	}
+	return sdk.Errorf(sdk.CodeCanceled, "fake: context canceled before the call started; nothing changed")
+}

@@ -1,0 +1,248 @@
+package ucx
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"runtime"
+	"time"
+
+	"github.com/custody-dev/custody/sdk"
+)
+
+// agent is the state of one open agent. It is owned by one goroutine, the
+// worker loop, locked to one OS thread: every UCX call happens there,
+// because the UCP worker is created UCS_THREAD_MODE_SINGLE. Transport calls
+// reach it only through the command queue.
+type agent struct {
+	name string
+	cfg  config
+	nw   *nativeWorker
+	self procID // this process, carried in metadata
+
+	nextID  uint64
+	regions map[sdk.RegionID]*region
+	peers   map[sdk.PeerID]*peer
+	dlists  map[sdk.DlistID]*dlist
+	handles map[sdk.HandleID]*handle
+	sends   map[uint64]*notifSend // notification sends UCX still runs
+	closing []*closeReq           // endpoint closes UCX still runs
+
+	inflight int // ops UCX still runs (posts and sends)
+	events   []sdk.Event
+	inbox    []sdk.Notification
+
+	scratch   postScratch
+	segs      []segment
+	doneOps   []*cOp
+	failSeen  uint64
+	lastWatch time.Time
+	exit      func(code int) // ends the process when a dead peer leaves requests UCX can never finish
+}
+
+// newID returns the next id; ids are never reused within a process since
+// the counter lives as long as the agent and agents never share one.
+func (a *agent) newID() uint64 {
+	a.nextID++
+	return a.nextID
+}
+
+// Bounds of the loop's waiting.
+const (
+	// spinIdle is how many empty progress rounds the loop spins before it
+	// sleeps: incoming transfers over tcp need this side's progress too.
+	spinIdle = 2000
+	// idleWait is the longest the loop sleeps between progress rounds
+	// when nothing is in flight.
+	idleWait = 500 * time.Microsecond
+	// watchEvery is how often the loop checks that watched peer processes
+	// still live.
+	watchEvery = 20 * time.Millisecond
+)
+
+// loop runs the agent: it creates the UCP context and worker, then
+// alternates between commands and progress until quit is closed. It never
+// blocks in UCX: each progress call returns at once.
+func (t *Transport) loop(cfg config, name string, opened chan<- error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	defer close(t.exited)
+
+	keys, vals := cfg.settings()
+	nw, err := openNative(keys, vals, cfg.errPeer)
+	if err != nil {
+		opened <- err
+		return
+	}
+	self, err := selfProc()
+	if err != nil {
+		nw.close()
+		opened <- sdk.Errorf(sdk.CodeBackend, "ucx: Open %q: reading this process's start time: %v", name, err)
+		return
+	}
+	a := &agent{
+		name: name, cfg: cfg, nw: nw, self: self,
+		nextID:  t.idBase,
+		regions: map[sdk.RegionID]*region{},
+		peers:   map[sdk.PeerID]*peer{},
+		dlists:  map[sdk.DlistID]*dlist{},
+		handles: map[sdk.HandleID]*handle{},
+		sends:   map[uint64]*notifSend{},
+		exit:    t.exit,
+	}
+	opened <- nil
+
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	idle := 0
+	for {
+		select {
+		case cmd := <-t.cmds:
+			cmd(a)
+			idle = 0
+			continue
+		case <-t.quit:
+			a.shutdown()
+			return
+		default:
+		}
+		n := a.nw.progress()
+		if a.reap() || n > 0 {
+			idle = 0
+		}
+		if a.cfg.watchPeers {
+			a.watch()
+		}
+		if a.inflight > 0 || len(a.closing) > 0 || idle < spinIdle {
+			idle++
+			continue
+		}
+		timer.Reset(idleWait)
+		select {
+		case cmd := <-t.cmds:
+			cmd(a)
+			idle = 0
+		case <-timer.C:
+		case <-t.quit:
+			a.shutdown()
+			return
+		}
+	}
+}
+
+// reap takes what UCX completed: finished ops, received notifications,
+// failed endpoints and finished closes. It reports whether anything did.
+func (a *agent) reap() bool {
+	any := false
+	a.doneOps = a.nw.takeDone(a.doneOps[:0])
+	for _, op := range a.doneOps {
+		any = true
+		a.opDone(op)
+	}
+	for {
+		from, msg, ok := a.nw.takeMsg()
+		if !ok {
+			break
+		}
+		any = true
+		a.inbox = append(a.inbox, sdk.Notification{From: from, Message: msg})
+	}
+	if f := a.nw.peerFailures(); f != a.failSeen {
+		a.failSeen = f
+		any = true
+		for _, p := range a.peers {
+			p.noteFailure()
+		}
+	}
+	kept := a.closing[:0]
+	for _, c := range a.closing {
+		if !c.done() {
+			kept = append(kept, c)
+		}
+	}
+	a.closing = kept
+	return any
+}
+
+// opDone routes a finished op to its handle or notification send.
+func (a *agent) opDone(op *cOp) {
+	a.inflight--
+	id := opID(op)
+	if h, ok := a.handles[sdk.HandleID(id)]; ok && h.op == op {
+		h.opDone(a)
+		return
+	}
+	if s, ok := a.sends[id]; ok {
+		delete(a.sends, id)
+		s.peer.sends--
+		opFree(op)
+		return
+	}
+	// An op whose handle is gone cannot happen: Release refuses running
+	// handles. Free it rather than leak.
+	opFree(op)
+}
+
+// watch checks, every watchEvery, that the processes of watched peers
+// still live (UCX reports nothing in UCP_ERR_HANDLING_MODE_NONE).
+func (a *agent) watch() {
+	now := time.Now()
+	if now.Sub(a.lastWatch) < watchEvery || len(a.peers) == 0 {
+		return
+	}
+	a.lastWatch = now
+	for _, p := range a.peers {
+		if p.lost == nil && !p.proc.alive() {
+			a.peerDied(p)
+		}
+	}
+}
+
+// peerDied handles a watched peer whose process is gone while loaded. UCX
+// in UCP_ERR_HANDLING_MODE_NONE never completes requests to a dead peer
+// and refuses to force-close the endpoint, so requests in flight to it
+// could never be finished or safely freed, and a post racing with the
+// death would hang the same way: the process exits, which the host treats
+// as a fence (PeerLossProcessExits). It exits whether or not anything is in
+// flight, so that the promise holds without a race.
+func (a *agent) peerDied(p *peer) {
+	p.lost = sdk.Errorf(sdk.CodeRemoteDisconnect, "ucx: peer %d (%s, pid %d) exited; unload it and load its new metadata", p.id, p.name, p.proc.Pid)
+	fmt.Fprintf(os.Stderr, "custody-transport-ucx: agent %q: loaded peer %q (pid %d) died with %d operations in flight over %s; UCX reports no peer failure in this mode, exiting so the host fences this transport\n",
+		a.name, p.name, p.proc.Pid, p.inflight, a.cfg.tls)
+	a.exit(exitPeerLost)
+}
+
+// exitPeerLost is the process's exit status after peerDied.
+const exitPeerLost = 4
+
+// held counts what the agent still holds, as Resources reports it.
+func (a *agent) held() sdk.Resources {
+	return sdk.Resources{
+		Regions:  uint64(len(a.regions)),
+		Peers:    uint64(len(a.peers) + len(a.closing)),
+		Dlists:   uint64(len(a.dlists)),
+		Handles:  uint64(len(a.handles)),
+		InFlight: uint64(a.inflight),
+	}
+}
+
+// awaitCloses progresses the worker until every endpoint close finished,
+// for at most closeWait or until ctx ends.
+func (a *agent) awaitCloses(ctx context.Context) {
+	deadline := time.Now().Add(closeWait)
+	for len(a.closing) > 0 && time.Now().Before(deadline) && ctx.Err() == nil {
+		a.nw.progress()
+		a.reap()
+	}
+}
+
+// shutdown frees the worker. Close has checked that nothing is held; a
+// closing endpoint is waited for (bounded) before the worker goes.
+func (a *agent) shutdown() {
+	a.awaitCloses(context.Background())
+	a.scratch.free()
+	a.nw.close()
+}
+
+// closeWait bounds how long Close waits for endpoint closes to finish.
+const closeWait = 5 * time.Second

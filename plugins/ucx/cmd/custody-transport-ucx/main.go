@@ -1,0 +1,10 @@
+// Command custody-transport-ucx is the UCX transport as a plugin process:
+// one agent per process, launched by the custody host (sdk.Launch).
+package main
+
+import (
+	"github.com/custody-dev/custody/plugins/ucx"
+	"github.com/custody-dev/custody/sdk"
+)
+
+func main() { sdk.Serve(ucx.New()) }

@@ -1,0 +1,70 @@
+package ucx
+
+import (
+	"context"
+
+	"github.com/custody-dev/custody/sdk"
+)
+
+// notifSend is a notification UCX is still sending; its buffer lives in C
+// until the send completes.
+type notifSend struct {
+	peer *peer
+}
+
+// notifKey marks notification-send op ids apart from handle ids.
+const notifKey = 1 << 63
+
+// SendNotifications sends each message to its peer as an active message
+// (eager, so it is delivered whole). OK means it was handed to UCX, which
+// delivers it exactly once, in order per sender, unless the peer is lost.
+func (t *Transport) SendNotifications(ctx context.Context, msgs []sdk.OutboundNotification) ([]error, error) {
+	if err := checkItems("SendNotifications", len(msgs)); err != nil {
+		return nil, err
+	}
+	out := make([]error, len(msgs))
+	err := t.do(ctx, "SendNotifications", func(a *agent) {
+		for i, m := range msgs {
+			out[i] = a.sendNotification(m)
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (a *agent) sendNotification(m sdk.OutboundNotification) error {
+	if len(m.Message) > maxNotificationBytes {
+		return sdk.Errorf(sdk.CodeInvalidArgument, "ucx: SendNotifications: message of %d bytes exceeds the limit of %d", len(m.Message), maxNotificationBytes)
+	}
+	p, ok := a.peers[m.Peer]
+	if !ok {
+		return sdk.Errorf(sdk.CodeInvalidArgument, "ucx: SendNotifications: peer %d unknown or unloaded", m.Peer)
+	}
+	if p.lost != nil {
+		return p.lost
+	}
+	id := notifKey | a.newID()
+	op := newOp(id)
+	a.sends[id] = &notifSend{peer: p}
+	p.sends++
+	a.inflight++
+	a.nw.sendMsg(p.cp, op, a.name, m.Message)
+	return nil
+}
+
+// Notifications drains up to max received messages (all when max <= 0).
+func (t *Transport) Notifications(ctx context.Context, max int) ([]sdk.Notification, error) {
+	var out []sdk.Notification
+	err := t.do(ctx, "Notifications", func(a *agent) {
+		a.reap() // take what UCX already delivered
+		n := len(a.inbox)
+		if max > 0 && max < n {
+			n = max
+		}
+		out = append(out, a.inbox[:n]...)
+		a.inbox = append(a.inbox[:0], a.inbox[n:]...)
+	})
+	return out, err
+}

@@ -1,0 +1,130 @@
+package ucx
+
+import (
+	"context"
+
+	"github.com/custody-dev/custody/sdk"
+)
+
+// peer is a loaded peer: one endpoint and the unpacked rkey of each of its
+// regions.
+type peer struct {
+	id       sdk.PeerID
+	name     string
+	proc     procID
+	cp       *cPeer
+	regions  map[sdk.RegionID]*remoteRegion
+	dlists   int   // live remote dlists that reference it
+	inflight int   // posts UCX still runs on its endpoint
+	sends    int   // notification sends UCX still runs
+	lost     error // REMOTE_DISCONNECT once the peer is known gone
+}
+
+// remoteRegion is one of a peer's regions with its unpacked rkey.
+type remoteRegion struct {
+	remoteRegionSpec
+	rkey cRkey
+}
+
+// noteFailure records an endpoint error UCX reported (peer error mode).
+func (p *peer) noteFailure() {
+	if failed, st := peerFailed(p.cp); failed && p.lost == nil {
+		p.lost = sdk.Errorf(sdk.CodeRemoteDisconnect, "ucx: peer %d (%s): endpoint failed: %s; unload it and load its new metadata", p.id, p.name, st)
+	}
+}
+
+// LoadPeers decodes each peer's metadata, creates one endpoint to it and
+// unpacks its rkeys. Garbage metadata is INVALID_ARGUMENT and loads nothing.
+func (t *Transport) LoadPeers(ctx context.Context, peers []sdk.PeerSpec) ([]sdk.PeerResult, error) {
+	if err := checkItems("LoadPeers", len(peers)); err != nil {
+		return nil, err
+	}
+	out := make([]sdk.PeerResult, len(peers))
+	mds := make([]metadata, len(peers))
+	for i, spec := range peers {
+		md, err := decodeMetadata(spec.Metadata)
+		switch {
+		case err != nil:
+			out[i].Err = sdk.Errorf(sdk.CodeInvalidArgument, "ucx: LoadPeers %q: %v; pass the blob the peer's LocalMetadata returned", spec.Name, err)
+		case spec.Name == "":
+			out[i].Err = sdk.Errorf(sdk.CodeInvalidArgument, "ucx: LoadPeers: peer name is empty; give the agent name the metadata came from")
+		case spec.Name != md.Agent:
+			out[i].Err = sdk.Errorf(sdk.CodeInvalidArgument, "ucx: LoadPeers: name %q differs from the metadata's agent %q", spec.Name, md.Agent)
+		}
+		mds[i] = md
+	}
+	err := t.do(ctx, "LoadPeers", func(a *agent) {
+		for i := range peers {
+			if out[i].Err != nil {
+				continue
+			}
+			out[i].ID, out[i].Err = a.loadPeer(mds[i])
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (a *agent) loadPeer(md metadata) (sdk.PeerID, error) {
+	if a.cfg.watchPeers && !md.Proc.alive() {
+		return 0, sdk.Errorf(sdk.CodeRemoteDisconnect, "ucx: LoadPeers %q: its process (pid %d) is gone; fetch fresh metadata", md.Agent, md.Proc.Pid)
+	}
+	cp, st := a.nw.newPeer(md.Address)
+	if st != statusOK {
+		return 0, sdk.Errorf(sdk.CodeBackend, "ucx: LoadPeers %q: ucp_ep_create: %s; do both agents use the same tls (this one %q, the peer %q)?", md.Agent, st, a.cfg.tls, md.TLS)
+	}
+	p := &peer{name: md.Agent, proc: md.Proc, cp: cp, regions: map[sdk.RegionID]*remoteRegion{}}
+	for _, r := range md.Regions {
+		rk, st := rkeyUnpack(cp, r.Rkey)
+		if st != statusOK {
+			a.dropPeer(p)
+			return 0, sdk.Errorf(sdk.CodeBackend, "ucx: LoadPeers %q: unpacking the rkey of region %d: %s; nothing loaded", md.Agent, r.ID, st)
+		}
+		p.regions[r.ID] = &remoteRegion{remoteRegionSpec: r, rkey: rk}
+	}
+	p.id = sdk.PeerID(a.newID())
+	a.peers[p.id] = p
+	return p.id, nil
+}
+
+// dropPeer destroys a peer's rkeys and starts closing its endpoint: forced
+// where the peer is lost and peer error mode allows it, else flushed.
+func (a *agent) dropPeer(p *peer) {
+	for _, r := range p.regions {
+		rkeyDestroy(r.rkey)
+	}
+	p.regions = nil
+	if c := startClose(p.cp, p.lost != nil && a.cfg.errPeer); c != nil {
+		a.closing = append(a.closing, c)
+	}
+	p.cp = nil
+}
+
+// UnloadPeers releases peers. A peer a live dlist or transfer references is
+// BUSY and stays loaded.
+func (t *Transport) UnloadPeers(ctx context.Context, ids []sdk.PeerID) ([]error, error) {
+	if err := checkItems("UnloadPeers", len(ids)); err != nil {
+		return nil, err
+	}
+	out := make([]error, len(ids))
+	err := t.do(ctx, "UnloadPeers", func(a *agent) {
+		for i, id := range ids {
+			p, ok := a.peers[id]
+			switch {
+			case !ok:
+				out[i] = sdk.Errorf(sdk.CodeNotFound, "ucx: UnloadPeers: peer %d unknown or already unloaded", id)
+			case p.dlists > 0 || p.inflight > 0:
+				out[i] = sdk.Errorf(sdk.CodeBusy, "ucx: UnloadPeers: peer %d (%s) is referenced by %d dlists and %d transfers in flight; release them first", id, p.name, p.dlists, p.inflight)
+			default:
+				delete(a.peers, id)
+				a.dropPeer(p)
+			}
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}

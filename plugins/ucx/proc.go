@@ -1,0 +1,61 @@
+package ucx
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// procID names a process across pid reuse: its pid and its start time in
+// clock ticks since boot (field 22 of /proc/PID/stat). Metadata carries the
+// agent's procID so that a peer on the same host can watch it.
+type procID struct {
+	Pid   uint32
+	Start uint64
+}
+
+// selfProc is this process's procID.
+func selfProc() (procID, error) {
+	pid := os.Getpid()
+	start, _, err := procStat(pid)
+	if err != nil {
+		return procID{}, err
+	}
+	return procID{Pid: uint32(pid), Start: start}, nil
+}
+
+// alive reports whether the process still runs: it exists, has the same
+// start time (so its pid was not reused) and is not a zombie.
+func (p procID) alive() bool {
+	start, state, err := procStat(int(p.Pid))
+	if err != nil {
+		return false
+	}
+	return start == p.Start && state != 'Z' && state != 'X'
+}
+
+// procStat reads a process's start time and state from /proc.
+func procStat(pid int) (start uint64, state byte, err error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	// The command name (field 2) may hold spaces and parentheses: the
+	// fields after it start after the last ')'.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, 0, fmt.Errorf("/proc/%d/stat: no command field", pid)
+	}
+	f := strings.Fields(s[i+1:])
+	// f[0] is field 3 (state); field 22 (starttime) is f[19].
+	if len(f) < 20 || len(f[0]) != 1 {
+		return 0, 0, fmt.Errorf("/proc/%d/stat: %d fields after the command", pid, len(f))
+	}
+	start, err = strconv.ParseUint(f[19], 10, 64)
+	if err != nil {
+		return 0, 0, fmt.Errorf("/proc/%d/stat: start time %q: %w", pid, f[19], err)
+	}
+	return start, f[0][0], nil
+}

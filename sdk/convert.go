@@ -1,0 +1,410 @@
+package sdk
+
+import (
+	"fmt"
+
+	pb "github.com/custody-dev/custody/sdk/proto/custody/transport/v1"
+)
+
+// This file converts between the Go-native contract and its proto. The
+// conversion is lossless for everything the contract carries: every error,
+// per item or per call, crosses as its Code and message and comes back as an
+// *Error of the same Code and message, so errors.Is against the sentinels
+// holds on the host exactly as in-process.
+
+// statusOf is the proto form of an item's error: nil for nil, so an OK item
+// costs nothing on the wire.
+func statusOf(err error) *pb.Status {
+	if err == nil {
+		return nil
+	}
+	c := CodeOf(err)
+	msg := MessageOf(err)
+	if c == CodeOK {
+		// A non-nil error must never read as success on the other side.
+		c = CodeBackend
+		msg = "transport returned an error with code OK: " + msg
+	}
+	return &pb.Status{Code: uint32(c), Message: msg}
+}
+
+// errOf is the error a proto Status stands for: nil for nil or OK.
+func errOf(s *pb.Status) error {
+	if s == nil {
+		return nil
+	}
+	c := s.GetCode()
+	if c > 0xff {
+		return &Error{Code: CodeBackend, Message: fmt.Sprintf("transport sent unknown code %d: %s", c, s.GetMessage())}
+	}
+	return FromCode(Code(c), s.GetMessage())
+}
+
+func statusesOf(errs []error) *pb.Statuses {
+	items := make([]*pb.Status, len(errs))
+	for i, err := range errs {
+		items[i] = statusOf(err)
+	}
+	return &pb.Statuses{Items: items}
+}
+
+func errsOf(s *pb.Statuses) []error {
+	items := s.GetItems()
+	errs := make([]error, len(items))
+	for i, it := range items {
+		errs[i] = errOf(it)
+	}
+	return errs
+}
+
+func idsOf[T ~uint64](ids []T) *pb.IDs {
+	out := make([]uint64, len(ids))
+	for i, id := range ids {
+		out[i] = uint64(id)
+	}
+	return &pb.IDs{Ids: out}
+}
+
+func idsFrom[T ~uint64](ids *pb.IDs) []T {
+	in := ids.GetIds()
+	out := make([]T, len(in))
+	for i, id := range in {
+		out[i] = T(id)
+	}
+	return out
+}
+
+func idResultOf[T ~uint64](id T, err error) *pb.IDResult {
+	return &pb.IDResult{Id: uint64(id), Status: statusOf(err)}
+}
+
+func descriptionOf(d Description) *pb.DescribeResponse {
+	kinds := make([]string, len(d.MemoryKinds))
+	for i, k := range d.MemoryKinds {
+		kinds[i] = string(k)
+	}
+	return &pb.DescribeResponse{
+		Name:          d.Name,
+		Version:       d.Version,
+		ContractMajor: d.ContractMajor,
+		ContractMinor: d.ContractMinor,
+		MemoryKinds:   kinds,
+		Capabilities: &pb.Capabilities{
+			Remote:        d.Capabilities.Remote,
+			Local:         d.Capabilities.Local,
+			Notifications: d.Capabilities.Notifications,
+			Cancel:        d.Capabilities.Cancel,
+			Events:        d.Capabilities.Events,
+		},
+		CancelEffect: string(d.CancelEffect),
+		PeerLoss:     string(d.PeerLoss),
+		FenceScope:   string(d.FenceScope),
+		Limits: &pb.Limits{
+			MaxDescriptorsPerList: d.Limits.MaxDescriptorsPerList,
+			MaxDescriptorsPerPost: d.Limits.MaxDescriptorsPerPost,
+			MaxItemsPerCall:       d.Limits.MaxItemsPerCall,
+			MaxNotificationBytes:  d.Limits.MaxNotificationBytes,
+			MaxMetadataBytes:      d.Limits.MaxMetadataBytes,
+			MaxTransferBytes:      d.Limits.MaxTransferBytes,
+			PeerLossBoundMillis:   d.Limits.PeerLossBoundMillis,
+		},
+	}
+}
+
+func descriptionFrom(r *pb.DescribeResponse) Description {
+	var kinds []MemoryKind
+	if n := len(r.GetMemoryKinds()); n > 0 {
+		kinds = make([]MemoryKind, n)
+		for i, k := range r.GetMemoryKinds() {
+			kinds[i] = MemoryKind(k)
+		}
+	}
+	c, l := r.GetCapabilities(), r.GetLimits()
+	return Description{
+		Name:          r.GetName(),
+		Version:       r.GetVersion(),
+		ContractMajor: r.GetContractMajor(),
+		ContractMinor: r.GetContractMinor(),
+		MemoryKinds:   kinds,
+		Capabilities: Capabilities{
+			Remote:        c.GetRemote(),
+			Local:         c.GetLocal(),
+			Notifications: c.GetNotifications(),
+			Cancel:        c.GetCancel(),
+			Events:        c.GetEvents(),
+		},
+		CancelEffect: CancelEffect(r.GetCancelEffect()),
+		PeerLoss:     PeerLoss(r.GetPeerLoss()),
+		FenceScope:   FenceScope(r.GetFenceScope()),
+		Limits: Limits{
+			MaxDescriptorsPerList: l.GetMaxDescriptorsPerList(),
+			MaxDescriptorsPerPost: l.GetMaxDescriptorsPerPost(),
+			MaxItemsPerCall:       l.GetMaxItemsPerCall(),
+			MaxNotificationBytes:  l.GetMaxNotificationBytes(),
+			MaxMetadataBytes:      l.GetMaxMetadataBytes(),
+			MaxTransferBytes:      l.GetMaxTransferBytes(),
+			PeerLossBoundMillis:   l.GetPeerLossBoundMillis(),
+		},
+	}
+}
+
+func openRequestOf(r OpenRequest) *pb.OpenRequest {
+	return &pb.OpenRequest{Agent: r.Agent, Params: r.Params}
+}
+
+func openRequestFrom(r *pb.OpenRequest) OpenRequest {
+	return OpenRequest{Agent: r.GetAgent(), Params: r.GetParams()}
+}
+
+func regionsOf(regions []Region) *pb.RegisterMemoryRequest {
+	out := make([]*pb.Region, len(regions))
+	for i, r := range regions {
+		out[i] = &pb.Region{Path: r.Path, Offset: r.Offset, Length: r.Length, Kind: string(r.Kind)}
+	}
+	return &pb.RegisterMemoryRequest{Regions: out}
+}
+
+func regionsFrom(req *pb.RegisterMemoryRequest) []Region {
+	in := req.GetRegions()
+	out := make([]Region, len(in))
+	for i, r := range in {
+		out[i] = Region{Path: r.GetPath(), Offset: r.GetOffset(), Length: r.GetLength(), Kind: MemoryKind(r.GetKind())}
+	}
+	return out
+}
+
+func registrationsOf(regs []Registration) *pb.RegisterMemoryResponse {
+	out := make([]*pb.IDResult, len(regs))
+	for i, r := range regs {
+		out[i] = idResultOf(r.ID, r.Err)
+	}
+	return &pb.RegisterMemoryResponse{Items: out}
+}
+
+func registrationsFrom(items []*pb.IDResult) []Registration {
+	out := make([]Registration, len(items))
+	for i, it := range items {
+		out[i] = Registration{ID: RegionID(it.GetId()), Err: errOf(it.GetStatus())}
+	}
+	return out
+}
+
+func peerSpecsOf(peers []PeerSpec) *pb.LoadPeersRequest {
+	out := make([]*pb.PeerSpec, len(peers))
+	for i, p := range peers {
+		out[i] = &pb.PeerSpec{Name: p.Name, Metadata: p.Metadata}
+	}
+	return &pb.LoadPeersRequest{Peers: out}
+}
+
+func peerSpecsFrom(req *pb.LoadPeersRequest) []PeerSpec {
+	in := req.GetPeers()
+	out := make([]PeerSpec, len(in))
+	for i, p := range in {
+		out[i] = PeerSpec{Name: p.GetName(), Metadata: p.GetMetadata()}
+	}
+	return out
+}
+
+func peerResultsOf(results []PeerResult) *pb.LoadPeersResponse {
+	out := make([]*pb.IDResult, len(results))
+	for i, r := range results {
+		out[i] = idResultOf(r.ID, r.Err)
+	}
+	return &pb.LoadPeersResponse{Items: out}
+}
+
+func peerResultsFrom(items []*pb.IDResult) []PeerResult {
+	out := make([]PeerResult, len(items))
+	for i, it := range items {
+		out[i] = PeerResult{ID: PeerID(it.GetId()), Err: errOf(it.GetStatus())}
+	}
+	return out
+}
+
+func dlistSpecsOf(lists []DlistSpec) *pb.PrepareDescriptorsRequest {
+	out := make([]*pb.DlistSpec, len(lists))
+	for i, l := range lists {
+		descs := make([]*pb.Descriptor, len(l.Descriptors))
+		for j, d := range l.Descriptors {
+			descs[j] = &pb.Descriptor{Region: uint64(d.Region), Offset: d.Offset, Length: d.Length}
+		}
+		out[i] = &pb.DlistSpec{Peer: uint64(l.Peer), Descriptors: descs}
+	}
+	return &pb.PrepareDescriptorsRequest{Lists: out}
+}
+
+func dlistSpecsFrom(req *pb.PrepareDescriptorsRequest) []DlistSpec {
+	in := req.GetLists()
+	out := make([]DlistSpec, len(in))
+	for i, l := range in {
+		var descs []Descriptor
+		if n := len(l.GetDescriptors()); n > 0 {
+			descs = make([]Descriptor, n)
+			for j, d := range l.GetDescriptors() {
+				descs[j] = Descriptor{Region: RegionID(d.GetRegion()), Offset: d.GetOffset(), Length: d.GetLength()}
+			}
+		}
+		out[i] = DlistSpec{Peer: PeerID(l.GetPeer()), Descriptors: descs}
+	}
+	return out
+}
+
+func dlistResultsOf(results []DlistResult) *pb.PrepareDescriptorsResponse {
+	out := make([]*pb.IDResult, len(results))
+	for i, r := range results {
+		out[i] = idResultOf(r.ID, r.Err)
+	}
+	return &pb.PrepareDescriptorsResponse{Items: out}
+}
+
+func dlistResultsFrom(items []*pb.IDResult) []DlistResult {
+	out := make([]DlistResult, len(items))
+	for i, it := range items {
+		out[i] = DlistResult{ID: DlistID(it.GetId()), Err: errOf(it.GetStatus())}
+	}
+	return out
+}
+
+func postSpecsOf(posts []PostSpec) *pb.PostRequest {
+	out := make([]*pb.PostSpec, len(posts))
+	for i, p := range posts {
+		out[i] = &pb.PostSpec{
+			Op:            uint32(p.Op),
+			Local:         uint64(p.Local),
+			LocalIndices:  p.LocalIndices,
+			Remote:        uint64(p.Remote),
+			RemoteIndices: p.RemoteIndices,
+			Notification:  p.Notification,
+		}
+	}
+	return &pb.PostRequest{Posts: out}
+}
+
+func postSpecsFrom(req *pb.PostRequest) []PostSpec {
+	in := req.GetPosts()
+	out := make([]PostSpec, len(in))
+	for i, p := range in {
+		op := p.GetOp()
+		if op > 0xff {
+			// Keep it invalid rather than letting truncation make it valid:
+			// the transport answers INVALID_ARGUMENT for it.
+			op = 0
+		}
+		out[i] = PostSpec{
+			Op:            Op(op),
+			Local:         DlistID(p.GetLocal()),
+			LocalIndices:  p.GetLocalIndices(),
+			Remote:        DlistID(p.GetRemote()),
+			RemoteIndices: p.GetRemoteIndices(),
+			Notification:  p.GetNotification(),
+		}
+	}
+	return out
+}
+
+func postResultsOf(results []PostResult) *pb.PostResponse {
+	out := make([]*pb.IDResult, len(results))
+	for i, r := range results {
+		out[i] = idResultOf(r.ID, r.Err)
+	}
+	return &pb.PostResponse{Items: out}
+}
+
+func postResultsFrom(items []*pb.IDResult) []PostResult {
+	out := make([]PostResult, len(items))
+	for i, it := range items {
+		out[i] = PostResult{ID: HandleID(it.GetId()), Err: errOf(it.GetStatus())}
+	}
+	return out
+}
+
+func handleStatusesOf(sts []HandleStatus) *pb.PollResponse {
+	out := make([]*pb.HandleStatus, len(sts))
+	for i, s := range sts {
+		out[i] = &pb.HandleStatus{State: uint32(s.State), Reason: statusOf(s.Reason), Status: statusOf(s.Err)}
+	}
+	return &pb.PollResponse{Items: out}
+}
+
+func handleStatusesFrom(items []*pb.HandleStatus) []HandleStatus {
+	out := make([]HandleStatus, len(items))
+	for i, it := range items {
+		out[i] = HandleStatus{State: stateFrom(it.GetState()), Reason: errOf(it.GetReason()), Err: errOf(it.GetStatus())}
+	}
+	return out
+}
+
+// stateFrom keeps an out-of-range state out of range rather than letting
+// truncation turn it into a valid one: an unknown state is never terminal.
+func stateFrom(s uint32) State {
+	if s > 0xff {
+		return 0
+	}
+	return State(s)
+}
+
+func outboundOf(msgs []OutboundNotification) *pb.SendNotificationsRequest {
+	out := make([]*pb.OutboundNotification, len(msgs))
+	for i, m := range msgs {
+		out[i] = &pb.OutboundNotification{Peer: uint64(m.Peer), Message: m.Message}
+	}
+	return &pb.SendNotificationsRequest{Messages: out}
+}
+
+func outboundFrom(req *pb.SendNotificationsRequest) []OutboundNotification {
+	in := req.GetMessages()
+	out := make([]OutboundNotification, len(in))
+	for i, m := range in {
+		out[i] = OutboundNotification{Peer: PeerID(m.GetPeer()), Message: m.GetMessage()}
+	}
+	return out
+}
+
+func notificationsOf(ns []Notification) *pb.NotificationsResponse {
+	out := make([]*pb.Notification, len(ns))
+	for i, n := range ns {
+		out[i] = &pb.Notification{From: n.From, Message: n.Message}
+	}
+	return &pb.NotificationsResponse{Messages: out}
+}
+
+func notificationsFrom(r *pb.NotificationsResponse) []Notification {
+	in := r.GetMessages()
+	if len(in) == 0 {
+		return nil
+	}
+	out := make([]Notification, len(in))
+	for i, n := range in {
+		out[i] = Notification{From: n.GetFrom(), Message: n.GetMessage()}
+	}
+	return out
+}
+
+func resourcesOf(r Resources) *pb.ResourcesResponse {
+	return &pb.ResourcesResponse{Regions: r.Regions, Peers: r.Peers, Dlists: r.Dlists, Handles: r.Handles, InFlight: r.InFlight}
+}
+
+func resourcesFrom(r *pb.ResourcesResponse) Resources {
+	return Resources{Regions: r.GetRegions(), Peers: r.GetPeers(), Dlists: r.GetDlists(), Handles: r.GetHandles(), InFlight: r.GetInFlight()}
+}
+
+func eventsOf(evs []Event) *pb.EventsResponse {
+	out := make([]*pb.Event, len(evs))
+	for i, e := range evs {
+		out[i] = &pb.Event{Handle: uint64(e.Handle), State: uint32(e.State), Reason: statusOf(e.Reason)}
+	}
+	return &pb.EventsResponse{Events: out}
+}
+
+func eventsFrom(r *pb.EventsResponse) []Event {
+	in := r.GetEvents()
+	if len(in) == 0 {
+		return nil
+	}
+	out := make([]Event, len(in))
+	for i, e := range in {
+		out[i] = Event{Handle: HandleID(e.GetHandle()), State: stateFrom(e.GetState()), Reason: errOf(e.GetReason())}
+	}
+	return out
+}

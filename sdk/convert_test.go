@@ -1,0 +1,534 @@
+package sdk
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/test/bufconn"
+
+	pb "github.com/custody-dev/custody/sdk/proto/custody/transport/v1"
+)
+
+// These tests run the gRPC server and client of this package against each
+// other over an in-memory connection, without go-plugin, so that every
+// conversion is checked for every call and every code. The tests in
+// launch_test.go do the same through real plugin processes.
+
+// stubTransport answers every call with callErr when set, and otherwise
+// with one result per item: the first item OK, the others itemErr.
+type stubTransport struct {
+	callErr error
+	itemErr error
+	// short makes batched calls answer one item fewer than asked.
+	short bool
+	// block makes every call wait until its context ends.
+	block bool
+	// entered, when set, receives a value as a blocking call starts
+	// waiting (when the channel has room).
+	entered chan struct{}
+}
+
+func (s *stubTransport) n(k int) int {
+	if s.short && k > 0 {
+		return k - 1
+	}
+	return k
+}
+
+func (s *stubTransport) item(i int) error {
+	if i == 0 {
+		return nil
+	}
+	return s.itemErr
+}
+
+func (s *stubTransport) wait(ctx context.Context) error {
+	if s.block {
+		select {
+		case s.entered <- struct{}{}:
+		default:
+		}
+		<-ctx.Done()
+		return Errorf(CodeTimeout, "stub: %v", ctx.Err())
+	}
+	return s.callErr
+}
+
+func (s *stubTransport) errs(ctx context.Context, k int) ([]error, error) {
+	if err := s.wait(ctx); err != nil {
+		return nil, err
+	}
+	out := make([]error, s.n(k))
+	for i := range out {
+		out[i] = s.item(i)
+	}
+	return out, nil
+}
+
+func (s *stubTransport) Describe(ctx context.Context) (Description, error) {
+	if err := s.wait(ctx); err != nil {
+		return Description{}, err
+	}
+	return testDescription, nil
+}
+
+func (s *stubTransport) Open(ctx context.Context, req OpenRequest) error { return s.wait(ctx) }
+func (s *stubTransport) Close(ctx context.Context) error                 { return s.wait(ctx) }
+
+func (s *stubTransport) RegisterMemory(ctx context.Context, regions []Region) ([]Registration, error) {
+	if err := s.wait(ctx); err != nil {
+		return nil, err
+	}
+	out := make([]Registration, s.n(len(regions)))
+	for i := range out {
+		out[i] = Registration{ID: RegionID(i + 1), Err: s.item(i)}
+	}
+	return out, nil
+}
+
+func (s *stubTransport) DeregisterMemory(ctx context.Context, ids []RegionID) ([]error, error) {
+	return s.errs(ctx, len(ids))
+}
+
+func (s *stubTransport) LocalMetadata(ctx context.Context) ([]byte, error) {
+	if err := s.wait(ctx); err != nil {
+		return nil, err
+	}
+	return []byte("metadata"), nil
+}
+
+func (s *stubTransport) LoadPeers(ctx context.Context, peers []PeerSpec) ([]PeerResult, error) {
+	if err := s.wait(ctx); err != nil {
+		return nil, err
+	}
+	out := make([]PeerResult, s.n(len(peers)))
+	for i := range out {
+		out[i] = PeerResult{ID: PeerID(i + 1), Err: s.item(i)}
+	}
+	return out, nil
+}
+
+func (s *stubTransport) UnloadPeers(ctx context.Context, ids []PeerID) ([]error, error) {
+	return s.errs(ctx, len(ids))
+}
+
+func (s *stubTransport) PrepareDescriptors(ctx context.Context, lists []DlistSpec) ([]DlistResult, error) {
+	if err := s.wait(ctx); err != nil {
+		return nil, err
+	}
+	out := make([]DlistResult, s.n(len(lists)))
+	for i := range out {
+		out[i] = DlistResult{ID: DlistID(i + 1), Err: s.item(i)}
+	}
+	return out, nil
+}
+
+func (s *stubTransport) ReleaseDescriptors(ctx context.Context, ids []DlistID) ([]error, error) {
+	return s.errs(ctx, len(ids))
+}
+
+func (s *stubTransport) Post(ctx context.Context, posts []PostSpec) ([]PostResult, error) {
+	if err := s.wait(ctx); err != nil {
+		return nil, err
+	}
+	out := make([]PostResult, s.n(len(posts)))
+	for i := range out {
+		out[i] = PostResult{ID: HandleID(i + 1), Err: s.item(i)}
+	}
+	return out, nil
+}
+
+// Poll answers DONE for the first item, FAILED with itemErr as the reason
+// for the second, and itemErr as the poll's own error for the others.
+func (s *stubTransport) Poll(ctx context.Context, ids []HandleID) ([]HandleStatus, error) {
+	if err := s.wait(ctx); err != nil {
+		return nil, err
+	}
+	out := make([]HandleStatus, s.n(len(ids)))
+	for i := range out {
+		switch i {
+		case 0:
+			out[i] = HandleStatus{State: StateDone}
+		case 1:
+			out[i] = HandleStatus{State: StateFailed, Reason: s.itemErr}
+		default:
+			out[i] = HandleStatus{Err: s.itemErr}
+		}
+	}
+	return out, nil
+}
+
+func (s *stubTransport) Cancel(ctx context.Context, ids []HandleID) ([]error, error) {
+	return s.errs(ctx, len(ids))
+}
+
+func (s *stubTransport) Release(ctx context.Context, ids []HandleID) ([]error, error) {
+	return s.errs(ctx, len(ids))
+}
+
+func (s *stubTransport) SendNotifications(ctx context.Context, msgs []OutboundNotification) ([]error, error) {
+	return s.errs(ctx, len(msgs))
+}
+
+func (s *stubTransport) Notifications(ctx context.Context, max int) ([]Notification, error) {
+	if err := s.wait(ctx); err != nil {
+		return nil, err
+	}
+	return []Notification{{From: "peer", Message: []byte(fmt.Sprint(max))}}, nil
+}
+
+func (s *stubTransport) Resources(ctx context.Context) (Resources, error) {
+	if err := s.wait(ctx); err != nil {
+		return Resources{}, err
+	}
+	return Resources{Regions: 1, Peers: 2, Dlists: 3, Handles: 4, InFlight: 5}, nil
+}
+
+// eventStub is a stubTransport that is also an EventSource.
+type eventStub struct{ *stubTransport }
+
+func (s eventStub) Events(ctx context.Context, max int) ([]Event, error) {
+	if err := s.wait(ctx); err != nil {
+		return nil, err
+	}
+	return []Event{{Handle: 1, State: StateDone}, {Handle: 2, State: StateFailed, Reason: s.itemErr}}, nil
+}
+
+var testDescription = Description{
+	Name:          "stub",
+	Version:       "0.1",
+	ContractMajor: ContractMajor,
+	ContractMinor: ContractMinor,
+	MemoryKinds:   []MemoryKind{MemoryHost},
+	Capabilities:  Capabilities{Remote: true, Local: true, Notifications: true, Cancel: true, Events: true},
+	CancelEffect:  CancelClosesPeer,
+	PeerLoss:      PeerLossProcessExits,
+	FenceScope:    FenceInitiatedAndIncoming,
+	Limits: Limits{
+		MaxDescriptorsPerList: 1, MaxDescriptorsPerPost: 2, MaxItemsPerCall: 3, MaxNotificationBytes: 4,
+		MaxMetadataBytes: 5, MaxTransferBytes: 6, PeerLossBoundMillis: 7,
+	},
+}
+
+// connect serves impl over an in-memory gRPC connection and returns the
+// client for it, tied to done, with the given call timeout.
+func connect(t *testing.T, impl Transport, done context.Context, timeout time.Duration) *grpcClient {
+	t.Helper()
+	c, _ := connectServer(t, impl, done, timeout)
+	return c
+}
+
+// connectServer is connect that also returns the server.
+func connectServer(t *testing.T, impl Transport, done context.Context, timeout time.Duration) (*grpcClient, *grpc.Server) {
+	t.Helper()
+	lis := bufconn.Listen(1 << 20)
+	srv := grpc.NewServer()
+	pb.RegisterTransportServer(srv, &grpcServer{impl: impl})
+	go func() { _ = srv.Serve(lis) }()
+	cc, err := grpc.NewClient("passthrough:///stub",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_ = cc.Close()
+		srv.Stop()
+	})
+	return &grpcClient{rpc: pb.NewTransportClient(cc), done: done, timeout: timeout, name: "stub"}, srv
+}
+
+// callAll makes every call of the contract once, with two items for each
+// batched call, and returns each call's error by name.
+func callAll(ctx context.Context, c *grpcClient) map[string]error {
+	two := []HandleID{1, 2}
+	out := map[string]error{}
+	_, out["Describe"] = c.Describe(ctx)
+	out["Open"] = c.Open(ctx, OpenRequest{Agent: "a"})
+	out["Close"] = c.Close(ctx)
+	_, out["RegisterMemory"] = c.RegisterMemory(ctx, make([]Region, 2))
+	_, out["DeregisterMemory"] = c.DeregisterMemory(ctx, []RegionID{1, 2})
+	_, out["LocalMetadata"] = c.LocalMetadata(ctx)
+	_, out["LoadPeers"] = c.LoadPeers(ctx, make([]PeerSpec, 2))
+	_, out["UnloadPeers"] = c.UnloadPeers(ctx, []PeerID{1, 2})
+	_, out["PrepareDescriptors"] = c.PrepareDescriptors(ctx, make([]DlistSpec, 2))
+	_, out["ReleaseDescriptors"] = c.ReleaseDescriptors(ctx, []DlistID{1, 2})
+	_, out["Post"] = c.Post(ctx, make([]PostSpec, 2))
+	_, out["Poll"] = c.Poll(ctx, two)
+	_, out["Cancel"] = c.Cancel(ctx, two)
+	_, out["Release"] = c.Release(ctx, two)
+	_, out["SendNotifications"] = c.SendNotifications(ctx, make([]OutboundNotification, 2))
+	_, out["Notifications"] = c.Notifications(ctx, 0)
+	_, out["Resources"] = c.Resources(ctx)
+	_, out["Events"] = c.Events(ctx, 0)
+	return out
+}
+
+// everyError is each error a transport may return, and the *Error the host
+// must see for it after the crossing.
+var everyError = func() []struct {
+	name string
+	sent error
+	want *Error
+} {
+	var out []struct {
+		name string
+		sent error
+		want *Error
+	}
+	for c := CodeBusy; c <= CodePluginShutdown; c++ {
+		msg := fmt.Sprintf("id %d: what to do about %s", c, c)
+		out = append(out, struct {
+			name string
+			sent error
+			want *Error
+		}{c.String(), &Error{Code: c, Message: msg}, &Error{Code: c, Message: msg}})
+	}
+	out = append(out,
+		struct {
+			name string
+			sent error
+			want *Error
+		}{"empty message", &Error{Code: CodeBusy}, &Error{Code: CodeBusy}},
+		struct {
+			name string
+			sent error
+			want *Error
+		}{"wrapped", fmt.Errorf("release handle 7: %w", ErrBusy), &Error{Code: CodeBusy, Message: "release handle 7: BUSY"}},
+		struct {
+			name string
+			sent error
+			want *Error
+		}{"not an sdk error", errors.New("disk on fire"), &Error{Code: CodeBackend, Message: "disk on fire"}},
+		struct {
+			name string
+			sent error
+			want *Error
+		}{"code unknown to this version", &Error{Code: 42, Message: "future"}, &Error{Code: 42, Message: "future"}},
+		struct {
+			name string
+			sent error
+			want *Error
+		}{"error with code OK", &Error{Code: CodeOK, Message: "odd"}, &Error{Code: CodeBackend, Message: "transport returned an error with code OK: odd"}},
+	)
+	return out
+}()
+
+func TestCallErrorsCrossUnchanged(t *testing.T) {
+	for _, tc := range everyError {
+		t.Run(tc.name, func(t *testing.T) {
+			c := connect(t, eventStub{&stubTransport{callErr: tc.sent}}, context.Background(), time.Minute)
+			for call, err := range callAll(context.Background(), c) {
+				require.Error(t, err, call)
+				assert.Equal(t, tc.want, err, call)
+				assert.ErrorIs(t, err, &Error{Code: tc.want.Code}, call)
+			}
+		})
+	}
+}
+
+func TestItemErrorsCrossUnchanged(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range everyError {
+		t.Run(tc.name, func(t *testing.T) {
+			c := connect(t, eventStub{&stubTransport{itemErr: tc.sent}}, ctx, time.Minute)
+			var want error = tc.want
+			batches := map[string]func() ([]error, error){
+				"DeregisterMemory":   func() ([]error, error) { return c.DeregisterMemory(ctx, []RegionID{1, 2}) },
+				"UnloadPeers":        func() ([]error, error) { return c.UnloadPeers(ctx, []PeerID{1, 2}) },
+				"ReleaseDescriptors": func() ([]error, error) { return c.ReleaseDescriptors(ctx, []DlistID{1, 2}) },
+				"Cancel":             func() ([]error, error) { return c.Cancel(ctx, []HandleID{1, 2}) },
+				"Release":            func() ([]error, error) { return c.Release(ctx, []HandleID{1, 2}) },
+				"SendNotifications": func() ([]error, error) {
+					return c.SendNotifications(ctx, make([]OutboundNotification, 2))
+				},
+				"RegisterMemory": func() ([]error, error) {
+					r, err := c.RegisterMemory(ctx, make([]Region, 2))
+					return mapSlice(r, func(x Registration) error { return x.Err }), err
+				},
+				"LoadPeers": func() ([]error, error) {
+					r, err := c.LoadPeers(ctx, make([]PeerSpec, 2))
+					return mapSlice(r, func(x PeerResult) error { return x.Err }), err
+				},
+				"PrepareDescriptors": func() ([]error, error) {
+					r, err := c.PrepareDescriptors(ctx, make([]DlistSpec, 2))
+					return mapSlice(r, func(x DlistResult) error { return x.Err }), err
+				},
+				"Post": func() ([]error, error) {
+					r, err := c.Post(ctx, make([]PostSpec, 2))
+					return mapSlice(r, func(x PostResult) error { return x.Err }), err
+				},
+			}
+			for call, f := range batches {
+				errs, err := f()
+				require.NoError(t, err, call)
+				assert.Equal(t, []error{nil, want}, errs, call)
+			}
+
+			sts, err := c.Poll(ctx, []HandleID{1, 2, 3})
+			require.NoError(t, err)
+			assert.Equal(t, []HandleStatus{
+				{State: StateDone},
+				{State: StateFailed, Reason: want},
+				{Err: want},
+			}, sts)
+
+			evs, err := c.Events(ctx, 0)
+			require.NoError(t, err)
+			assert.Equal(t, []Event{{Handle: 1, State: StateDone}, {Handle: 2, State: StateFailed, Reason: want}}, evs)
+		})
+	}
+}
+
+func mapSlice[T any](in []T, f func(T) error) []error {
+	if in == nil {
+		return nil
+	}
+	out := make([]error, len(in))
+	for i, x := range in {
+		out[i] = f(x)
+	}
+	return out
+}
+
+func TestValuesCrossUnchanged(t *testing.T) {
+	ctx := context.Background()
+	c := connect(t, eventStub{&stubTransport{}}, ctx, time.Minute)
+
+	d, err := c.Describe(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, testDescription, d)
+
+	regs, err := c.RegisterMemory(ctx, make([]Region, 3))
+	require.NoError(t, err)
+	assert.Equal(t, []Registration{{ID: 1}, {ID: 2}, {ID: 3}}, regs)
+
+	md, err := c.LocalMetadata(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, []byte("metadata"), md)
+
+	ns, err := c.Notifications(ctx, 7)
+	require.NoError(t, err)
+	assert.Equal(t, []Notification{{From: "peer", Message: []byte("7")}}, ns)
+
+	r, err := c.Resources(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, Resources{Regions: 1, Peers: 2, Dlists: 3, Handles: 4, InFlight: 5}, r)
+
+	empty, err := c.Release(ctx, nil)
+	require.NoError(t, err)
+	assert.Empty(t, empty)
+}
+
+// TestRequestsCrossUnchanged checks the request side of the conversion: what
+// the host sends is what the transport receives.
+func TestRequestsCrossUnchanged(t *testing.T) {
+	open := OpenRequest{Agent: "a", Params: map[string]string{"seed": "3", "fault": "stall"}}
+	assert.Equal(t, open, openRequestFrom(openRequestOf(open)))
+
+	regions := []Region{{Path: "/dev/shm/x", Offset: 4096, Length: 1 << 20, Kind: MemoryHost}, {}}
+	assert.Equal(t, regions, regionsFrom(regionsOf(regions)))
+
+	peers := []PeerSpec{{Name: "b", Metadata: []byte{1, 2, 3}}, {Name: "c"}}
+	assert.Equal(t, peers, peerSpecsFrom(peerSpecsOf(peers)))
+
+	lists := []DlistSpec{{Descriptors: []Descriptor{{Region: 1, Offset: 2, Length: 3}}}, {Peer: 9, Descriptors: []Descriptor{{Region: 4, Offset: 5, Length: 6}, {Region: 7}}}}
+	assert.Equal(t, lists, dlistSpecsFrom(dlistSpecsOf(lists)))
+
+	posts := []PostSpec{{Op: OpWrite, Local: 1, LocalIndices: []uint32{0, 2}, Remote: 3, RemoteIndices: []uint32{1, 4}, Notification: []byte("done")}, {Op: OpRead, Local: 5, Remote: 6}}
+	assert.Equal(t, posts, postSpecsFrom(postSpecsOf(posts)))
+
+	msgs := []OutboundNotification{{Peer: 2, Message: []byte("hi")}}
+	assert.Equal(t, msgs, outboundFrom(outboundOf(msgs)))
+
+	assert.Equal(t, []HandleID{1, 1 << 63}, idsFrom[HandleID](idsOf([]HandleID{1, 1 << 63})))
+}
+
+func TestOutOfRangeValuesStayInvalid(t *testing.T) {
+	// A state or op that does not fit in a byte must not wrap into a valid
+	// one: an unknown state is never terminal.
+	assert.False(t, stateFrom(uint32(StateDone)+256).Terminal())
+	posts := postSpecsFrom(&pb.PostRequest{Posts: []*pb.PostSpec{{Op: uint32(OpWrite) + 256}}})
+	assert.False(t, posts[0].Op.Valid())
+	err := errOf(&pb.Status{Code: uint32(CodeBusy) + 256, Message: "m"})
+	assert.Equal(t, CodeBackend, CodeOf(err))
+	assert.NotErrorIs(t, err, ErrBusy)
+}
+
+func TestShortAnswerIsRefused(t *testing.T) {
+	c := connect(t, eventStub{&stubTransport{short: true}}, context.Background(), time.Minute)
+	for call, err := range callAll(context.Background(), c) {
+		switch call {
+		case "Describe", "Open", "Close", "LocalMetadata", "Notifications", "Resources", "Events":
+			assert.NoError(t, err, call)
+		default:
+			assert.ErrorIs(t, err, ErrBackend, call)
+			assert.ErrorContains(t, err, "answered 1 items for 2", call)
+		}
+	}
+}
+
+func TestEventsUnimplementedIsUnsupported(t *testing.T) {
+	c := connect(t, &stubTransport{}, context.Background(), time.Minute)
+	evs, err := c.Events(context.Background(), 0)
+	assert.Nil(t, evs)
+	assert.ErrorIs(t, err, ErrUnsupported)
+}
+
+func TestCallTimeoutIsTimeout(t *testing.T) {
+	c := connect(t, eventStub{&stubTransport{block: true}}, context.Background(), 20*time.Millisecond)
+	for call, err := range callAll(context.Background(), c) {
+		assert.ErrorIs(t, err, ErrTimeout, call)
+	}
+}
+
+func TestCallerCancelIsTimeout(t *testing.T) {
+	c := connect(t, eventStub{&stubTransport{block: true}}, context.Background(), time.Minute)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for call, err := range callAll(ctx, c) {
+		assert.ErrorIs(t, err, ErrTimeout, call)
+	}
+}
+
+func TestProcessGoneIsPluginShutdown(t *testing.T) {
+	t.Run("pending call", func(t *testing.T) {
+		done, exit := context.WithCancel(context.Background())
+		stub := &stubTransport{block: true, entered: make(chan struct{}, 1)}
+		c := connect(t, eventStub{stub}, done, time.Hour)
+		errs := make(chan error)
+		go func() {
+			_, err := c.Poll(context.Background(), []HandleID{1})
+			errs <- err
+		}()
+		<-stub.entered
+		exit()
+		assert.ErrorIs(t, <-errs, ErrPluginShutdown)
+	})
+	t.Run("later calls", func(t *testing.T) {
+		done, exit := context.WithCancel(context.Background())
+		exit()
+		c := connect(t, eventStub{&stubTransport{}}, done, time.Hour)
+		for call, err := range callAll(context.Background(), c) {
+			assert.ErrorIs(t, err, ErrPluginShutdown, call)
+		}
+	})
+}
+
+// TestLostConnectionWhileAliveIsTimeout: a connection that breaks while the
+// process still runs is not a shutdown; the effect of the call is unknown.
+func TestLostConnectionWhileAliveIsTimeout(t *testing.T) {
+	c, srv := connectServer(t, eventStub{&stubTransport{}}, context.Background(), 20*time.Millisecond)
+	_, err := c.Resources(context.Background())
+	require.NoError(t, err)
+	srv.Stop()
+	_, err = c.Resources(context.Background())
+	assert.ErrorIs(t, err, ErrTimeout)
+	assert.ErrorContains(t, err, "unreachable")
+}

@@ -1,0 +1,245 @@
+package sdk
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/go-plugin"
+	"google.golang.org/grpc"
+)
+
+// Default launch settings.
+const (
+	// DefaultCallTimeout bounds every call to a transport when
+	// LaunchOptions.CallTimeout is zero, so a wedged plugin never hangs the
+	// host.
+	DefaultCallTimeout = 10 * time.Second
+	// DefaultStartTimeout bounds the start and handshake of a plugin when
+	// LaunchOptions.StartTimeout is zero.
+	DefaultStartTimeout = 30 * time.Second
+	// killWait bounds how long Kill waits for the process to be reaped
+	// after SIGKILL.
+	killWait = 10 * time.Second
+)
+
+// LaunchOptions tune Launch. The zero value is valid.
+type LaunchOptions struct {
+	// Checksum, when set, is the SHA-256 the binary must have; a binary
+	// that differs is not started.
+	Checksum []byte
+	// Logger receives the host side's log and the plugin's stderr, entry by
+	// entry. Nil means errors only, to stderr.
+	Logger hclog.Logger
+	// CallTimeout bounds every call to the transport (the caller's own
+	// deadline applies too, whichever is sooner). Zero means
+	// DefaultCallTimeout. A call that runs past it returns CodeTimeout.
+	CallTimeout time.Duration
+	// StartTimeout bounds the start and handshake of the process. Zero
+	// means DefaultStartTimeout.
+	StartTimeout time.Duration
+}
+
+// ContractVersionError is Launch's refusal of a plugin that speaks another
+// major version of the contract than this host.
+type ContractVersionError struct {
+	// Path is the plugin binary.
+	Path string
+	// Plugin is the major version the plugin speaks; Host is ContractMajor.
+	Plugin, Host uint64
+}
+
+func (e *ContractVersionError) Error() string {
+	return fmt.Sprintf("transport at %s speaks contract v%d; this host speaks v%d: rebuild the transport against sdk v%d",
+		e.Path, e.Plugin, e.Host, e.Host)
+}
+
+// Plugin is a transport running as a separate process, launched by Launch.
+// It satisfies Transport and EventSource: every call crosses to the process
+// over gRPC, under a deadline (LaunchOptions.CallTimeout), and returns the
+// transport's own errors unchanged. Once the process is gone, every pending
+// and every later call returns an error matching ErrPluginShutdown: the
+// process was the fence, so every transfer it initiated has stopped.
+//
+// Call Kill to fence the transport at once, or Stop to end it gracefully;
+// either way the host must call one of them to reap the process and free
+// what go-plugin holds.
+type Plugin struct {
+	*grpcClient
+	client *plugin.Client
+	cmd    *exec.Cmd
+	proc   *os.Process
+	desc   Description
+}
+
+var (
+	_ Transport   = (*Plugin)(nil)
+	_ EventSource = (*Plugin)(nil)
+)
+
+// Launch starts the transport binary at path and connects to it: gRPC only,
+// over a unix socket with mutual TLS, after a handshake that refuses a
+// plugin of another contract major version (with a *ContractVersionError
+// naming both). It then calls Describe once and keeps the answer
+// (Description). ctx bounds the launch; it does not bound the process's
+// life, which ends only by Kill, Stop or the process exiting.
+func Launch(ctx context.Context, path string, opts LaunchOptions) (*Plugin, error) {
+	if path == "" {
+		return nil, errors.New("launch transport: empty path; give the transport binary's path")
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("launch transport %s: %w", path, err)
+	}
+	if opts.CallTimeout <= 0 {
+		opts.CallTimeout = DefaultCallTimeout
+	}
+	if opts.StartTimeout <= 0 {
+		opts.StartTimeout = DefaultStartTimeout
+	}
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < opts.StartTimeout {
+		opts.StartTimeout = max(time.Until(dl), time.Millisecond)
+	}
+	if opts.Logger == nil {
+		opts.Logger = hclog.New(&hclog.LoggerOptions{Name: "custody.transport", Level: hclog.Error, Output: os.Stderr})
+	}
+	var secure *plugin.SecureConfig
+	if len(opts.Checksum) > 0 {
+		secure = &plugin.SecureConfig{Checksum: opts.Checksum, Hash: sha256.New()}
+	}
+
+	cmd := exec.Command(path)
+	binding := &grpcPlugin{timeout: opts.CallTimeout}
+	client := plugin.NewClient(&plugin.ClientConfig{
+		HandshakeConfig:  handshake(ContractMajor),
+		Plugins:          plugin.PluginSet{pluginName: binding},
+		Cmd:              cmd,
+		SecureConfig:     secure,
+		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
+		AutoMTLS:         true,
+		Logger:           opts.Logger,
+		StartTimeout:     opts.StartTimeout,
+		GRPCDialOptions: []grpc.DialOption{grpc.WithDefaultCallOptions(
+			grpc.MaxCallRecvMsgSize(maxMessageBytes), grpc.MaxCallSendMsgSize(maxMessageBytes))},
+	})
+	if _, err := client.Start(); err != nil {
+		client.Kill()
+		return nil, launchError(path, err)
+	}
+	binding.name = fmt.Sprintf("transport at %s (pid %d)", path, cmd.Process.Pid)
+	rpc, err := client.Client()
+	if err != nil {
+		client.Kill()
+		return nil, fmt.Errorf("launch %s: connect: %w", binding.name, err)
+	}
+	raw, err := rpc.Dispense(pluginName)
+	if err != nil {
+		client.Kill()
+		return nil, fmt.Errorf("launch %s: %w", binding.name, err)
+	}
+	p := &Plugin{grpcClient: raw.(*grpcClient), client: client, cmd: cmd, proc: cmd.Process}
+	if p.desc, err = p.grpcClient.Describe(ctx); err != nil {
+		client.Kill()
+		return nil, fmt.Errorf("launch %s: %w", binding.name, err)
+	}
+	if p.desc.ContractMajor != ContractMajor {
+		client.Kill()
+		return nil, &ContractVersionError{Path: path, Plugin: uint64(p.desc.ContractMajor), Host: ContractMajor}
+	}
+	return p, nil
+}
+
+// launchError explains why go-plugin could not start the plugin, naming
+// both versions when they differ.
+func launchError(path string, err error) error {
+	// go-plugin v1.8 says "incompatible API version with plugin. Plugin
+	// version: N, Client versions: [...]".
+	if _, after, ok := strings.Cut(err.Error(), "Plugin version: "); ok {
+		v, _, _ := strings.Cut(after, ",")
+		if n, perr := strconv.ParseUint(strings.TrimSpace(v), 10, 32); perr == nil {
+			return &ContractVersionError{Path: path, Plugin: n, Host: ContractMajor}
+		}
+	}
+	if errors.Is(err, plugin.ErrChecksumsDoNotMatch) {
+		return fmt.Errorf("launch transport %s: its SHA-256 differs from LaunchOptions.Checksum; not started: check the binary or the checksum: %w", path, err)
+	}
+	return fmt.Errorf("launch transport %s: %w", path, err)
+}
+
+// Description is what the transport's Describe answered at launch. It does
+// not change while the process lives.
+func (p *Plugin) Description() Description { return p.desc }
+
+// HasEvents reports whether the transport claims EventSource in Describe.
+// When it does not, Events returns CodeUnsupported and the host polls.
+func (p *Plugin) HasEvents() bool { return p.desc.Capabilities.Events }
+
+// Events drains state changes when the transport claims them
+// (HasEvents); otherwise it returns an error matching ErrUnsupported
+// without crossing to the process. Once the process is gone it returns
+// ErrPluginShutdown, like every call.
+func (p *Plugin) Events(ctx context.Context, max int) ([]Event, error) {
+	if p.done.Err() != nil {
+		return nil, p.shutdown("Events")
+	}
+	if !p.HasEvents() {
+		return nil, Errorf(CodeUnsupported, "Events: %s does not claim events in Describe; poll every live handle instead", p.name)
+	}
+	return p.grpcClient.Events(ctx, max)
+}
+
+// Pid is the plugin process's id.
+func (p *Plugin) Pid() int { return p.proc.Pid }
+
+// Exited is closed once the plugin process is gone (and reaped), whatever
+// ended it. From then on every call returns an error matching
+// ErrPluginShutdown.
+func (p *Plugin) Exited() <-chan struct{} { return p.done.Done() }
+
+// ExitState says how the process ended (exit code or signal, for logs and
+// for telling a crash from a fence): nil until Exited is closed.
+func (p *Plugin) ExitState() *os.ProcessState {
+	select {
+	case <-p.Exited():
+		// go-plugin reaps the process (exec.Cmd.Wait sets ProcessState)
+		// before it closes Exited, so reading it now is safe.
+		return p.cmd.ProcessState
+	default:
+		return nil
+	}
+}
+
+// Kill is the fence: it sends SIGKILL to the plugin process at once, with
+// no graceful shutdown, so that every transfer the process initiated stops
+// now, waits (bounded) until the process is reaped, and frees what the
+// connection held. Calls pending or made after it return an error matching
+// ErrPluginShutdown. Safe to call more than once, and after Stop.
+func (p *Plugin) Kill() error {
+	// os.Process signals through a pidfd where Linux has one, so a pid
+	// reused after the process was reaped is never hit.
+	if err := p.proc.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return fmt.Errorf("kill %s: %w", p.name, err)
+	}
+	select {
+	case <-p.Exited():
+	case <-time.After(killWait):
+		return fmt.Errorf("kill %s: the process was sent SIGKILL but was not reaped within %s; a child of it may hold its stdout or stderr open", p.name, killWait)
+	}
+	p.client.Kill()
+	return nil
+}
+
+// Stop ends the plugin gracefully: it asks the process to shut down, waits
+// up to two seconds for it to exit and kills it if it has not, then frees
+// what the connection held. Stop does not call the contract's Close; the
+// host does that first when it means to end the agent cleanly. Safe to call
+// more than once, and after Kill.
+func (p *Plugin) Stop() {
+	p.client.Kill()
+}

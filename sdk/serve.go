@@ -1,0 +1,45 @@
+package sdk
+
+import (
+	"os"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/go-plugin"
+	"google.golang.org/grpc"
+)
+
+// Serve runs impl as a transport plugin: the whole of a transport binary's
+// main is
+//
+//	func main() { sdk.Serve(mytransport.New()) }
+//
+// It speaks gRPC only, announces contract major version ContractMajor in
+// the handshake, and logs as JSON to stderr, which the host's logger
+// re-emits. It returns when the host shuts the plugin down. Started by hand,
+// without the host, it says it is a plugin and exits with status 1.
+func Serve(impl Transport) {
+	logger := hclog.New(&hclog.LoggerOptions{
+		Name:       "custody-transport",
+		Level:      hclog.LevelFromString(os.Getenv("CUSTODY_TRANSPORT_LOG_LEVEL")),
+		Output:     os.Stderr,
+		JSONFormat: true,
+	})
+	if impl == nil {
+		logger.Error("sdk.Serve called with a nil Transport; pass the transport to serve")
+		os.Exit(1)
+	}
+	major, err := servedMajor()
+	if err != nil {
+		logger.Error("cannot serve transport", "error", err)
+		os.Exit(1)
+	}
+	plugin.Serve(&plugin.ServeConfig{
+		HandshakeConfig: handshake(major),
+		Plugins:         plugin.PluginSet{pluginName: &grpcPlugin{impl: impl}},
+		GRPCServer: func(opts []grpc.ServerOption) *grpc.Server {
+			opts = append(opts, grpc.MaxRecvMsgSize(maxMessageBytes), grpc.MaxSendMsgSize(maxMessageBytes))
+			return grpc.NewServer(opts...)
+		},
+		Logger: logger,
+	})
+}
