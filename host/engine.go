@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/custody-dev/custody/core"
+	"github.com/custody-dev/custody/sdk"
 )
 
 // The engine API in Go: each method runs on the owner goroutine. Bad input
@@ -136,13 +137,21 @@ type Status struct {
 	// Fences and Restarts count transport processes killed and started
 	// again since the host started.
 	Fences, Restarts uint64
+	// Native is what the running transport holds natively (zero while it
+	// restarts, or when it could not be asked).
+	Native sdk.Resources
 }
 
 // Status reports what the host holds now.
 func (h *Host) Status(ctx context.Context) (Status, error) {
 	var s Status
-	err := h.do(ctx, func(context.Context) error {
+	err := h.do(ctx, func(ctx context.Context) error {
 		s = Status{Name: h.cfg.Name, Transport: h.desc.Name, Epoch: uint64(h.epoch), Stats: h.core.Stats(), Fences: h.fences, Restarts: h.restarts}
+		if h.tp != nil {
+			if r, err := h.tp.Resources(ctx); err == nil {
+				s.Native = r
+			}
+		}
 		for name := range h.links {
 			s.Peers = append(s.Peers, name)
 		}

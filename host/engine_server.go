@@ -143,5 +143,7 @@ func (s *engineServer) Status(ctx context.Context, _ *enginev1.StatusRequest) (*
 		InFlight: uint64(st.Stats.Live), Retained: uint64(st.Stats.Retained), Retired: uint64(st.Stats.RetiredPeers),
 		QuarantinedBlocks: uint64(st.Stats.Quarantined), Peers: st.Peers,
 		Fences: st.Fences, TransportRestarts: st.Restarts,
+		NativeRegions: st.Native.Regions, NativePeers: st.Native.Peers, NativeDlists: st.Native.Dlists, NativeHandles: st.Native.Handles,
+		Journal: uint64(st.Stats.Journal), Requests: uint64(st.Stats.Requests),
 	}, nil
 }

@@ -1063,8 +1063,16 @@ type StatusResponse struct {
 	Fences            uint64                 `protobuf:"varint,8,opt,name=fences,proto3" json:"fences,omitempty"`
 	TransportRestarts uint64                 `protobuf:"varint,9,opt,name=transport_restarts,json=transportRestarts,proto3" json:"transport_restarts,omitempty"`
 	Peers             []string               `protobuf:"bytes,10,rep,name=peers,proto3" json:"peers,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// What the transport holds natively now.
+	NativeRegions uint64 `protobuf:"varint,11,opt,name=native_regions,json=nativeRegions,proto3" json:"native_regions,omitempty"`
+	NativePeers   uint64 `protobuf:"varint,12,opt,name=native_peers,json=nativePeers,proto3" json:"native_peers,omitempty"`
+	NativeDlists  uint64 `protobuf:"varint,13,opt,name=native_dlists,json=nativeDlists,proto3" json:"native_dlists,omitempty"`
+	NativeHandles uint64 `protobuf:"varint,14,opt,name=native_handles,json=nativeHandles,proto3" json:"native_handles,omitempty"`
+	// What core still tracks: handshake journal entries and requests open.
+	Journal       uint64 `protobuf:"varint,15,opt,name=journal,proto3" json:"journal,omitempty"`
+	Requests      uint64 `protobuf:"varint,16,opt,name=requests,proto3" json:"requests,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -1167,6 +1175,48 @@ func (x *StatusResponse) GetPeers() []string {
 	return nil
 }
 
+func (x *StatusResponse) GetNativeRegions() uint64 {
+	if x != nil {
+		return x.NativeRegions
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetNativePeers() uint64 {
+	if x != nil {
+		return x.NativePeers
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetNativeDlists() uint64 {
+	if x != nil {
+		return x.NativeDlists
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetNativeHandles() uint64 {
+	if x != nil {
+		return x.NativeHandles
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetJournal() uint64 {
+	if x != nil {
+		return x.Journal
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetRequests() uint64 {
+	if x != nil {
+		return x.Requests
+	}
+	return 0
+}
+
 var File_api_engine_v1_engine_proto protoreflect.FileDescriptor
 
 const file_api_engine_v1_engine_proto_rawDesc = "" +
@@ -1240,7 +1290,7 @@ const file_api_engine_v1_engine_proto_rawDesc = "" +
 	"\x06failed\x18\x03 \x03(\v2\x1a.custody.engine.v1.FailureR\x06failed\x12B\n" +
 	"\x0einvalid_blocks\x18\x04 \x03(\v2\x1b.custody.engine.v1.BlockRefR\rinvalidBlocks\x12=\n" +
 	"\vquarantined\x18\x05 \x03(\v2\x1b.custody.engine.v1.BlockRefR\vquarantined\"\x0f\n" +
-	"\rStatusRequest\"\xb7\x02\n" +
+	"\rStatusRequest\"\x83\x04\n" +
 	"\x0eStatusResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1c\n" +
 	"\ttransport\x18\x02 \x01(\tR\ttransport\x12\x14\n" +
@@ -1252,7 +1302,13 @@ const file_api_engine_v1_engine_proto_rawDesc = "" +
 	"\x06fences\x18\b \x01(\x04R\x06fences\x12-\n" +
 	"\x12transport_restarts\x18\t \x01(\x04R\x11transportRestarts\x12\x14\n" +
 	"\x05peers\x18\n" +
-	" \x03(\tR\x05peers2\x8b\x06\n" +
+	" \x03(\tR\x05peers\x12%\n" +
+	"\x0enative_regions\x18\v \x01(\x04R\rnativeRegions\x12!\n" +
+	"\fnative_peers\x18\f \x01(\x04R\vnativePeers\x12#\n" +
+	"\rnative_dlists\x18\r \x01(\x04R\fnativeDlists\x12%\n" +
+	"\x0enative_handles\x18\x0e \x01(\x04R\rnativeHandles\x12\x18\n" +
+	"\ajournal\x18\x0f \x01(\x04R\ajournal\x12\x1a\n" +
+	"\brequests\x18\x10 \x01(\x04R\brequests2\x8b\x06\n" +
 	"\x06Engine\x12_\n" +
 	"\fRegisterPool\x12&.custody.engine.v1.RegisterPoolRequest\x1a'.custody.engine.v1.RegisterPoolResponse\x12J\n" +
 	"\x05Alloc\x12\x1f.custody.engine.v1.AllocRequest\x1a .custody.engine.v1.AllocResponse\x12@\n" +

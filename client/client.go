@@ -1,0 +1,166 @@
+// Package client is the Go client of custody's engine API, for engines
+// written in Go (and for custody's own demo). It speaks api/engine/v1 over
+// the host's unix socket.
+package client
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	enginev1 "github.com/custody-dev/custody/api/engine/v1"
+)
+
+// Client is a connection to one custody host. It is safe for concurrent use.
+type Client struct {
+	conn *grpc.ClientConn
+	api  enginev1.EngineClient
+}
+
+// Dial connects to the host's engine socket. The connection is made lazily;
+// the first call reports a host that is not there.
+func Dial(socket string) (*Client, error) {
+	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, fmt.Errorf("engine socket %s: %w", socket, err)
+	}
+	return &Client{conn: conn, api: enginev1.NewEngineClient(conn)}, nil
+}
+
+// Close closes the connection.
+func (c *Client) Close() error { return c.conn.Close() }
+
+// Part moves Local blocks of a local pool to or from as many Remote blocks of
+// remote rank Rank; each part is one transfer.
+type Part struct {
+	Pool   uint32
+	Local  []uint32
+	Rank   uint32
+	Remote []uint32
+}
+
+// RemoteRank is one rank of a peer: its host's metadata address (or the name
+// of a peer in the host's config) and the pool remote block ids index.
+type RemoteRank struct {
+	Address string
+	Pool    string
+}
+
+// Failure is a failed request and why.
+type Failure struct {
+	Request string
+	Sending bool
+	Reason  string
+}
+
+// BlockRef names a block of a pool.
+type BlockRef struct {
+	Pool, Block uint32
+}
+
+// Finished is what finished since the last GetFinished (vLLM's
+// get_finished). A failed receive is in FinishedRecving and Failed, its
+// blocks in InvalidBlocks. Quarantined blocks must never be used again.
+type Finished struct {
+	FinishedSending []string
+	FinishedRecving []string
+	Failed          []Failure
+	InvalidBlocks   []BlockRef
+	Quarantined     []BlockRef
+}
+
+// RegisterPool registers blocks equal blocks of blockSize bytes at offset of
+// the region file at path.
+func (c *Client) RegisterPool(ctx context.Context, name, path string, offset, blockSize uint64, blocks uint32) (uint32, error) {
+	r, err := c.api.RegisterPool(ctx, &enginev1.RegisterPoolRequest{Name: name, Path: path, Offset: offset, BlockSize: blockSize, Blocks: blocks})
+	if err != nil {
+		return 0, err
+	}
+	return r.GetPool(), nil
+}
+
+// Alloc takes n free blocks of a pool.
+func (c *Client) Alloc(ctx context.Context, pool uint32, n int) ([]uint32, error) {
+	r, err := c.api.Alloc(ctx, &enginev1.AllocRequest{Pool: pool, Count: uint32(n)})
+	if err != nil {
+		return nil, err
+	}
+	return r.GetBlocks(), nil
+}
+
+// Free gives blocks back to the pool.
+func (c *Client) Free(ctx context.Context, pool uint32, blocks []uint32) error {
+	_, err := c.api.Free(ctx, &enginev1.FreeRequest{Pool: pool, Blocks: blocks})
+	return err
+}
+
+// ConnectPeer tells the host how to reach a peer's ranks.
+func (c *Client) ConnectPeer(ctx context.Context, name string, ranks ...RemoteRank) error {
+	rs := make([]*enginev1.RemoteRank, len(ranks))
+	for i, r := range ranks {
+		rs[i] = &enginev1.RemoteRank{Address: r.Address, Pool: r.Pool}
+	}
+	_, err := c.api.ConnectPeer(ctx, &enginev1.ConnectPeerRequest{Name: name, Ranks: rs})
+	return err
+}
+
+// RemovePeer retires a peer.
+func (c *Client) RemovePeer(ctx context.Context, name string) error {
+	_, err := c.api.RemovePeer(ctx, &enginev1.RemovePeerRequest{Name: name})
+	return err
+}
+
+func toParts(ps []Part) []*enginev1.Part {
+	out := make([]*enginev1.Part, len(ps))
+	for i, p := range ps {
+		out[i] = &enginev1.Part{Pool: p.Pool, Local: p.Local, Rank: p.Rank, Remote: p.Remote}
+	}
+	return out
+}
+
+// Read pulls a request's blocks from a peer; notifyProducer tells the
+// producer once every part is done.
+func (c *Client) Read(ctx context.Context, request, peer string, notifyProducer bool, parts ...Part) error {
+	_, err := c.api.Read(ctx, &enginev1.ReadRequest{RequestId: request, Peer: peer, Parts: toParts(parts), NotifyProducer: notifyProducer})
+	return err
+}
+
+// Write pushes a request's blocks to a peer; it finishes once consumers
+// consumed notifications arrived or the lease expired.
+func (c *Client) Write(ctx context.Context, request, peer string, consumers int, lease time.Duration, parts ...Part) error {
+	_, err := c.api.Write(ctx, &enginev1.WriteRequest{RequestId: request, Peer: peer, Parts: toParts(parts), Consumers: uint32(consumers), LeaseMs: uint64(lease.Milliseconds())})
+	return err
+}
+
+// ExpectSend pins blocks that consumers will read.
+func (c *Client) ExpectSend(ctx context.Context, request, peer string, pool uint32, blocks []uint32, consumers int, lease time.Duration) error {
+	_, err := c.api.ExpectSend(ctx, &enginev1.ExpectSendRequest{RequestId: request, Peer: peer, Pool: pool, Blocks: blocks, Consumers: uint32(consumers), LeaseMs: uint64(lease.Milliseconds())})
+	return err
+}
+
+// GetFinished returns what finished since the last call.
+func (c *Client) GetFinished(ctx context.Context) (Finished, error) {
+	r, err := c.api.GetFinished(ctx, &enginev1.GetFinishedRequest{})
+	if err != nil {
+		return Finished{}, err
+	}
+	f := Finished{FinishedSending: r.GetFinishedSending(), FinishedRecving: r.GetFinishedRecving()}
+	for _, x := range r.GetFailed() {
+		f.Failed = append(f.Failed, Failure{Request: x.GetRequestId(), Sending: x.GetSending(), Reason: x.GetReason()})
+	}
+	for _, b := range r.GetInvalidBlocks() {
+		f.InvalidBlocks = append(f.InvalidBlocks, BlockRef{Pool: b.GetPool(), Block: b.GetBlock()})
+	}
+	for _, b := range r.GetQuarantined() {
+		f.Quarantined = append(f.Quarantined, BlockRef{Pool: b.GetPool(), Block: b.GetBlock()})
+	}
+	return f, nil
+}
+
+// Status is the host's status.
+func (c *Client) Status(ctx context.Context) (*enginev1.StatusResponse, error) {
+	return c.api.Status(ctx, &enginev1.StatusRequest{})
+}
