@@ -24,7 +24,6 @@ func (th *testHost) transportPid() int {
 	return pid
 }
 
-
 // slow makes the fake copy 4 KiB every 2 ms: a 64 KiB block takes ~32 ms.
 var slow = []string{"chunk", "4096", "chunk_delay", "2ms"}
 
