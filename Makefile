@@ -26,7 +26,7 @@ test: build
 	$(GO) test -race -count=1 -timeout 20m ./...
 
 demo: build
-	$(BIN)/custody copy
+	$(BIN)/custody demo
 
 bench: build
 	$(GO) test -run '^$$' -bench . -benchmem ./...

@@ -26,14 +26,14 @@ func NewEngineServer(h *Host) *grpc.Server {
 	return s
 }
 
-// engineErr maps a host error to a gRPC status: the host stopped is
-// Unavailable, a deadline is DeadlineExceeded, and anything else is the
+// engineErr maps a host error to a gRPC status: the host stopped or its
+// transport restarting is Unavailable (retry), a deadline is DeadlineExceeded, and anything else is the
 // engine's bad input, InvalidArgument, with the message naming what was wrong.
 func engineErr(err error) error {
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, ErrClosed):
+	case errors.Is(err, ErrClosed), errors.Is(err, ErrRestarting), errors.Is(err, core.ErrNotAttached):
 		return status.Error(codes.Unavailable, err.Error())
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		return status.Error(codes.DeadlineExceeded, err.Error())

@@ -34,6 +34,10 @@ const (
 // ErrClosed is returned by engine calls once the host has stopped.
 var ErrClosed = errors.New("host stopped")
 
+// ErrRestarting is returned by engine calls that need the transport while it
+// restarts after a fence; retry them.
+var ErrRestarting = errors.New("transport restarting; retry")
+
 // Host is one custody host. Create it with New, run it with Run; every engine
 // call is handed to Run's owner goroutine, the only one that touches core.
 type Host struct {

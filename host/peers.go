@@ -78,7 +78,7 @@ func (h *Host) ensurePeer(name string) error {
 	}
 	info, ok := h.Info()
 	if !ok {
-		return fmt.Errorf("peer %q: this host's transport is restarting; retry", name)
+		return fmt.Errorf("peer %q: %w", name, ErrRestarting)
 	}
 	l.pending = true
 	ranks := append([]RemoteRank(nil), l.ranks...)

@@ -34,7 +34,7 @@ func Serve(ctx context.Context, cfg *Config, log hclog.Logger, ready func(*Host)
 		if pi, ok := h.Info(); ok {
 			return pi, nil
 		}
-		return PeerInfo{}, errors.New("transport restarting; retry")
+		return PeerInfo{}, ErrRestarting
 	})
 	if err != nil {
 		return err
