@@ -2,6 +2,8 @@ package host
 
 import (
 	"context"
+	"io"
+	"net/http"
 	"syscall"
 	"testing"
 	"time"
@@ -29,7 +31,7 @@ var slow = []string{"chunk", "4096", "chunk_delay", "2ms"}
 
 func TestTransportKilledMidTransferIsFencedAndRestarted(t *testing.T) {
 	prefill := startHost(t, "prefill", 16, nil)
-	decode := startHost(t, "decode", 16, nil, slow...)
+	decode := startHost(t, "decode", 16, func(c *Config) { c.Metrics.Listen = "127.0.0.1:0" }, slow...)
 	decode.connect("prefill", prefill)
 
 	_, dst := pull(t, prefill, decode, "r1", 8)
@@ -51,6 +53,10 @@ func TestTransportKilledMidTransferIsFencedAndRestarted(t *testing.T) {
 	assert.Equal(t, uint64(1), st.TransportRestarts)
 	assert.Equal(t, uint64(2), st.Epoch)
 	assert.NotEqual(t, oldPid, decode.transportPid())
+	m := scrape(t, decode.h.MetricsAddr())
+	assert.Contains(t, m, "custody_fences_total 1\n")
+	assert.Contains(t, m, "custody_transport_restarts_total 1\n")
+	assert.Contains(t, m, `custody_requests_total{outcome="failed"} 1`+"\n")
 
 	// The peer is connected again on demand and the next request succeeds.
 	src, dst2 := pull(t, prefill, decode, "r2", 2)
@@ -78,6 +84,17 @@ func TestWedgedTransferEscalatesAtTheCapToAFence(t *testing.T) {
 	assert.Equal(t, uint64(2), st.Epoch, "a new transport runs")
 	// (Recovery after a fence is TestTransportKilledMidTransferIsFencedAndRestarted's;
 	// here the new process would stall its first post again, as configured.)
+}
+
+// scrape returns the metrics text a host serves at addr.
+func scrape(t *testing.T, addr string) string {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return string(body)
 }
 
 func refsOf(pool uint32, blocks []uint32) []client.BlockRef {

@@ -59,6 +59,7 @@ type Host struct {
 	fences    uint64
 	restarts  uint64
 	metaAddr  string // set by Serve before its ready callback
+	metrAddr  string // likewise, when metrics are served
 
 	cmds chan command
 	done chan struct{}
@@ -130,6 +131,9 @@ func escalation(policy string) core.EscalationPolicy {
 
 // MetadataAddr is the peer metadata endpoint's address once Serve listens.
 func (h *Host) MetadataAddr() string { return h.metaAddr }
+
+// MetricsAddr is the metrics endpoint's address once Serve listens, or "".
+func (h *Host) MetricsAddr() string { return h.metrAddr }
 
 // Metrics are this host's Prometheus series.
 func (h *Host) Metrics() *Metrics { return h.metrics }

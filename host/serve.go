@@ -47,6 +47,7 @@ func Serve(ctx context.Context, cfg *Config, log hclog.Logger, ready func(*Host)
 		if err != nil {
 			return fmt.Errorf("metrics: listen on %q: %w", cfg.Metrics.Listen, err)
 		}
+		h.metrAddr = mln.Addr().String()
 		msrv := &http.Server{Handler: promhttp.HandlerFor(h.Metrics().Registry, promhttp.HandlerOpts{}), ReadHeaderTimeout: 5 * time.Second}
 		mdone := make(chan struct{})
 		go func() { defer close(mdone); _ = msrv.Serve(mln) }()
