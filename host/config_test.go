@@ -69,3 +69,10 @@ func TestLoadConfigReadsFile(t *testing.T) {
 	_, err = LoadConfig(filepath.Join(t.TempDir(), "missing.yaml"))
 	assert.ErrorContains(t, err, "missing.yaml")
 }
+
+func TestExampleConfigsAreValid(t *testing.T) {
+	for _, name := range []string{"prefill.yaml", "decode.yaml"} {
+		_, err := LoadConfig(filepath.Join("..", "examples", name))
+		assert.NoError(t, err, name)
+	}
+}
