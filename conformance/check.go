@@ -2,6 +2,10 @@ package conformance
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"maps"
 	"strings"
 
 	"github.com/custody-dev/custody/sdk"
@@ -70,17 +74,32 @@ func movesData(d sdk.Description) string {
 	return ""
 }
 
-// describe starts one agent to learn what the transport claims, and stops
-// it without opening it.
+// describe starts one agent, opens it with the configured params (which
+// may change what it claims, a fake's fence for one), asks what the
+// transport claims, and closes and stops it. An Open the params break is
+// reported here, once, rather than by every check.
 func describe(ctx context.Context, cfg Config) (sdk.Description, error) {
 	ag, err := cfg.New(ctx)
 	if err != nil {
-		return sdk.Description{}, err
+		return sdk.Description{}, fmt.Errorf("start an agent: %w", err)
 	}
 	if ag.Stop != nil {
 		defer ag.Stop()
 	}
 	ctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
-	return ag.Transport.Describe(ctx)
+	var salt [4]byte
+	_, _ = rand.Read(salt[:])
+	name := "conf-describe-" + hex.EncodeToString(salt[:])
+	if err := ag.Transport.Open(ctx, sdk.OpenRequest{Agent: name, Params: maps.Clone(cfg.Params)}); err != nil {
+		return sdk.Description{}, fmt.Errorf("Open(params %v): %w", cfg.Params, err)
+	}
+	d, err := ag.Transport.Describe(ctx)
+	if err != nil {
+		return d, fmt.Errorf("Describe: %w", err)
+	}
+	if err := ag.Transport.Close(ctx); err != nil {
+		return d, fmt.Errorf("Close of an agent that holds nothing: %w", err)
+	}
+	return d, nil
 }

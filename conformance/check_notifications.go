@@ -121,10 +121,10 @@ var checkNotificationsOnce = check{
 					ends++
 				}
 			}
-			return ends == len(senders)
+			return ends >= len(senders)
 		})...)
 		next := make([]int, len(senders))
-		for _, n := range got {
+		for k, n := range got {
 			sender, seq, _ := strings.Cut(string(n.Message), ":")
 			i, err := strconv.Atoi(sender)
 			if err != nil || i >= len(senders) {
@@ -138,7 +138,8 @@ var checkNotificationsOnce = check{
 				want = "end"
 			}
 			if seq != want {
-				e.t.Fatalf("from %q: got message %s, want %s: messages must arrive exactly once and in order per sender", senders[i].name, seq, want)
+				e.t.Fatalf("from %q: got message %s, want %s (received message %d of %d, %d of them from Notifications(max 1)): messages must arrive exactly once and in order per sender",
+					senders[i].name, seq, want, k+1, len(got), len(one))
 			}
 			next[i]++
 		}

@@ -84,7 +84,7 @@ func (e *env) callCtx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(parent, callTimeout)
 }
 
-// remoteAgents returns the agents a check moves data between: two agents
+// pair returns the agents a check moves data between: two agents
 // when the transport claims Remote, else one agent and itself (a loopback
 // peer) when it claims Local.
 func (e *env) pair() (*agent, *agent) {

@@ -17,8 +17,12 @@ import (
 type Status string
 
 const (
+	// StatusPass: the check ran and found nothing wrong.
 	StatusPass Status = "pass"
+	// StatusSkip: the check did not run; Result.Message says why (the
+	// transport does not claim what it tests, or it could not be observed).
 	StatusSkip Status = "skip"
+	// StatusFail: the check found a violation; Result.Message is the first.
 	StatusFail Status = "fail"
 )
 

@@ -37,6 +37,11 @@ func (e *env) teardown() {
 	for _, a := range e.agents {
 		if !a.killed && !a.closed {
 			ctx, cancel := e.callCtx()
+			if r, err := a.tr.Resources(ctx); err != nil {
+				report("Resources(agent %q): %v", a.name, err)
+			} else if !r.Zero() {
+				report("agent %q still counts %+v after everything the check created was freed: a leak", a.name, r)
+			}
 			if err := a.tr.Close(ctx); err != nil && !errors.Is(err, sdk.ErrPluginShutdown) {
 				report("Close(agent %q) after freeing everything: %v", a.name, err)
 			}

@@ -16,11 +16,11 @@ import (
 	"github.com/custody-dev/custody/sdk"
 )
 
-// conformanceCmd runs the conformance suite (package conformance) against
-// a transport binary, outside go test: each agent is a process of that
-// binary. It prints a table per capability and exits non-zero when any
-// check fails.
-var conformanceCmd = func() *cobra.Command {
+// newConformanceCmd returns `custody conformance`: the conformance suite
+// (package conformance) run against a transport binary outside go test,
+// each agent a process of that binary. It prints a table per capability
+// and fails, naming the failed checks, when any check fails.
+func newConformanceCmd() *cobra.Command {
 	var (
 		plugin, run, junit, jsonOut, dir string
 		params                           []string
@@ -102,9 +102,9 @@ var conformanceCmd = func() *cobra.Command {
 	f.BoolVar(&list, "list", false, "list the checks and exit")
 	f.BoolVar(&verbose, "verbose", false, "show the transport processes' logs")
 	return cmd
-}()
+}
 
-func init() { rootCmd.AddCommand(conformanceCmd) }
+func init() { rootCmd.AddCommand(newConformanceCmd()) }
 
 // writeReport writes one report format to path, when a path is given.
 func writeReport(path string, write func(w io.Writer) error) error {
