@@ -319,10 +319,15 @@ func postResultsFrom(items []*pb.IDResult) []PostResult {
 	return out
 }
 
+// handleStatusesOf allocates the items of a poll answer in one slab: Poll
+// is the hot path, and its answer may hold thousands of them.
 func handleStatusesOf(sts []HandleStatus) *pb.PollResponse {
 	out := make([]*pb.HandleStatus, len(sts))
+	slab := make([]pb.HandleStatus, len(sts))
 	for i, s := range sts {
-		out[i] = &pb.HandleStatus{State: uint32(s.State), Reason: statusOf(s.Reason), Status: statusOf(s.Err)}
+		h := &slab[i]
+		h.State, h.Reason, h.Status = uint32(s.State), statusOf(s.Reason), statusOf(s.Err)
+		out[i] = h
 	}
 	return &pb.PollResponse{Items: out}
 }

@@ -31,9 +31,9 @@ type stubTransport struct {
 	short bool
 	// block makes every call wait until its context ends.
 	block bool
-	// entered, when set, receives a value as a blocking call starts
-	// waiting (when the channel has room).
-	entered chan struct{}
+	// entered and left, when set, receive a value as a blocking call
+	// starts and stops waiting (when the channel has room).
+	entered, left chan struct{}
 }
 
 func (s *stubTransport) n(k int) int {
@@ -57,6 +57,10 @@ func (s *stubTransport) wait(ctx context.Context) error {
 		default:
 		}
 		<-ctx.Done()
+		select {
+		case s.left <- struct{}{}:
+		default:
+		}
 		return Errorf(CodeTimeout, "stub: %v", ctx.Err())
 	}
 	return s.callErr
@@ -222,12 +226,13 @@ var testDescription = Description{
 // client for it, tied to done, with the given call timeout.
 func connect(t *testing.T, impl Transport, done context.Context, timeout time.Duration) *grpcClient {
 	t.Helper()
-	c, _ := connectServer(t, impl, done, timeout)
+	c, _, _ := connectServer(t, impl, done, timeout)
 	return c
 }
 
-// connectServer is connect that also returns the server.
-func connectServer(t *testing.T, impl Transport, done context.Context, timeout time.Duration) (*grpcClient, *grpc.Server) {
+// connectServer is connect that also returns the server and the client's
+// connection.
+func connectServer(t *testing.T, impl Transport, done context.Context, timeout time.Duration) (*grpcClient, *grpc.Server, *grpc.ClientConn) {
 	t.Helper()
 	lis := bufconn.Listen(1 << 20)
 	srv := grpc.NewServer()
@@ -241,7 +246,7 @@ func connectServer(t *testing.T, impl Transport, done context.Context, timeout t
 		_ = cc.Close()
 		srv.Stop()
 	})
-	return &grpcClient{rpc: pb.NewTransportClient(cc), done: done, timeout: timeout, name: "stub"}, srv
+	return &grpcClient{rpc: pb.NewTransportClient(cc), done: done, timeout: timeout, name: "stub"}, srv, cc
 }
 
 // callAll makes every call of the contract once, with two items for each
@@ -270,54 +275,28 @@ func callAll(ctx context.Context, c *grpcClient) map[string]error {
 	return out
 }
 
-// everyError is each error a transport may return, and the *Error the host
-// must see for it after the crossing.
-var everyError = func() []struct {
+// crossing is an error a transport returns and the *Error the host must see
+// for it after the crossing.
+type crossing struct {
 	name string
 	sent error
 	want *Error
-} {
-	var out []struct {
-		name string
-		sent error
-		want *Error
-	}
+}
+
+// everyError is every code, and the odd errors a transport may return.
+var everyError = func() []crossing {
+	var out []crossing
 	for c := CodeBusy; c <= CodePluginShutdown; c++ {
 		msg := fmt.Sprintf("id %d: what to do about %s", c, c)
-		out = append(out, struct {
-			name string
-			sent error
-			want *Error
-		}{c.String(), &Error{Code: c, Message: msg}, &Error{Code: c, Message: msg}})
+		out = append(out, crossing{c.String(), &Error{Code: c, Message: msg}, &Error{Code: c, Message: msg}})
 	}
-	out = append(out,
-		struct {
-			name string
-			sent error
-			want *Error
-		}{"empty message", &Error{Code: CodeBusy}, &Error{Code: CodeBusy}},
-		struct {
-			name string
-			sent error
-			want *Error
-		}{"wrapped", fmt.Errorf("release handle 7: %w", ErrBusy), &Error{Code: CodeBusy, Message: "release handle 7: BUSY"}},
-		struct {
-			name string
-			sent error
-			want *Error
-		}{"not an sdk error", errors.New("disk on fire"), &Error{Code: CodeBackend, Message: "disk on fire"}},
-		struct {
-			name string
-			sent error
-			want *Error
-		}{"code unknown to this version", &Error{Code: 42, Message: "future"}, &Error{Code: 42, Message: "future"}},
-		struct {
-			name string
-			sent error
-			want *Error
-		}{"error with code OK", &Error{Code: CodeOK, Message: "odd"}, &Error{Code: CodeBackend, Message: "transport returned an error with code OK: odd"}},
+	return append(out,
+		crossing{"empty message", &Error{Code: CodeBusy}, &Error{Code: CodeBusy}},
+		crossing{"wrapped", fmt.Errorf("release handle 7: %w", ErrBusy), &Error{Code: CodeBusy, Message: "release handle 7: BUSY"}},
+		crossing{"not an sdk error", errors.New("disk on fire"), &Error{Code: CodeBackend, Message: "disk on fire"}},
+		crossing{"code unknown to this version", &Error{Code: 42, Message: "future"}, &Error{Code: 42, Message: "future"}},
+		crossing{"error with code OK", &Error{Code: CodeOK, Message: "odd"}, &Error{Code: CodeBackend, Message: "transport returned an error with code OK: odd"}},
 	)
-	return out
 }()
 
 func TestCallErrorsCrossUnchanged(t *testing.T) {
@@ -511,6 +490,23 @@ func TestProcessGoneIsPluginShutdown(t *testing.T) {
 		exit()
 		assert.ErrorIs(t, <-errs, ErrPluginShutdown)
 	})
+	t.Run("connection closed under a pending call, then the exit", func(t *testing.T) {
+		// go-plugin closes its connection while the process may still be
+		// exiting; the call must wait for the exit, not guess.
+		done, exit := context.WithCancel(context.Background())
+		stub := &stubTransport{block: true, entered: make(chan struct{}, 1), left: make(chan struct{}, 1)}
+		c, _, cc := connectServer(t, eventStub{stub}, done, time.Hour)
+		errs := make(chan error)
+		go func() {
+			_, err := c.Poll(context.Background(), []HandleID{1})
+			errs <- err
+		}()
+		<-stub.entered
+		require.NoError(t, cc.Close())
+		<-stub.left
+		exit()
+		assert.ErrorIs(t, <-errs, ErrPluginShutdown)
+	})
 	t.Run("later calls", func(t *testing.T) {
 		done, exit := context.WithCancel(context.Background())
 		exit()
@@ -524,7 +520,7 @@ func TestProcessGoneIsPluginShutdown(t *testing.T) {
 // TestLostConnectionWhileAliveIsTimeout: a connection that breaks while the
 // process still runs is not a shutdown; the effect of the call is unknown.
 func TestLostConnectionWhileAliveIsTimeout(t *testing.T) {
-	c, srv := connectServer(t, eventStub{&stubTransport{}}, context.Background(), 20*time.Millisecond)
+	c, srv, _ := connectServer(t, eventStub{&stubTransport{}}, context.Background(), 20*time.Millisecond)
 	_, err := c.Resources(context.Background())
 	require.NoError(t, err)
 	srv.Stop()

@@ -38,7 +38,7 @@ func (c *grpcClient) call(ctx context.Context, method string, rpc func(context.C
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	stop := func() bool { return false }
+	stop := context.AfterFunc(c.done, cancel)
 	defer stop()
 	err := rpc(ctx)
 	if err == nil {
@@ -56,11 +56,12 @@ func (c *grpcClient) callError(ctx context.Context, method string, err error) er
 	if c.done.Err() != nil {
 		return c.shutdown(method)
 	}
-	switch st.Code() {
-	case codes.Unavailable:
-		// The connection broke. That is the process dying far more often
-		// than not, and go-plugin notices the exit a moment after the
-		// socket does: wait for it, within the call's deadline.
+	switch code := st.Code(); {
+	case code == codes.Unavailable, code == codes.Canceled && ctx.Err() == nil:
+		// The connection broke, or was closed under the call (Stop). That
+		// is the process ending far more often than not, and go-plugin
+		// notices the exit a moment after the socket does: wait for it,
+		// within the call's deadline.
 		select {
 		case <-c.done.Done():
 			return c.shutdown(method)
@@ -68,10 +69,10 @@ func (c *grpcClient) callError(ctx context.Context, method string, err error) er
 		}
 		return Errorf(CodeTimeout, "%s: %s unreachable (%s) and still running after the call's deadline; whether the call took effect is unknown: poll or count resources to find out",
 			method, c.name, st.Message())
-	case codes.DeadlineExceeded, codes.Canceled:
+	case code == codes.DeadlineExceeded, code == codes.Canceled:
 		return Errorf(CodeTimeout, "%s: %s did not answer before the call's deadline (%s, at most %s) or the caller canceled it; whether the call took effect is unknown: poll or count resources to find out",
 			method, c.name, st.Message(), c.timeout)
-	case codes.Unimplemented:
+	case code == codes.Unimplemented:
 		return Errorf(CodeUnsupported, "%s: %s does not implement it: %s", method, c.name, st.Message())
 	}
 	return Errorf(CodeBackend, "%s: %s failed outside the contract (gRPC %s: %s)", method, c.name, st.Code(), st.Message())
@@ -90,6 +91,7 @@ func (c *grpcClient) count(method string, got, want int) error {
 	return Errorf(CodeBackend, "%s: %s answered %d items for %d; contract violation, results dropped", method, c.name, got, want)
 }
 
+// Describe is Transport.Describe, across the process boundary.
 func (c *grpcClient) Describe(ctx context.Context) (Description, error) {
 	var d Description
 	err := c.call(ctx, "Describe", func(ctx context.Context) error {
@@ -102,6 +104,7 @@ func (c *grpcClient) Describe(ctx context.Context) (Description, error) {
 	return d, err
 }
 
+// Open is Transport.Open, across the process boundary.
 func (c *grpcClient) Open(ctx context.Context, req OpenRequest) error {
 	return c.call(ctx, "Open", func(ctx context.Context) error {
 		_, err := c.rpc.Open(ctx, openRequestOf(req))
@@ -109,6 +112,7 @@ func (c *grpcClient) Open(ctx context.Context, req OpenRequest) error {
 	})
 }
 
+// Close is Transport.Close, across the process boundary.
 func (c *grpcClient) Close(ctx context.Context) error {
 	return c.call(ctx, "Close", func(ctx context.Context) error {
 		_, err := c.rpc.Close(ctx, &pb.Empty{})
@@ -116,6 +120,7 @@ func (c *grpcClient) Close(ctx context.Context) error {
 	})
 }
 
+// RegisterMemory is Transport.RegisterMemory, across the process boundary.
 func (c *grpcClient) RegisterMemory(ctx context.Context, regions []Region) ([]Registration, error) {
 	var items []*pb.IDResult
 	err := c.call(ctx, "RegisterMemory", func(ctx context.Context) error {
@@ -132,12 +137,14 @@ func (c *grpcClient) RegisterMemory(ctx context.Context, regions []Region) ([]Re
 	return registrationsFrom(items), nil
 }
 
+// DeregisterMemory is Transport.DeregisterMemory, across the process boundary.
 func (c *grpcClient) DeregisterMemory(ctx context.Context, ids []RegionID) ([]error, error) {
 	return c.statuses(ctx, "DeregisterMemory", len(ids), func(ctx context.Context) (*pb.Statuses, error) {
 		return c.rpc.DeregisterMemory(ctx, idsOf(ids))
 	})
 }
 
+// LocalMetadata is Transport.LocalMetadata, across the process boundary.
 func (c *grpcClient) LocalMetadata(ctx context.Context) ([]byte, error) {
 	var md []byte
 	err := c.call(ctx, "LocalMetadata", func(ctx context.Context) error {
@@ -151,6 +158,7 @@ func (c *grpcClient) LocalMetadata(ctx context.Context) ([]byte, error) {
 	return md, nil
 }
 
+// LoadPeers is Transport.LoadPeers, across the process boundary.
 func (c *grpcClient) LoadPeers(ctx context.Context, peers []PeerSpec) ([]PeerResult, error) {
 	var items []*pb.IDResult
 	err := c.call(ctx, "LoadPeers", func(ctx context.Context) error {
@@ -167,12 +175,14 @@ func (c *grpcClient) LoadPeers(ctx context.Context, peers []PeerSpec) ([]PeerRes
 	return peerResultsFrom(items), nil
 }
 
+// UnloadPeers is Transport.UnloadPeers, across the process boundary.
 func (c *grpcClient) UnloadPeers(ctx context.Context, ids []PeerID) ([]error, error) {
 	return c.statuses(ctx, "UnloadPeers", len(ids), func(ctx context.Context) (*pb.Statuses, error) {
 		return c.rpc.UnloadPeers(ctx, idsOf(ids))
 	})
 }
 
+// PrepareDescriptors is Transport.PrepareDescriptors, across the process boundary.
 func (c *grpcClient) PrepareDescriptors(ctx context.Context, lists []DlistSpec) ([]DlistResult, error) {
 	var items []*pb.IDResult
 	err := c.call(ctx, "PrepareDescriptors", func(ctx context.Context) error {
@@ -189,12 +199,14 @@ func (c *grpcClient) PrepareDescriptors(ctx context.Context, lists []DlistSpec) 
 	return dlistResultsFrom(items), nil
 }
 
+// ReleaseDescriptors is Transport.ReleaseDescriptors, across the process boundary.
 func (c *grpcClient) ReleaseDescriptors(ctx context.Context, ids []DlistID) ([]error, error) {
 	return c.statuses(ctx, "ReleaseDescriptors", len(ids), func(ctx context.Context) (*pb.Statuses, error) {
 		return c.rpc.ReleaseDescriptors(ctx, idsOf(ids))
 	})
 }
 
+// Post is Transport.Post, across the process boundary.
 func (c *grpcClient) Post(ctx context.Context, posts []PostSpec) ([]PostResult, error) {
 	var items []*pb.IDResult
 	err := c.call(ctx, "Post", func(ctx context.Context) error {
@@ -211,6 +223,7 @@ func (c *grpcClient) Post(ctx context.Context, posts []PostSpec) ([]PostResult, 
 	return postResultsFrom(items), nil
 }
 
+// Poll is Transport.Poll, across the process boundary.
 func (c *grpcClient) Poll(ctx context.Context, ids []HandleID) ([]HandleStatus, error) {
 	var items []*pb.HandleStatus
 	err := c.call(ctx, "Poll", func(ctx context.Context) error {
@@ -227,24 +240,28 @@ func (c *grpcClient) Poll(ctx context.Context, ids []HandleID) ([]HandleStatus, 
 	return handleStatusesFrom(items), nil
 }
 
+// Cancel is Transport.Cancel, across the process boundary.
 func (c *grpcClient) Cancel(ctx context.Context, ids []HandleID) ([]error, error) {
 	return c.statuses(ctx, "Cancel", len(ids), func(ctx context.Context) (*pb.Statuses, error) {
 		return c.rpc.Cancel(ctx, idsOf(ids))
 	})
 }
 
+// Release is Transport.Release, across the process boundary.
 func (c *grpcClient) Release(ctx context.Context, ids []HandleID) ([]error, error) {
 	return c.statuses(ctx, "Release", len(ids), func(ctx context.Context) (*pb.Statuses, error) {
 		return c.rpc.Release(ctx, idsOf(ids))
 	})
 }
 
+// SendNotifications is Transport.SendNotifications, across the process boundary.
 func (c *grpcClient) SendNotifications(ctx context.Context, msgs []OutboundNotification) ([]error, error) {
 	return c.statuses(ctx, "SendNotifications", len(msgs), func(ctx context.Context) (*pb.Statuses, error) {
 		return c.rpc.SendNotifications(ctx, outboundOf(msgs))
 	})
 }
 
+// Notifications is Transport.Notifications, across the process boundary.
 func (c *grpcClient) Notifications(ctx context.Context, max int) ([]Notification, error) {
 	var ns []Notification
 	err := c.call(ctx, "Notifications", func(ctx context.Context) error {
@@ -258,6 +275,7 @@ func (c *grpcClient) Notifications(ctx context.Context, max int) ([]Notification
 	return ns, nil
 }
 
+// Resources is Transport.Resources, across the process boundary.
 func (c *grpcClient) Resources(ctx context.Context) (Resources, error) {
 	var res Resources
 	err := c.call(ctx, "Resources", func(ctx context.Context) error {

@@ -180,3 +180,30 @@ func TestCrashDuringCall(t *testing.T) {
 	assert.Equal(t, 3, rg.p.ExitState().ExitCode(), "the fake's crash exit code")
 	requireAllShutdown(t, rg.p)
 }
+
+// TestStopUnderPendingCall: a graceful Stop under a pending call ends that
+// call with ErrPluginShutdown too.
+func TestStopUnderPendingCall(t *testing.T) {
+	t.Setenv(helperEnv, "blocking")
+	p := launch(t, helperBin, sdk.LaunchOptions{CallTimeout: longCallTimeout})
+	pending := make(chan error, 1)
+	go func() {
+		_, err := p.Poll(context.Background(), []sdk.HandleID{1})
+		pending <- err
+	}()
+	require.Eventually(t, func() bool {
+		r, err := p.Resources(context.Background())
+		require.NoError(t, err)
+		return r.InFlight == 1
+	}, waitFor, tick, "the Poll never reached the plugin")
+
+	p.Stop()
+	select {
+	case err := <-pending:
+		assert.ErrorIs(t, err, sdk.ErrPluginShutdown)
+	case <-time.After(waitFor):
+		t.Fatal("the pending Poll did not return after its plugin was stopped")
+	}
+	requireExited(t, p)
+	requireAllShutdown(t, p)
+}

@@ -28,6 +28,9 @@ const (
 	// killWait bounds how long Kill waits for the process to be reaped
 	// after SIGKILL.
 	killWait = 10 * time.Second
+	// stopWait bounds a graceful Stop (go-plugin gives the process two
+	// seconds to exit once asked); past it, Stop kills the process.
+	stopWait = 5 * time.Second
 )
 
 // LaunchOptions tune Launch. The zero value is valid.
@@ -87,9 +90,11 @@ var (
 // Launch starts the transport binary at path and connects to it: gRPC only,
 // over a unix socket with mutual TLS, after a handshake that refuses a
 // plugin of another contract major version (with a *ContractVersionError
-// naming both). It then calls Describe once and keeps the answer
-// (Description). ctx bounds the launch; it does not bound the process's
-// life, which ends only by Kill, Stop or the process exiting.
+// naming both; so is one whose Describe reports another major). It calls
+// Describe once and keeps the answer (Description). ctx's deadline, when
+// sooner than StartTimeout, bounds the start, and ctx bounds that first
+// Describe; ctx does not bound the process's life, which ends only by Kill,
+// Stop or the process exiting.
 func Launch(ctx context.Context, path string, opts LaunchOptions) (*Plugin, error) {
 	if path == "" {
 		return nil, errors.New("launch transport: empty path; give the transport binary's path")
@@ -128,28 +133,36 @@ func Launch(ctx context.Context, path string, opts LaunchOptions) (*Plugin, erro
 		GRPCDialOptions: []grpc.DialOption{grpc.WithDefaultCallOptions(
 			grpc.MaxCallRecvMsgSize(maxMessageBytes), grpc.MaxCallSendMsgSize(maxMessageBytes))},
 	})
-	if _, err := client.Start(); err != nil {
+	// abort ends a process that will not be used: at once, since it never
+	// served the host (go-plugin's Kill would first ask it to shut down).
+	abort := func() {
+		if cmd.Process != nil {
+			_ = cmd.Process.Kill()
+		}
 		client.Kill()
+	}
+	if _, err := client.Start(); err != nil {
+		abort()
 		return nil, launchError(path, err)
 	}
 	binding.name = fmt.Sprintf("transport at %s (pid %d)", path, cmd.Process.Pid)
 	rpc, err := client.Client()
 	if err != nil {
-		client.Kill()
+		abort()
 		return nil, fmt.Errorf("launch %s: connect: %w", binding.name, err)
 	}
 	raw, err := rpc.Dispense(pluginName)
 	if err != nil {
-		client.Kill()
+		abort()
 		return nil, fmt.Errorf("launch %s: %w", binding.name, err)
 	}
 	p := &Plugin{grpcClient: raw.(*grpcClient), client: client, cmd: cmd, proc: cmd.Process}
 	if p.desc, err = p.grpcClient.Describe(ctx); err != nil {
-		client.Kill()
+		abort()
 		return nil, fmt.Errorf("launch %s: %w", binding.name, err)
 	}
 	if p.desc.ContractMajor != ContractMajor {
-		client.Kill()
+		abort()
 		return nil, &ContractVersionError{Path: path, Plugin: uint64(p.desc.ContractMajor), Host: ContractMajor}
 	}
 	return p, nil
@@ -236,10 +249,23 @@ func (p *Plugin) Kill() error {
 }
 
 // Stop ends the plugin gracefully: it asks the process to shut down, waits
-// up to two seconds for it to exit and kills it if it has not, then frees
-// what the connection held. Stop does not call the contract's Close; the
-// host does that first when it means to end the agent cleanly. Safe to call
-// more than once, and after Kill.
+// a few seconds (stopWait at most) for it to exit and kills it if it has
+// not, then frees what the connection held. Pending calls return
+// ErrPluginShutdown once the process is gone. Stop does not call the
+// contract's Close; the host does that first when it means to end the agent
+// cleanly. Safe to call more than once, and after Kill.
 func (p *Plugin) Stop() {
-	p.client.Kill()
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		p.client.Kill()
+	}()
+	select {
+	case <-stopped:
+	case <-time.After(stopWait):
+		// The process does not answer the shutdown request: fence it. Its
+		// exit ends the request, and go-plugin's cleanup with it.
+		_ = p.proc.Kill()
+		<-stopped
+	}
 }

@@ -39,6 +39,17 @@ func TestLaunchRefusesAnotherContractMajor(t *testing.T) {
 	assert.Contains(t, err.Error(), "transport at "+fakeV2Bin+" speaks contract v2; this host speaks v1")
 }
 
+// TestLaunchRefusesAnotherMajorInDescribe: a plugin whose handshake says v1
+// but whose Describe says otherwise is refused too.
+func TestLaunchRefusesAnotherMajorInDescribe(t *testing.T) {
+	t.Setenv(helperEnv, "blocking")
+	t.Setenv(describeMajorEnv, "2")
+	_, err := sdk.Launch(context.Background(), helperBin, sdk.LaunchOptions{Logger: hclog.NewNullLogger()})
+	var verr *sdk.ContractVersionError
+	require.ErrorAs(t, err, &verr)
+	assert.Equal(t, &sdk.ContractVersionError{Path: helperBin, Plugin: 2, Host: sdk.ContractMajor}, verr)
+}
+
 func TestLaunchChecksum(t *testing.T) {
 	bin, err := os.ReadFile(fakeBin)
 	require.NoError(t, err)

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -34,7 +35,10 @@ const (
 	// claimEventsEnv, set to "1", makes blockingTransport claim events in
 	// Describe (which it does not implement).
 	claimEventsEnv = "CUSTODY_SDK_TEST_CLAIM_EVENTS"
-	fakeMain       = "github.com/custody-dev/custody/plugins/fake/cmd/custody-transport-fake"
+	// describeMajorEnv, when set, is the contract major version
+	// blockingTransport's Describe reports (its handshake stays v1).
+	describeMajorEnv = "CUSTODY_SDK_TEST_DESCRIBE_MAJOR"
+	fakeMain         = "github.com/custody-dev/custody/plugins/fake/cmd/custody-transport-fake"
 )
 
 func TestMain(m *testing.M) {
@@ -97,7 +101,8 @@ func launch(tb testing.TB, path string, opts sdk.LaunchOptions) *sdk.Plugin {
 // that a test can kill the process under a pending call. Resources counts
 // the Polls blocked now as InFlight, so the test knows when one is pending.
 // It is not an EventSource; it claims to be one in Describe when
-// claimEventsEnv is "1".
+// claimEventsEnv is "1". Its Describe reports the contract major version in
+// describeMajorEnv when that is set.
 type blockingTransport struct {
 	sdk.Transport
 	blocked atomic.Uint64
@@ -107,6 +112,9 @@ func (b *blockingTransport) Describe(ctx context.Context) (sdk.Description, erro
 	d, err := b.Transport.Describe(ctx)
 	d.Name = "blocking"
 	d.Capabilities.Events = os.Getenv(claimEventsEnv) == "1"
+	if v, perr := strconv.ParseUint(os.Getenv(describeMajorEnv), 10, 32); perr == nil {
+		d.ContractMajor = uint32(v)
+	}
 	return d, err
 }
 

@@ -15,7 +15,8 @@ import (
 //
 // It speaks gRPC only, announces contract major version ContractMajor in
 // the handshake, and logs as JSON to stderr, which the host's logger
-// re-emits. It returns when the host shuts the plugin down. Started by hand,
+// re-emits; CUSTODY_TRANSPORT_LOG_LEVEL (trace, debug, info, warn, error;
+// default info) sets the plugin's level. It returns when the host shuts the plugin down. Started by hand,
 // without the host, it says it is a plugin and exits with status 1.
 func Serve(impl Transport) {
 	logger := hclog.New(&hclog.LoggerOptions{
