@@ -28,16 +28,18 @@ type agent struct {
 	sends   map[uint64]*notifSend // notification sends UCX still runs
 	closing []*closeReq           // endpoint closes UCX still runs
 
-	inflight int // ops UCX still runs (posts and sends)
+	inflight int // handle ops UCX still runs (sends are in a.sends)
 	events   []sdk.Event
 	inbox    []sdk.Notification
 
+	unflushed map[*peer][]*cOp // WRITE ops of the current Post call, per peer
 	scratch   postScratch
 	segs      []segment
 	doneOps   []*cOp
 	failSeen  uint64
 	lastWatch time.Time
-	exit      func(code int) // ends the process when a dead peer leaves requests UCX can never finish
+	exit      func(code int) // ends the process when a watched peer dies
+	stop      bool           // set by Close: the loop ends after this command
 }
 
 // newID returns the next id; ids are never reused within a process since
@@ -49,9 +51,10 @@ func (a *agent) newID() uint64 {
 
 // Bounds of the loop's waiting.
 const (
-	// spinIdle is how many empty progress rounds the loop spins before it
-	// sleeps: incoming transfers over tcp need this side's progress too.
-	spinIdle = 2000
+	// spinIdle is how long the loop keeps spinning after the last sign of
+	// activity before it sleeps: incoming transfers over tcp need this
+	// side's progress too, and the next batch usually comes soon.
+	spinIdle = 5 * time.Millisecond
 	// idleWait is the longest the loop sleeps between progress rounds
 	// when nothing is in flight.
 	idleWait = 500 * time.Microsecond
@@ -61,7 +64,7 @@ const (
 )
 
 // loop runs the agent: it creates the UCP context and worker, then
-// alternates between commands and progress until quit is closed. It never
+// alternates between commands and progress until Close stops it. It never
 // blocks in UCX: each progress call returns at once.
 func (t *Transport) loop(cfg config, name string, opened chan<- error) {
 	runtime.LockOSThread()
@@ -82,50 +85,62 @@ func (t *Transport) loop(cfg config, name string, opened chan<- error) {
 	}
 	a := &agent{
 		name: name, cfg: cfg, nw: nw, self: self,
-		nextID:  t.idBase,
-		regions: map[sdk.RegionID]*region{},
-		peers:   map[sdk.PeerID]*peer{},
-		dlists:  map[sdk.DlistID]*dlist{},
-		handles: map[sdk.HandleID]*handle{},
-		sends:   map[uint64]*notifSend{},
-		exit:    t.exit,
+		nextID:    t.idBase,
+		regions:   map[sdk.RegionID]*region{},
+		peers:     map[sdk.PeerID]*peer{},
+		dlists:    map[sdk.DlistID]*dlist{},
+		handles:   map[sdk.HandleID]*handle{},
+		sends:     map[uint64]*notifSend{},
+		unflushed: map[*peer][]*cOp{},
+		exit:      t.exit,
 	}
 	opened <- nil
 
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
-	idle := 0
-	for {
+	active := time.Now()
+	for spins := 0; ; spins++ {
 		select {
 		case cmd := <-t.cmds:
 			cmd(a)
-			idle = 0
+			if a.stop {
+				a.shutdown()
+				return
+			}
+			active = time.Time{}
 			continue
-		case <-t.quit:
-			a.shutdown()
-			return
 		default:
 		}
 		n := a.nw.progress()
-		if a.reap() || n > 0 {
-			idle = 0
+		if a.reap() || n > 0 || a.inflight > 0 || len(a.sends) > 0 || len(a.closing) > 0 {
+			active = time.Time{}
 		}
+		if spins%64 != 0 {
+			continue // read the clock only now and then
+		}
+		// Spinning never blocks, so let the goroutines that serve calls
+		// (and, in-process, other agents) have the processor now and then.
+		runtime.Gosched()
+		now := time.Now()
 		if a.cfg.watchPeers {
-			a.watch()
+			a.watch(now)
 		}
-		if a.inflight > 0 || len(a.closing) > 0 || idle < spinIdle {
-			idle++
+		if active.IsZero() {
+			active = now
+		}
+		if now.Sub(active) < spinIdle {
 			continue
 		}
 		timer.Reset(idleWait)
 		select {
 		case cmd := <-t.cmds:
 			cmd(a)
-			idle = 0
+			if a.stop {
+				a.shutdown()
+				return
+			}
+			active = time.Time{}
 		case <-timer.C:
-		case <-t.quit:
-			a.shutdown()
-			return
 		}
 	}
 }
@@ -166,9 +181,9 @@ func (a *agent) reap() bool {
 
 // opDone routes a finished op to its handle or notification send.
 func (a *agent) opDone(op *cOp) {
-	a.inflight--
 	id := opID(op)
 	if h, ok := a.handles[sdk.HandleID(id)]; ok && h.op == op {
+		a.inflight--
 		h.opDone(a)
 		return
 	}
@@ -185,8 +200,7 @@ func (a *agent) opDone(op *cOp) {
 
 // watch checks, every watchEvery, that the processes of watched peers
 // still live (UCX reports nothing in UCP_ERR_HANDLING_MODE_NONE).
-func (a *agent) watch() {
-	now := time.Now()
+func (a *agent) watch(now time.Time) {
 	if now.Sub(a.lastWatch) < watchEvery || len(a.peers) == 0 {
 		return
 	}
@@ -218,19 +232,21 @@ const exitPeerLost = 4
 // held counts what the agent still holds, as Resources reports it.
 func (a *agent) held() sdk.Resources {
 	return sdk.Resources{
-		Regions:  uint64(len(a.regions)),
-		Peers:    uint64(len(a.peers) + len(a.closing)),
-		Dlists:   uint64(len(a.dlists)),
-		Handles:  uint64(len(a.handles)),
+		Regions: uint64(len(a.regions)),
+		Peers:   uint64(len(a.peers) + len(a.closing)),
+		Dlists:  uint64(len(a.dlists)),
+		Handles: uint64(len(a.handles)),
+		// Notification sends are not counted: they hold no handle, dlist or
+		// region, finish on their own, and Close waits for them.
 		InFlight: uint64(a.inflight),
 	}
 }
 
-// awaitCloses progresses the worker until every endpoint close finished,
-// for at most closeWait or until ctx ends.
+// awaitCloses progresses the worker until every endpoint close and
+// notification send finished, for at most closeWait or until ctx ends.
 func (a *agent) awaitCloses(ctx context.Context) {
 	deadline := time.Now().Add(closeWait)
-	for len(a.closing) > 0 && time.Now().Before(deadline) && ctx.Err() == nil {
+	for len(a.closing)+len(a.sends) > 0 && time.Now().Before(deadline) && ctx.Err() == nil {
 		a.nw.progress()
 		a.reap()
 	}

@@ -7,7 +7,8 @@ import (
 )
 
 // handle is one posted transfer: one UCX op covering all its descriptors
-// (a put or get per descriptor, then for a WRITE an endpoint flush), and,
+// (a put or get per descriptor, and for a WRITE the endpoint flush issued
+// after the puts of its Post call), and,
 // when it carries a notification, the active message sent after it.
 type handle struct {
 	id     sdk.HandleID
@@ -32,6 +33,7 @@ func (t *Transport) Post(ctx context.Context, posts []sdk.PostSpec) ([]sdk.PostR
 		for i := range posts {
 			out[i].ID, out[i].Err = a.post(&posts[i])
 		}
+		a.flushWrites()
 	})
 	if err != nil {
 		return nil, err
@@ -89,7 +91,21 @@ func (a *agent) post(s *sdk.PostSpec) (sdk.HandleID, error) {
 	a.inflight++
 	p.inflight++
 	a.nw.post(&a.scratch, p.cp, h.op, s.Op == sdk.OpWrite, segs)
+	if s.Op == sdk.OpWrite {
+		a.unflushed[p] = append(a.unflushed[p], h.op)
+	}
 	return h.id, nil
+}
+
+// flushWrites issues, per peer, one endpoint flush after the WRITEs of
+// this Post call: it covers every put before it, so each WRITE turns DONE
+// only once its bytes are at the destination, at the cost of one flush per
+// call and peer rather than per transfer. Post calls it before returning.
+func (a *agent) flushWrites() {
+	for p, ops := range a.unflushed {
+		a.nw.flushOps(p.cp, ops)
+		delete(a.unflushed, p)
+	}
 }
 
 // opDone advances h once every request of its op completed: to the

@@ -82,7 +82,12 @@ func openNative(keys, vals []string, errPeer bool) (*nativeWorker, error) {
 		if bad >= 0 {
 			return nil, sdk.Errorf(sdk.CodeInvalidArgument, "UCX rejected setting UCX_%s=%q: %s; check the parameter", keys[bad], vals[bad], st)
 		}
-		return nil, sdk.Errorf(sdk.CodeBackend, "creating the UCP context and worker: %s; check the tls parameter names transports this host has (ucx_info -d)", st)
+		code := sdk.CodeBackend
+		switch C.ucs_status_t(st) {
+		case C.UCS_ERR_NO_DEVICE, C.UCS_ERR_NO_ELEM, C.UCS_ERR_INVALID_PARAM, C.UCS_ERR_UNSUPPORTED:
+			code = sdk.CodeInvalidArgument // the settings select nothing usable
+		}
+		return nil, sdk.Errorf(code, "ucx: creating the UCP context and worker: %s; check that tls names transports this host has (ucx_info -d)", st)
 	}
 	done := (**C.cu_op)(C.malloc(C.size_t(doneBatch) * C.size_t(unsafe.Sizeof(uintptr(0)))))
 	return &nativeWorker{cw: cw, done: done}, nil
@@ -256,6 +261,13 @@ func (w *nativeWorker) post(s *postScratch, p *C.cu_peer, op *C.cu_op, write boo
 		wr = 1
 	}
 	C.cu_post(w.cw, p, op, wr, C.int(len(segs)), s.laddr, s.raddr, s.size, s.rkey, s.memh)
+}
+
+// flushOps issues one endpoint flush on p covering the write ops posted on
+// it before; each op finishes once the flush completed.
+func (w *nativeWorker) flushOps(p *C.cu_peer, ops []*C.cu_op) {
+	// ops holds C pointers only, so passing it is allowed.
+	C.cu_flush_ops(w.cw, p, &ops[0], C.int(len(ops)))
 }
 
 // sendMsg sends one notification as an active message.

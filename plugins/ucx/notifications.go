@@ -49,7 +49,6 @@ func (a *agent) sendNotification(m sdk.OutboundNotification) error {
 	op := newOp(id)
 	a.sends[id] = &notifSend{peer: p}
 	p.sends++
-	a.inflight++
 	a.nw.sendMsg(p.cp, op, a.name, m.Message)
 	return nil
 }

@@ -37,7 +37,8 @@ var shmTransports = map[string]bool{"posix": true, "sysv": true, "cma": true, "s
 // parseParams reads Open's parameters:
 //
 //	tls=LIST      UCX_TLS for this agent (default: $UCX_TLS, else tcp)
-//	UCX_NAME=V    any other UCX setting, passed to UCX unchanged
+//	UCX_NAME=V    any other UCX setting, passed to UCX unchanged (UCX
+//	              refuses bad values at Open; it ignores unknown names)
 //
 // An unknown key is INVALID_ARGUMENT.
 func parseParams(p map[string]string) (config, error) {

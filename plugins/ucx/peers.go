@@ -122,6 +122,10 @@ func (t *Transport) UnloadPeers(ctx context.Context, ids []sdk.PeerID) ([]error,
 				a.dropPeer(p)
 			}
 		}
+		// A graceful close needs a round trip to the peer: wait for it
+		// (bounded), so that an unloaded peer holds nothing when this
+		// returns. One still closing after that stays counted in Peers.
+		a.awaitCloses(ctx)
 	})
 	if err != nil {
 		return nil, err

@@ -1,10 +1,13 @@
 package ucx
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 )
 
 // procID names a process across pid reuse: its pid and its start time in
@@ -30,7 +33,9 @@ func selfProc() (procID, error) {
 func (p procID) alive() bool {
 	start, state, err := procStat(int(p.Pid))
 	if err != nil {
-		return false
+		// Only a missing process is dead; any other failure to read
+		// /proc (a transient error) must not end this one.
+		return !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ESRCH)
 	}
 	return start == p.Start && state != 'Z' && state != 'X'
 }

@@ -335,13 +335,64 @@ void cu_post(cu_worker *w, cu_peer *p, cu_op *op, int write, int n,
             break;
         }
     }
-    if (write && op->status == UCS_OK) {
-        /* A completed put only frees the source; the flush completes once
-         * every put before it is in place at the destination. */
-        rp.op_attr_mask &= ~UCP_OP_ATTR_FIELD_MEMH;
-        cu_track(op, ucp_ep_flush_nbx(p->ep, &rp));
+    if (write) {
+        return; /* the extra reference stays until cu_flush_ops */
     }
     cu_op_settle(w, op);
+}
+
+typedef struct {
+    cu_worker *w;
+    int        n;
+    cu_op     *ops[];
+} cu_flush_group;
+
+static void cu_flush_settle(cu_flush_group *g, ucs_status_t st)
+{
+    int i;
+    for (i = 0; i < g->n; i++) {
+        cu_op_note(g->ops[i], st);
+        cu_op_settle(g->w, g->ops[i]);
+    }
+    free(g);
+}
+
+static void cu_flush_cb(void *req, ucs_status_t st, void *user_data)
+{
+    ucp_request_free(req);
+    cu_flush_settle(user_data, st);
+}
+
+void cu_flush_ops(cu_worker *w, cu_peer *p, cu_op **ops, int n)
+{
+    ucp_request_param_t rp;
+    ucs_status_ptr_t r;
+    cu_flush_group *g;
+
+    g = malloc(sizeof(*g) + (size_t)n * sizeof(cu_op *));
+    if (g == NULL) {
+        /* Cannot track the flush: fail the ops rather than report DONE
+         * early. Their puts complete on their own. */
+        int i;
+        for (i = 0; i < n; i++) {
+            cu_op_note(ops[i], UCS_ERR_NO_MEMORY);
+            cu_op_settle(w, ops[i]);
+        }
+        return;
+    }
+    g->w = w;
+    g->n = n;
+    memcpy(g->ops, ops, (size_t)n * sizeof(cu_op *));
+    memset(&rp, 0, sizeof(rp));
+    rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    rp.cb.send = cu_flush_cb;
+    rp.user_data = g;
+    r = ucp_ep_flush_nbx(p->ep, &rp);
+    if (r == NULL) {
+        cu_flush_settle(g, UCS_OK);
+    } else if (UCS_PTR_IS_ERR(r)) {
+        cu_flush_settle(g, UCS_PTR_STATUS(r));
+    }
 }
 
 void cu_send_msg(cu_worker *w, cu_peer *p, cu_op *op, const void *from,

@@ -75,12 +75,19 @@ ucs_status_t cu_request_done(void *req);
 void cu_peer_free(cu_peer *p);
 
 cu_op *cu_op_new(uint64_t id);
-/* cu_post issues n puts (write != 0) or gets, then for writes an endpoint
- * flush, all counted in op->pending. It stops at the first immediate error.
- * The op joins the done list when its last request completes. */
+/* cu_post issues n puts (write != 0) or gets, all counted in op->pending.
+ * It stops at the first immediate error. A read op joins the done list
+ * when its last request completes. A write op keeps one extra reference,
+ * which cu_flush_ops drops once an endpoint flush issued after it
+ * completed: a completed put only frees the source, the flush means the
+ * bytes are at the destination. */
 void cu_post(cu_worker *w, cu_peer *p, cu_op *op, int write, int n,
              uint64_t *laddr, uint64_t *raddr, size_t *len, ucp_rkey_h *rkey,
              ucp_mem_h *memh);
+/* cu_flush_ops issues one endpoint flush on p covering the n write ops
+ * posted on it before, and drops each op's extra reference when it
+ * completes (at once when the flush completes immediately or fails). */
+void cu_flush_ops(cu_worker *w, cu_peer *p, cu_op **ops, int n);
 /* cu_send_msg sends one notification (header from, payload msg) as an
  * active message, copying both first. */
 void cu_send_msg(cu_worker *w, cu_peer *p, cu_op *op, const void *from,

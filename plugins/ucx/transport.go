@@ -20,9 +20,10 @@ const (
 	maxNotificationBytes  = 4096
 	maxMetadataBytes      = 1 << 20
 	// peerLossBoundMillis bounds how long a dead peer takes to show: tcp
-	// sees the reset connection at once (UCX's keepalive covers a host
-	// that vanishes silently); a watched shared-memory peer is checked
-	// every watchEvery.
+	// sees a killed peer's reset connection at once, and UCX's keepalive
+	// (10 s idle, then 2 s probes) an idle host that vanished; a watched
+	// shared-memory peer is checked every watchEvery. See the package
+	// documentation for what it does not cover.
 	peerLossBoundMillis = 30000
 )
 
@@ -47,7 +48,6 @@ type Transport struct {
 	cfg    config
 	name   string
 	cmds   chan func(*agent)
-	quit   chan struct{}
 	exited chan struct{}
 }
 
@@ -140,7 +140,6 @@ func (t *Transport) Open(ctx context.Context, req sdk.OpenRequest) error {
 	if t.state != stateNew {
 		return sdk.Errorf(sdk.CodeInvalidArgument, "ucx: Open: agent %q was opened before; an agent opens once, make a new one", t.name)
 	}
-	t.quit = make(chan struct{})
 	t.exited = make(chan struct{})
 	t.idBase = processIDs.reserve()
 	opened := make(chan error, 1)
@@ -154,13 +153,25 @@ func (t *Transport) Open(ctx context.Context, req sdk.OpenRequest) error {
 }
 
 // Close ends the agent. It is refused with BUSY while anything is held.
+// The check and the end happen in one command on the worker, so nothing
+// can be acquired in between; calls queued behind it answer that the
+// agent is closed, without effect.
 func (t *Transport) Close(ctx context.Context) error {
 	var busy error
 	err := t.do(ctx, "Close", func(a *agent) {
 		a.awaitCloses(ctx)
 		if r := a.held(); !r.Zero() {
 			busy = sdk.Errorf(sdk.CodeBusy, "ucx: Close of agent %q: still held: %d regions, %d peers, %d dlists, %d handles, %d in flight; release them first", a.name, r.Regions, r.Peers, r.Dlists, r.Handles, r.InFlight)
+			return
 		}
+		if len(a.sends) > 0 {
+			busy = sdk.Errorf(sdk.CodeBusy, "ucx: Close of agent %q: %d notification sends still running; retry", a.name, len(a.sends))
+			return
+		}
+		t.mu.Lock()
+		t.state = stateClosed
+		t.mu.Unlock()
+		a.stop = true
 	})
 	if err != nil {
 		return err
@@ -168,14 +179,6 @@ func (t *Transport) Close(ctx context.Context) error {
 	if busy != nil {
 		return busy
 	}
-	t.mu.Lock()
-	if t.state != stateOpen {
-		t.mu.Unlock()
-		return sdk.Errorf(sdk.CodeInvalidArgument, "ucx: Close: agent %q is already closed", t.name)
-	}
-	t.state = stateClosed
-	close(t.quit)
-	t.mu.Unlock()
 	<-t.exited
 	return nil
 }
@@ -210,6 +213,13 @@ func (t *Transport) do(ctx context.Context, call string, fn func(*agent)) error 
 	select {
 	case <-done:
 		return nil
+	case <-exited:
+		select {
+		case <-done:
+			return nil
+		default:
+			return sdk.Errorf(sdk.CodeInvalidArgument, "ucx: %s: agent %q was closed before the call ran; nothing changed", call, name)
+		}
 	case <-ctx.Done():
 		return sdk.Errorf(sdk.CodeTimeout, "ucx: %s: deadline passed while the agent ran the call; whether it took effect is unknown, check with Poll or Resources", call)
 	}

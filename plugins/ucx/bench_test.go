@@ -1,0 +1,48 @@
+package ucx_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/custody-dev/custody/sdk"
+)
+
+// BenchmarkTransfer measures in-process WRITE and READ bandwidth between
+// two agents (two UCP workers, each on its own thread): batches of depth
+// posts of one descriptor each, polled until all are DONE.
+func BenchmarkTransfer(b *testing.B) {
+	const region = 64 << 20
+	for _, tls := range tlsSettings {
+		b.Run(tls, func(b *testing.B) {
+			p := newPair(b, tls, region)
+			for _, size := range []int{4 << 10, 64 << 10, 1 << 20, 16 << 20} {
+				depth := min(64, region/size)
+				local, remote := p.dlists(b, depth, size)
+				for _, op := range []sdk.Op{sdk.OpWrite, sdk.OpRead} {
+					b.Run(fmt.Sprintf("%s/%d", op, size), func(b *testing.B) {
+						specs := make([]sdk.PostSpec, depth)
+						for i := range specs {
+							specs[i] = sdk.PostSpec{Op: op, Local: local, LocalIndices: []uint32{uint32(i)}, Remote: remote, RemoteIndices: []uint32{uint32(i)}}
+						}
+						b.SetBytes(int64(depth * size))
+						for b.Loop() {
+							res, err := p.a.Post(context.Background(), specs)
+							require.NoError(b, err)
+							ids := make([]sdk.HandleID, len(res))
+							for i, r := range res {
+								require.NoError(b, r.Err)
+								ids[i] = r.ID
+							}
+							for _, st := range settle(b, p.a, ids) {
+								require.Equal(b, sdk.StateDone, st.State)
+							}
+						}
+					})
+				}
+			}
+		})
+	}
+}

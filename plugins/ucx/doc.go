@@ -1,0 +1,99 @@
+// Package ucx is custody's UCX transport: real bytes between agents over
+// TCP or shared memory, through UCP (UCX 1.13, Debian libucx-dev) over
+// cgo. It implements sdk.Transport and sdk.EventSource in-process (New)
+// and as the plugin binary custody-transport-ucx.
+//
+// # Model
+//
+// One agent holds one UCP context and one worker (UCS_THREAD_MODE_SINGLE),
+// driven by one goroutine locked to its OS thread. Every UCX call happens
+// there; transport calls queue a command and wait for its answer, bounded
+// by their context, and never progress the worker themselves. The loop
+// spins while anything is in flight and otherwise sleeps at most 500 µs
+// between progress rounds (incoming TCP RMA needs this side's progress).
+//
+// Regions are files mapped MAP_SHARED and registered with ucp_mem_map over
+// the mapping. LocalMetadata carries, versioned and checksummed (at most
+// 1 MiB), the agent name, its pid and start time, the worker address and
+// each region's id, address, length and packed rkey; anything else is
+// INVALID_ARGUMENT and loads nothing. One endpoint per loaded peer. A post
+// is one handle: a ucp_put_nbx or ucp_get_nbx per descriptor pair, and for
+// WRITEs an endpoint flush (ucp_ep_flush_nbx) issued after the puts of the
+// Post call (one per call and peer, covering every put before it), since
+// a completed put only frees the source: a handle is DONE only when every
+// request it depends on completed, so a WRITE is DONE when its bytes are
+// at the destination. A post's notification is sent (active message, eager) only
+// after that, and the handle turns DONE once the send completed.
+// Notifications are active messages, delivered exactly once, in order per
+// sender. A request is freed only in its completion callback, never while
+// its operation may run.
+//
+// Release of a running handle, DeregisterMemory of a region an unreleased
+// handle's dlist uses (ucp_mem_unmap of memory in flight crashes UCX),
+// UnloadPeers of a peer with dlists or transfers, and ReleaseDescriptors of
+// a dlist an unreleased handle uses are BUSY; Close with anything held is
+// BUSY. Resources counts regions, peers (endpoints still closing
+// included), dlists, handles and UCX operations in flight.
+//
+// # Cancel
+//
+// UCX cannot cancel a put or a get: ucp_request_cancel acts on tag
+// receives only. Cancel is accepted and changes nothing (CancelNone). A
+// forced endpoint close (UCP_EP_CLOSE_FLAG_FORCE) would end the local
+// requests with UCS_ERR_CANCELED, but it is not offered: it needs peer
+// error mode, which the shared-memory configuration cannot use, and over
+// tcp a WRITE's data already sent may still be applied by the peer after
+// the local close, so CANCELED could not promise that no byte moves any
+// more. A host that must stop transfers fences the process instead.
+//
+// # Peer failure, per configuration
+//
+// tls=tcp (the default without $UCX_TLS): endpoints use
+// UCP_ERR_HANDLING_MODE_PEER. A killed peer's connection resets; UCX calls
+// the endpoint's error handler and completes every outstanding request
+// with an error, so each handle to it ends FAILED with REMOTE_DISCONNECT,
+// in milliseconds here (PeerLossReported, bound 30 s). The bound also
+// covers a peer host that vanishes while the connection is idle (UCX's
+// TCP keepalive: 10 s, then 2 s probes, kernel count); one that vanishes
+// with data unacknowledged is found only by the kernel's retransmission
+// timeout, which UCX 1.13 does not bound: there the host's hold cap and
+// fence apply. The surviving agent lives on; once the
+// host releases the handles and unloads the peer, its counters return to
+// zero.
+//
+// tls=posix,sysv,cma (or any list naming a shared-memory transport): UCX
+// 1.13 cannot build an endpoint in peer mode over these (ucp_ep_create:
+// "sysv/memory - no peer failure handler, posix/memory - no peer failure
+// handler, cma/memory - no am bcopy", UCS_ERR_UNREACHABLE), and adding tcp
+// makes UCX carry the RMA over tcp instead of cma. So endpoints use
+// UCP_ERR_HANDLING_MODE_NONE; active messages go over sysv/posix and RMA
+// over cma. Measured with kill -9 of the peer mid-transfer: UCX reports
+// nothing, puts, gets and flushes to it never complete, and a forced close
+// is refused (UCS_ERR_INVALID_PARAM), so those requests can never be
+// finished or safely freed. The agent therefore watches each loaded peer's
+// process itself (pid and start time from its metadata, /proc, every
+// 20 ms) and, when one dies while loaded, exits the process (status 4)
+// with a message on stderr: the host treats that as a fence
+// (PeerLossProcessExits). Never a hang, never a silent success. Peers
+// must share the host in this mode, as these transports require anyway.
+//
+// Describe before Open reports the configuration Open without a tls
+// parameter would get, which is $UCX_TLS when set: run a shared-memory
+// agent with UCX_TLS set in its environment so that the host's Describe
+// agrees. FenceScope is initiated only: a peer using posix or sysv maps
+// memory directly.
+//
+// # Parameters
+//
+//	tls=LIST      UCX_TLS of this agent, e.g. tcp or posix,sysv,cma; a
+//	              list that selects no usable transport fails Open with
+//	              INVALID_ARGUMENT
+//	UCX_NAME=V    any other UCX setting, passed to ucp_config_modify
+//	              unchanged (e.g. UCX_TCP_KEEPIDLE=5s); a value UCX refuses
+//	              fails Open with INVALID_ARGUMENT. UCX 1.13 accepts names
+//	              it does not know (they may belong to a transport), so a
+//	              misspelt name is silently ignored.
+//
+// Any other key fails Open with INVALID_ARGUMENT. UCX also reads UCX_*
+// from the process environment; parameters override it.
+package ucx
