@@ -20,6 +20,7 @@ build: deps
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/custody ./cmd/host
 	$(GO) build -o $(BIN)/custody-transport-fake ./plugins/fake/cmd/custody-transport-fake
+	$(GO) build -o $(BIN)/custody-transport-ucx ./plugins/ucx/cmd/custody-transport-ucx
 
 test: build
 	$(GO) vet ./...
