@@ -36,7 +36,7 @@ type Core struct {
 	sends map[RequestID]*request // sends awaiting consumer notifications
 	early map[RequestID]int      // consumer notifications that came before their send
 
-	live     map[Ref]*xfer
+	live     map[sdk.HandleID]*xfer // every handle of the attached epoch not yet released
 	releaseQ []*xfer
 	holdQ    []holdEntry
 	holdHead int
@@ -71,7 +71,7 @@ func New(cfg Config) (*Core, error) {
 		reqs:      map[RequestID]*request{},
 		sends:     map[RequestID]*request{},
 		early:     map[RequestID]int{},
-		live:      map[Ref]*xfer{},
+		live:      map[sdk.HandleID]*xfer{},
 		leaked:    map[Ref]*xfer{},
 		fenceWant: map[Epoch]bool{},
 	}, nil
@@ -167,7 +167,8 @@ type Stats struct {
 	Quarantined int
 }
 
-// Stats counts what the Core holds now.
+// Stats counts what the Core holds now. It walks every live handle and
+// block, so call it for metrics or tests, not every round.
 func (c *Core) Stats() Stats {
 	s := Stats{Requests: len(c.reqs), Live: len(c.live), Peers: len(c.peers), RetiredPeers: len(c.retired), Leaked: len(c.leaked)}
 	for _, w := range c.waiting {

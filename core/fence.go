@@ -41,8 +41,8 @@ func (c *Core) applyFence(e Epoch) {
 	}
 	incoming := c.desc.FenceScope == sdk.FenceInitiatedAndIncoming
 	for _, r := range c.reqs {
-		if r.fenceWait == e {
-			r.fenceWait = 0
+		if r.flags&rFenceWait != 0 && r.peer != nil && r.peer.epoch == e {
+			r.flags &^= rFenceWait
 			c.markDirty(r)
 		}
 		if r.peer != nil && r.peer.epoch == e {
@@ -50,7 +50,7 @@ func (c *Core) applyFence(e Epoch) {
 		}
 		// A send's blocks were reachable only through this epoch's
 		// registration; with an incoming fence no consumer reads them now.
-		if r.kind == kindSend && incoming && c.pool(r.parts[0].Pool).epoch == e {
+		if r.kind == kindSend && incoming && c.pool(r.xs[0].pool).epoch == e {
 			r.flags |= rAbandoned
 			c.fail(r, reason)
 		}

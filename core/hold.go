@@ -62,15 +62,15 @@ func (c *Core) escalate(x *xfer) {
 	c.fail(r, reason)
 	switch c.cfg.Escalation {
 	case EscalateFence:
-		c.requestFence(x.ref.Epoch, Alert{Level: AlertError, Kind: "hold_cap_fence", Peer: x.peer.name, Request: r.id, Handle: x.ref, Err: reason})
+		c.requestFence(x.ref.Epoch, Alert{Level: AlertError, Kind: "hold_cap_fence", Peer: x.peerName(), Request: r.id, Handle: x.ref, Err: reason})
 	case EscalateQuarantine:
 		if !x.state.Terminal() {
 			c.pin(x, OwnerQuarantined)
 		}
-		c.alert(Alert{Level: AlertError, Kind: "transfer_force_released", Peer: x.peer.name, Request: r.id, Handle: x.ref, Err: fmt.Errorf("%w; its blocks are quarantined", reason)})
+		c.alert(Alert{Level: AlertError, Kind: "transfer_force_released", Peer: x.peerName(), Request: r.id, Handle: x.ref, Err: fmt.Errorf("%w; its blocks are quarantined", reason)})
 		c.gone(x, false)
 	case EscalateReleaseAndReuse:
-		c.alert(Alert{Level: AlertError, Kind: "transfer_force_released", Peer: x.peer.name, Request: r.id, Handle: x.ref, Err: fmt.Errorf("%w; its blocks are handed back for reuse (EscalateReleaseAndReuse)", reason)})
+		c.alert(Alert{Level: AlertError, Kind: "transfer_force_released", Peer: x.peerName(), Request: r.id, Handle: x.ref, Err: fmt.Errorf("%w; its blocks are handed back for reuse (EscalateReleaseAndReuse)", reason)})
 		c.gone(x, false)
 	}
 }

@@ -230,7 +230,7 @@ func (c *Core) retire(ctx context.Context, p *peer, reason error) {
 	c.retired = append(c.retired, p)
 	held := c.xBuf[:0]
 	for _, x := range c.live {
-		if x.peer == p {
+		if x.req.peer == p {
 			held = append(held, x)
 		}
 	}
@@ -253,7 +253,7 @@ func (c *Core) retire(ctx context.Context, p *peer, reason error) {
 			errs, err := c.tr.Cancel(ctx, running[lo:hi])
 			for k := lo; k < hi; k++ {
 				if e := itemErr(errs, k-lo, err); e != nil {
-					c.alert(Alert{Level: AlertWarn, Kind: "transfer_cancel_failed", Peer: p.name, Handle: Ref{c.epoch, running[k]}, Err: e})
+					c.alert(Alert{Level: AlertWarn, Kind: "transfer_cancel_failed", Peer: p.name, Handle: Ref{Epoch: c.epoch, Handle: running[k]}, Err: e})
 				}
 			}
 		})

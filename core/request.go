@@ -72,34 +72,49 @@ const (
 	rLeaseOver                   // the lease expired
 	rNotify                      // ReadSpec.NotifyProducer
 	rAbandoned                   // no consumer can read it any more: finish without the lease
+	rFenceWait                   // a call's outcome is unknown until its peer's epoch is fenced
 )
 
-// request is one engine request. Its blocks are its parts' Local blocks; it
-// holds them (OwnerTransfer or OwnerRetained) until its terminal report.
+// request is one engine request. Its blocks are its parts' local blocks; it
+// holds them (OwnerTransfer or OwnerRetained) until its terminal report. It
+// is kept small: core tracks one per request in flight.
 type request struct {
 	id        RequestID
-	kind      reqKind
-	flags     uint8
+	peer      *peer    // its session; nil while waiting for a handshake
+	xs        []xfer   // one per part
+	idx       []uint32 // every part's local indices, then its remote ones
+	failed    error
+	lease     int64 // sends: lease deadline (UnixNano)
 	pending   int32 // handles not yet released or forgotten
 	consumers int32
 	notified  int32
-	peerName  string
-	peer      *peer
-	parts     []Part
-	failed    error
-	fenceWait Epoch // nonzero: a call's outcome is unknown until this epoch is fenced
-	lease     int64
+	kind      reqKind
+	flags     uint8
 }
 
-// xfer is one tracked transfer handle. Its blocks are req.parts[part].Local.
+// xfer is one part of a request and, once posted, its transfer handle.
 type xfer struct {
-	ref      Ref
+	ref      Ref // Handle zero: not posted
 	req      *request
-	peer     *peer
-	deadline int64 // hold-cap deadline (UnixNano)
-	part     uint16
+	deadline int64  // hold-cap deadline (UnixNano)
+	off, n   uint32 // local indices req.idx[off:off+n], remote req.idx[off+n:off+2n]
+	pool     PoolID
+	rank     uint16
 	state    sdk.State
 	flags    uint8
+}
+
+func (x *xfer) local() []uint32  { return x.req.idx[x.off : x.off+x.n] }
+func (x *xfer) remote() []uint32 { return x.req.idx[x.off+x.n : x.off+2*x.n] }
+
+// peerName is the name of the peer x's request is bound to.
+func (x *xfer) peerName() string { return x.req.peerName() }
+
+func (r *request) peerName() string {
+	if r.peer == nil {
+		return ""
+	}
+	return r.peer.name
 }
 
 const (
@@ -124,7 +139,7 @@ func (c *Core) Read(ctx context.Context, now time.Time, spec ReadSpec) error {
 	if spec.NotifyProducer {
 		r.flags |= rNotify
 	}
-	c.admit(ctx, r)
+	c.admit(ctx, r, spec.Peer)
 	return nil
 }
 
@@ -143,7 +158,7 @@ func (c *Core) Write(ctx context.Context, now time.Time, spec WriteSpec) error {
 		return fmt.Errorf("core: write request %q: %w", spec.Request, err)
 	}
 	c.startSend(r, spec.Consumers, spec.Lease)
-	c.admit(ctx, r)
+	c.admit(ctx, r, spec.Peer)
 	return nil
 }
 
@@ -169,15 +184,13 @@ func (c *Core) ExpectSend(now time.Time, spec SendSpec) error {
 	if err := p.checkEngine(spec.Blocks); err != nil {
 		return fmt.Errorf("core: expect send %q: %w", spec.Request, err)
 	}
-	r := &request{id: spec.Request, kind: kindSend, peerName: spec.Peer, parts: []Part{{Pool: spec.Pool, Local: append([]uint32(nil), spec.Blocks...), Rank: -1}}}
-	p.setOwner(r.parts[0].Local, OwnerTransfer)
-	c.reqs[r.id] = r
-	if spec.Peer != "" {
-		r.peer = c.peers[spec.Peer]
-		if r.peer == nil {
-			c.fail(r, fmt.Errorf("peer %q is not connected", spec.Peer))
-		}
+	if spec.Peer != "" && c.peers[spec.Peer] == nil {
+		return fmt.Errorf("core: expect send %q: peer %q is not connected; connect it first or leave Peer empty", spec.Request, spec.Peer)
 	}
+	r := &request{id: spec.Request, kind: kindSend, peer: c.peers[spec.Peer], idx: append([]uint32(nil), spec.Blocks...)}
+	r.xs = []xfer{{req: r, n: uint32(len(spec.Blocks)), pool: spec.Pool}}
+	p.setOwner(r.idx, OwnerTransfer)
+	c.reqs[r.id] = r
 	c.startSend(r, spec.Consumers, spec.Lease)
 	return nil
 }
@@ -217,8 +230,8 @@ func (c *Core) newRequest(id RequestID, peerName string, parts []Part, kind reqK
 			return nil, fmt.Errorf("part %d: pool %d is not registered", i, pt.Pool)
 		case len(pt.Local) == 0 || len(pt.Local) != len(pt.Remote):
 			return nil, fmt.Errorf("part %d: %d local and %d remote blocks; both must be equal and positive", i, len(pt.Local), len(pt.Remote))
-		case pt.Rank < 0:
-			return nil, fmt.Errorf("part %d: rank %d is negative", i, pt.Rank)
+		case pt.Rank < 0 || pt.Rank >= 1<<16:
+			return nil, fmt.Errorf("part %d: rank %d is out of range [0, 65536)", i, pt.Rank)
 		}
 		pools[i], blocks[i] = p, pt.Local
 		total += 2 * len(pt.Local)
@@ -231,17 +244,11 @@ func (c *Core) newRequest(id RequestID, peerName string, parts []Part, kind reqK
 			return nil, err
 		}
 	}
-	// One backing array for every index slice: the request owns copies.
-	backing := make([]uint32, 0, total)
-	own := make([]Part, len(parts))
+	r := &request{id: id, kind: kind, idx: make([]uint32, 0, total), xs: make([]xfer, len(parts))}
 	for i, pt := range parts {
-		backing = append(backing, pt.Local...)
-		l := backing[len(backing)-len(pt.Local):]
-		backing = append(backing, pt.Remote...)
-		own[i] = Part{Pool: pt.Pool, Local: l, Rank: pt.Rank, Remote: backing[len(backing)-len(pt.Remote):]}
-	}
-	r := &request{id: id, kind: kind, peerName: peerName, parts: own}
-	for i, pt := range own {
+		r.xs[i] = xfer{req: r, off: uint32(len(r.idx)), n: uint32(len(pt.Local)), pool: pt.Pool, rank: uint16(pt.Rank)}
+		r.idx = append(r.idx, pt.Local...)
+		r.idx = append(r.idx, pt.Remote...)
 		pools[i].setOwner(pt.Local, OwnerTransfer)
 	}
 	c.reqs[id] = r
@@ -251,20 +258,27 @@ func (c *Core) newRequest(id RequestID, peerName string, parts []Part, kind reqK
 // checkRanks verifies parts against a connected peer's layout.
 func (c *Core) checkRanks(p *peer, parts []Part) error {
 	for i, pt := range parts {
-		if pt.Rank >= len(p.ranks) {
-			return fmt.Errorf("part %d: peer %q has %d ranks, so rank %d does not exist", i, p.name, len(p.ranks), pt.Rank)
+		if err := c.checkRank(p, i, pt.Pool, pt.Rank, pt.Remote); err != nil {
+			return err
 		}
-		rs := p.ranks[pt.Rank].spec
-		if rs.Blocks == 0 {
-			return fmt.Errorf("part %d: rank %d of peer %q is notification-only; it has no blocks", i, pt.Rank, p.name)
-		}
-		if lp := c.pool(pt.Pool); lp.spec.BlockSize != rs.BlockSize {
-			return fmt.Errorf("part %d: local block size %d differs from rank %d's %d", i, lp.spec.BlockSize, pt.Rank, rs.BlockSize)
-		}
-		for _, b := range pt.Remote {
-			if b >= rs.Blocks {
-				return fmt.Errorf("part %d: rank %d of peer %q has %d blocks, so remote block %d does not exist", i, pt.Rank, p.name, rs.Blocks, b)
-			}
+	}
+	return nil
+}
+
+func (c *Core) checkRank(p *peer, i int, pool PoolID, rank int, remote []uint32) error {
+	if rank >= len(p.ranks) {
+		return fmt.Errorf("part %d: peer %q has %d ranks, so rank %d does not exist", i, p.name, len(p.ranks), rank)
+	}
+	rs := p.ranks[rank].spec
+	if rs.Blocks == 0 {
+		return fmt.Errorf("part %d: rank %d of peer %q is notification-only; it has no blocks", i, rank, p.name)
+	}
+	if lp := c.pool(pool); lp.spec.BlockSize != rs.BlockSize {
+		return fmt.Errorf("part %d: local block size %d differs from rank %d's %d", i, lp.spec.BlockSize, rank, rs.BlockSize)
+	}
+	for _, b := range remote {
+		if b >= rs.Blocks {
+			return fmt.Errorf("part %d: rank %d of peer %q has %d blocks, so remote block %d does not exist", i, rank, p.name, rs.Blocks, b)
 		}
 	}
 	return nil
@@ -284,13 +298,13 @@ func (c *Core) startSend(r *request, consumers int, lease time.Duration) {
 
 // admit posts r now if its peer is connected, else queues it for the
 // handshake.
-func (c *Core) admit(ctx context.Context, r *request) {
-	if p := c.peers[r.peerName]; p != nil {
+func (c *Core) admit(ctx context.Context, r *request, peer string) {
+	if p := c.peers[peer]; p != nil {
 		c.bind(ctx, r, p)
 		return
 	}
 	r.flags |= rWaiting
-	c.waiting[r.peerName] = append(c.waiting[r.peerName], r)
+	c.waiting[peer] = append(c.waiting[peer], r)
 }
 
 // failWaiting fails every request waiting for peer's handshake with reason.
@@ -307,9 +321,12 @@ func (c *Core) failWaiting(name string, reason error) {
 func (c *Core) bind(ctx context.Context, r *request, p *peer) {
 	r.peer = p
 	c.markDirty(r)
-	if err := c.checkRanks(p, r.parts); err != nil {
-		c.fail(r, sdk.Errorf(sdk.CodeInvalidArgument, "request %q does not fit peer %q: %v", r.id, p.name, err))
-		return
+	for i := range r.xs {
+		x := &r.xs[i]
+		if err := c.checkRank(p, i, x.pool, int(x.rank), x.remote()); err != nil {
+			c.fail(r, sdk.Errorf(sdk.CodeInvalidArgument, "request %q does not fit peer %q: %v", r.id, p.name, err))
+			return
+		}
 	}
 	if c.tr == nil {
 		c.fail(r, ErrNotAttached)
@@ -319,9 +336,10 @@ func (c *Core) bind(ctx context.Context, r *request, p *peer) {
 	if r.kind == kindWrite {
 		op = sdk.OpWrite
 	}
-	posts := make([]sdk.PostSpec, len(r.parts))
-	for i, pt := range r.parts {
-		posts[i] = sdk.PostSpec{Op: op, Local: c.pool(pt.Pool).local, LocalIndices: pt.Local, Remote: p.ranks[pt.Rank].dlist, RemoteIndices: pt.Remote}
+	posts := make([]sdk.PostSpec, len(r.xs))
+	for i := range r.xs {
+		x := &r.xs[i]
+		posts[i] = sdk.PostSpec{Op: op, Local: c.pool(x.pool).local, LocalIndices: x.local(), Remote: p.ranks[x.rank].dlist, RemoteIndices: x.remote()}
 	}
 	each(len(posts), c.batch, func(lo, hi int) {
 		res, err := c.tr.Post(ctx, posts[lo:hi])
@@ -329,7 +347,7 @@ func (c *Core) bind(ctx context.Context, r *request, p *peer) {
 			if unknownOutcome(err) {
 				// Handles may exist that we cannot name: the blocks stay
 				// pinned until the epoch is fenced.
-				r.fenceWait = c.epoch
+				r.flags |= rFenceWait
 				c.requestFence(c.epoch, Alert{Level: AlertError, Kind: "post_outcome_unknown", Peer: p.name, Request: r.id, Err: err})
 				c.fail(r, fmt.Errorf("post request %q: %w: %w", r.id, ErrUnknownOutcome, err))
 				return
@@ -338,17 +356,21 @@ func (c *Core) bind(ctx context.Context, r *request, p *peer) {
 			return
 		}
 		for k := lo; k < hi; k++ {
-			if k-lo >= len(res) || res[k-lo].Err != nil {
-				e := itemErr(nil, 0, nil)
-				if k-lo < len(res) {
-					e = res[k-lo].Err
-				}
+			var e error
+			switch {
+			case k-lo >= len(res):
+				e = sdk.Errorf(sdk.CodeBackend, "transport returned %d results for %d posts", len(res), hi-lo)
+			case res[k-lo].Err != nil:
+				e = res[k-lo].Err
+			}
+			if e != nil {
 				c.alert(Alert{Level: AlertWarn, Kind: "transfer_setup_failed", Peer: p.name, Request: r.id, Err: e})
 				c.fail(r, fmt.Errorf("post request %q part %d: %w", r.id, k, e))
 				continue
 			}
-			x := &xfer{ref: Ref{c.epoch, res[k-lo].ID}, req: r, peer: p, part: uint16(k), state: sdk.StateInProgress}
-			c.live[x.ref] = x
+			x := &r.xs[k]
+			x.ref, x.state = Ref{c.epoch, res[k-lo].ID}, sdk.StateInProgress
+			c.live[x.ref.Handle] = x
 			r.pending++
 			p.refs++
 			c.hold(x)
@@ -366,9 +388,8 @@ func (c *Core) fail(r *request, reason error) {
 
 // pin moves the blocks of x's part to owner o (OwnerRetained on retirement).
 func (c *Core) pin(x *xfer, o Owner) {
-	pt := x.req.parts[x.part]
-	p := c.pool(pt.Pool)
-	for _, b := range pt.Local {
+	p := c.pool(x.pool)
+	for _, b := range x.local() {
 		if p.owner[b] != OwnerQuarantined {
 			p.owner[b] = o
 		}

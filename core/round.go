@@ -45,6 +45,7 @@ func (c *Core) drainInbox(ctx context.Context) {
 		case inputHandshakeDone:
 			if err := c.ConnectPeer(ctx, in.spec); err != nil {
 				c.alert(Alert{Level: AlertWarn, Kind: "handshake_failed", Peer: in.spec.Name, Err: err})
+				c.failWaiting(in.spec.Name, err) // also when refused before any native call
 			}
 		case inputHandshakeFailed:
 			c.alert(Alert{Level: AlertWarn, Kind: "handshake_failed", Peer: in.peer, Err: in.err})
@@ -100,7 +101,7 @@ func (c *Core) collectStates(ctx context.Context) {
 			c.resync = true
 		}
 		for _, ev := range evs {
-			if x := c.live[Ref{c.epoch, ev.Handle}]; x != nil {
+			if x := c.live[ev.Handle]; x != nil {
 				c.setState(x, ev.State, ev.Reason)
 			}
 		}
@@ -164,7 +165,7 @@ func (c *Core) setState(x *xfer, st sdk.State, reason error) {
 		if reason == nil {
 			reason = sdk.Errorf(sdk.CodeBackend, "handle %v ended %v", x.ref, st)
 		}
-		c.alert(Alert{Level: AlertWarn, Kind: "transfer_failed", Peer: x.peer.name, Request: x.req.id, Handle: x.ref, Err: reason})
+		c.alert(Alert{Level: AlertWarn, Kind: "transfer_failed", Peer: x.peerName(), Request: x.req.id, Handle: x.ref, Err: reason})
 		c.fail(x.req, reason)
 	}
 	c.queueRelease(x)
@@ -197,7 +198,7 @@ func (c *Core) releaseTerminal(ctx context.Context) {
 				continue
 			}
 			if e := itemErr(errs, k, err); e != nil && !isNotFound(e, err) {
-				c.alert(Alert{Level: AlertWarn, Kind: "transfer_release_failed", Peer: x.peer.name, Request: x.req.id, Handle: x.ref, Err: e})
+				c.alert(Alert{Level: AlertWarn, Kind: "transfer_release_failed", Peer: x.peerName(), Request: x.req.id, Handle: x.ref, Err: e})
 				keep = append(keep, x)
 				continue
 			}
@@ -214,11 +215,11 @@ func (c *Core) releaseTerminal(ctx context.Context) {
 func (c *Core) gone(x *xfer, stopped bool) {
 	x.flags |= fGone
 	x.flags &^= fQueued
-	delete(c.live, x.ref)
+	delete(c.live, x.ref.Handle)
 	x.req.pending--
 	c.markDirty(x.req)
 	if stopped {
-		x.peer.refs--
+		x.req.peer.refs--
 	} else {
 		c.leaked[x.ref] = x
 	}
@@ -231,14 +232,14 @@ func (c *Core) finishDirty(ctx context.Context) {
 		c.tryFinish(ctx, r)
 		c.dirty[i] = nil
 	}
-	c.dirty = c.dirty[:0]
+	c.dirty = shrink(c.dirty)
 }
 
 // tryFinish emits r's one terminal report if r has drained: no handle left,
 // no handshake or fence awaited, and for a send its consumers notified or its
 // lease over. Blocks go back to the engine here and only here.
 func (c *Core) tryFinish(ctx context.Context, r *request) {
-	if r.flags&(rReported|rWaiting) != 0 || r.pending > 0 || r.fenceWait != 0 {
+	if r.flags&(rReported|rWaiting) != 0 || r.pending > 0 || r.flags&rFenceWait != 0 {
 		return
 	}
 	if r.kind != kindRead {
@@ -249,20 +250,21 @@ func (c *Core) tryFinish(ctx context.Context, r *request) {
 	}
 	r.flags |= rReported
 	delete(c.reqs, r.id)
-	if c.sends[r.id] == r {
+	if r.kind != kindRead {
 		delete(c.sends, r.id)
 	}
 	var quarantined []BlockRef
-	for _, pt := range r.parts {
-		p := c.pool(pt.Pool)
-		for _, b := range pt.Local {
+	for i := range r.xs {
+		x := &r.xs[i]
+		p := c.pool(x.pool)
+		for _, b := range x.local() {
 			if p.owner[b] == OwnerQuarantined {
-				quarantined = append(quarantined, BlockRef{pt.Pool, b})
+				quarantined = append(quarantined, BlockRef{x.pool, b})
 				continue
 			}
 			p.owner[b] = OwnerEngine
 			if r.failed != nil && r.kind == kindRead {
-				c.out.InvalidBlocks = append(c.out.InvalidBlocks, BlockRef{pt.Pool, b})
+				c.out.InvalidBlocks = append(c.out.InvalidBlocks, BlockRef{x.pool, b})
 			}
 		}
 	}
@@ -275,7 +277,7 @@ func (c *Core) tryFinish(ctx context.Context, r *request) {
 		c.out.FinishedReceiving = append(c.out.FinishedReceiving, r.id)
 	default:
 		if r.notified < r.consumers {
-			c.alert(Alert{Level: AlertWarn, Kind: "send_lease_expired", Peer: r.peerName, Request: r.id, Err: sdk.Errorf(sdk.CodeTimeout, "%d of %d consumers notified before the lease expired", r.notified, r.consumers)})
+			c.alert(Alert{Level: AlertWarn, Kind: "send_lease_expired", Peer: r.peerName(), Request: r.id, Err: sdk.Errorf(sdk.CodeTimeout, "%d of %d consumers notified before the lease expired", r.notified, r.consumers)})
 		}
 		c.out.FinishedSending = append(c.out.FinishedSending, r.id)
 	}
@@ -289,10 +291,11 @@ func (c *Core) notifyProducer(ctx context.Context, r *request) {
 	}
 	var msgs []sdk.OutboundNotification
 	seen := map[int]bool{}
-	for _, pt := range r.parts {
-		if !seen[pt.Rank] {
-			seen[pt.Rank] = true
-			msgs = append(msgs, sdk.OutboundNotification{Peer: p.ranks[pt.Rank].id, Message: ConsumedMessage(r.id)})
+	for i := range r.xs {
+		rk := int(r.xs[i].rank)
+		if !seen[rk] {
+			seen[rk] = true
+			msgs = append(msgs, sdk.OutboundNotification{Peer: p.ranks[rk].id, Message: ConsumedMessage(r.id)})
 		}
 	}
 	errs, err := c.tr.SendNotifications(ctx, msgs)
@@ -301,4 +304,13 @@ func (c *Core) notifyProducer(ctx context.Context, r *request) {
 			c.alert(Alert{Level: AlertWarn, Kind: "consumed_notification_failed", Peer: p.name, Request: r.id, Err: e})
 		}
 	}
+}
+
+// shrink empties a reused buffer, dropping its array when a burst left it
+// much larger than a round needs, so memory follows what is in flight.
+func shrink[T any](s []T) []T {
+	if cap(s) > 4096 {
+		return nil
+	}
+	return s[:0]
 }

@@ -27,6 +27,7 @@ func TestCloseCancelsInWaitModeAndRetainsRunningTransfers(t *testing.T) {
 	err := r.c.Close(r.ctx, r.now)
 	require.ErrorIs(t, err, ErrHeld)
 	assert.Len(t, r.tr.canceled, 1, "the running handle was canceled")
+	assert.Empty(t, r.tr.releasedEarly, "a running handle was released")
 	assert.Equal(t, 1, r.c.Stats().Retained)
 	assert.Equal(t, OwnerRetained, r.c.Owner(blocks[0]), "the running part's block is pinned")
 	res, rerr := r.tr.Resources(r.ctx)

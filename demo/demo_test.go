@@ -28,6 +28,7 @@ func TestMain(m *testing.M) {
 	for out, pkg := range map[string]string{
 		custodyBin: "github.com/custody-dev/custody/cmd/host",
 		filepath.Join(dir, "custody-transport-fake"): "github.com/custody-dev/custody/plugins/fake/cmd/custody-transport-fake",
+		filepath.Join(dir, "custody-transport-ucx"):  "github.com/custody-dev/custody/plugins/ucx/cmd/custody-transport-ucx",
 	} {
 		b := exec.Command("go", "build", "-o", out, pkg)
 		b.Stdout, b.Stderr = os.Stderr, os.Stderr
@@ -70,4 +71,18 @@ func TestDemoUnsafeEagerReleaseIsCaughtCorrupting(t *testing.T) {
 	t.Logf("%+v", s)
 	assert.Positive(t, s.Corrupted, "releasing running transfers and reusing their blocks corrupted later requests")
 	assert.False(t, s.Clean())
+}
+
+// The same engine calls work with the transport swapped by config alone.
+func TestDemoOverUCX(t *testing.T) {
+	for _, tls := range []string{"tcp", "posix,sysv,cma"} {
+		t.Run(tls, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			s, err := Run(ctx, Options{Custody: custodyBin, Transport: "ucx", Params: map[string]string{"tls": tls}, Requests: 30, Concurrency: 4})
+			require.NoError(t, err)
+			assert.True(t, s.Clean(), "%+v", s)
+			assert.Equal(t, 30, s.OK, "no fault is injected over UCX: every request succeeds")
+		})
+	}
 }
