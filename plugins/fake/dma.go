@@ -203,7 +203,7 @@ func (t *Transport) report(x *transfer, state sdk.State, reason error, notes []n
 	h := x.h
 	if !h.released {
 		h.state, h.reason = state, reason
-		t.events = append(t.events, sdk.Event{Handle: h.id, State: state, Reason: reason})
+		t.recordEvent(sdk.Event{Handle: h.id, State: state, Reason: reason})
 	}
 	if state != sdk.StateDone || len(x.note) == 0 || x.noteDrop {
 		return notes
@@ -214,6 +214,20 @@ func (t *Transport) report(x *transfer, state sdk.State, reason error, notes []n
 		return notes
 	}
 	return append(notes, n)
+}
+
+// maxEvents is how many undrained events an agent keeps before it forgets
+// those of handles already released: a caller that polls and never calls
+// Events must not grow the queue without bound, and one that released a
+// handle has seen its terminal state.
+const maxEvents = 1 << 16
+
+// recordEvent queues e for Events.
+func (t *Transport) recordEvent(e sdk.Event) {
+	if len(t.events) >= maxEvents {
+		t.events = slices.DeleteFunc(t.events, func(e sdk.Event) bool { return t.handles[e.Handle] == nil })
+	}
+	t.events = append(t.events, e)
 }
 
 // disconnected is the reason of a transfer whose peer's lease is gone.

@@ -183,13 +183,13 @@ func TestFaultNotifications(t *testing.T) {
 	p := newPair(t, 4096, map[string]string{"fault": "notif-drop,post=1;notif-delay,post=2,for=40ms"}, nil)
 	h1 := postOne(t, p.a, p.whole(sdk.OpWrite, []byte("one")))
 	require.Equal(t, sdk.StateDone, terminal(t, p.a, h1).State)
+	posted := time.Now()
 	h2 := postOne(t, p.a, p.whole(sdk.OpWrite, []byte("two")))
 	require.Equal(t, sdk.StateDone, terminal(t, p.a, h2).State)
-	done := time.Now()
 	h3 := postOne(t, p.a, p.whole(sdk.OpWrite, []byte("three")))
 	require.Equal(t, []sdk.Notification{{From: "a", Message: []byte("three")}}, drainNotes(t, p.b, 1), "one dropped, two delayed")
 	require.Equal(t, []sdk.Notification{{From: "a", Message: []byte("two")}}, drainNotes(t, p.b, 1))
-	require.GreaterOrEqual(t, time.Since(done), 40*time.Millisecond)
+	require.GreaterOrEqual(t, time.Since(posted), 40*time.Millisecond)
 	release(t, p.a, h1, h2, h3)
 
 	// SendNotifications items are selected too (by peer here).
@@ -228,6 +228,15 @@ func TestFaultCrash(t *testing.T) {
 		_, err = p.a.Describe(ctx)
 		require.ErrorIs(t, err, sdk.ErrPluginShutdown)
 		require.ErrorIs(t, p.a.Close(ctx), sdk.ErrPluginShutdown)
+	})
+	t.Run("at release", func(t *testing.T) {
+		p := newPair(t, 4096, map[string]string{"fault": "crash,at=release"}, nil)
+		h := postOne(t, p.a, p.whole(sdk.OpWrite, nil))
+		terminal(t, p.a, h)
+		_, err := p.a.Release(ctx, []sdk.HandleID{h})
+		require.ErrorIs(t, err, sdk.ErrPluginShutdown)
+		_, err = p.a.Poll(ctx, []sdk.HandleID{h})
+		require.ErrorIs(t, err, sdk.ErrPluginShutdown)
 	})
 	t.Run("at poll n=2 fences incoming", func(t *testing.T) {
 		// b crashes on its second Poll while a writes into b's memory.

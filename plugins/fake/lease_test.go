@@ -15,10 +15,29 @@ import (
 // the test lets it, so a test can act between two chunks.
 type gatedPair struct {
 	*pair
-	gate   chan struct{} // one send per step; closed: run freely
+	*gate
+}
+
+// gate holds an agent's DMA engine before each step until the test lets it
+// through.
+type gate struct {
+	ch     chan struct{} // one send per step; closed: run freely
 	ready  chan struct{} // the engine waits at the gate
-	parked bool          // the engine's ready was taken, it waits on gate
+	parked bool          // the engine's ready was taken, it waits on ch
 	once   sync.Once
+}
+
+// newGate returns a gate to install as an agent's stepHook before Open.
+func newGate() *gate { return &gate{ch: make(chan struct{}), ready: make(chan struct{})} }
+
+// hook is the agent's stepHook.
+func (g *gate) hook() {
+	select {
+	case g.ready <- struct{}{}:
+	case <-g.ch: // closed: run freely
+		return
+	}
+	<-g.ch
 }
 
 // newGatedPair builds a pair of size bytes whose agent a copies chunk bytes
@@ -26,21 +45,14 @@ type gatedPair struct {
 // the end of the test.
 func newGatedPair(t *testing.T, size, chunk int, aParams map[string]string) *gatedPair {
 	t.Helper()
-	g := &gatedPair{gate: make(chan struct{}), ready: make(chan struct{})}
+	g := &gatedPair{gate: newGate()}
 	if aParams == nil {
 		aParams = map[string]string{}
 	}
 	aParams["chunk"] = strconv.Itoa(chunk)
 	aParams["dir"] = t.TempDir()
 	a := New()
-	a.stepHook = func() {
-		select {
-		case g.ready <- struct{}{}:
-		case <-g.gate: // closed: run freely
-			return
-		}
-		<-g.gate
-	}
+	a.stepHook = g.hook
 	require.NoError(t, a.Open(ctx, sdk.OpenRequest{Agent: "a", Params: aParams}))
 	b := open(t, "b", nil)
 	p := &pair{a: a, b: b, size: size}
@@ -64,20 +76,20 @@ func newGatedPair(t *testing.T, size, chunk int, aParams map[string]string) *gat
 }
 
 // steps lets the engine take n steps and returns once the last is over.
-func (g *gatedPair) steps(n int) {
+func (g *gate) steps(n int) {
 	for i := 0; i < n; i++ {
 		if !g.parked {
 			<-g.ready
 		}
 		g.parked = false
-		g.gate <- struct{}{}
+		g.ch <- struct{}{}
 	}
 	<-g.ready
 	g.parked = true
 }
 
 // open lets the engine run freely from now on.
-func (g *gatedPair) open() { g.once.Do(func() { close(g.gate) }) }
+func (g *gate) open() { g.once.Do(func() { close(g.ch) }) }
 
 // TestLeaseOwnerDeregisters: once the owner deregisters the target region,
 // the next chunk is not copied and the transfer ends REMOTE_DISCONNECT.

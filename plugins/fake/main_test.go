@@ -14,7 +14,12 @@ import (
 	"github.com/custody-dev/custody/sdk"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if os.Getenv(peerEnv) != "" {
+		os.Exit(runPeer(os.Getenv(peerEnv)))
+	}
+	goleak.VerifyTestMain(m)
+}
 
 // wait bounds every wait on the engine in these tests.
 const wait = 10 * time.Second
