@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -276,6 +277,16 @@ feed:
 // one runs request i: a pull two times in three, else a push, of 1 to 6
 // blocks in 1 to 3 parts.
 func (r *runner) one(ctx context.Context, i int) error {
+	if r.o.Transport != "fake" {
+		// The fake crashes by its fault rules; other transports are killed
+		// from outside, once each host, a third and two thirds in.
+		switch i {
+		case r.o.Requests / 3:
+			r.killTransport(ctx, r.decode, i)
+		case 2 * r.o.Requests / 3:
+			r.killTransport(ctx, r.prefill, i)
+		}
+	}
 	rng := rand.New(rand.NewPCG(r.o.Seed, uint64(i)))
 	n := 1 + rng.IntN(6)
 	parts := 1 + rng.IntN(min(3, n))
@@ -284,6 +295,20 @@ func (r *runner) one(ctx context.Context, i int) error {
 		return r.pull(ctx, id, n, parts, rng)
 	}
 	return r.push(ctx, id, n, parts, rng)
+}
+
+// killTransport sends SIGKILL to h's transport process: the crash fault for
+// transports that cannot inject one themselves.
+func (r *runner) killTransport(ctx context.Context, h *hostProc, i int) {
+	st, err := h.c.Status(ctx)
+	if err != nil || st.GetTransportPid() == 0 {
+		return
+	}
+	if syscall.Kill(int(st.GetTransportPid()), syscall.SIGKILL) == nil {
+		r.count(func(s *Summary) {
+			s.Faults[h.name] = append(s.Faults[h.name], fmt.Sprintf("transport killed (SIGKILL) at request %d", i))
+		})
+	}
 }
 
 // split cuts local and remote block lists into parts transfers.

@@ -82,7 +82,8 @@ func TestDemoOverUCX(t *testing.T) {
 			s, err := Run(ctx, Options{Custody: custodyBin, Transport: "ucx", Params: map[string]string{"tls": tls}, Requests: 30, Concurrency: 4})
 			require.NoError(t, err)
 			assert.True(t, s.Clean(), "%+v", s)
-			assert.Equal(t, 30, s.OK, "no fault is injected over UCX: every request succeeds")
+			assert.Equal(t, 30, s.OK+s.Failed, "every request got exactly one outcome")
+			assert.GreaterOrEqual(t, s.Fences, uint64(2), "both killed transports were fenced")
 		})
 	}
 }

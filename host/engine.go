@@ -140,6 +140,8 @@ type Status struct {
 	// Native is what the running transport holds natively (zero while it
 	// restarts, or when it could not be asked).
 	Native sdk.Resources
+	// TransportPid is the transport process, 0 while it restarts.
+	TransportPid int
 }
 
 // Status reports what the host holds now.
@@ -148,6 +150,7 @@ func (h *Host) Status(ctx context.Context) (Status, error) {
 	err := h.do(ctx, func(ctx context.Context) error {
 		s = Status{Name: h.cfg.Name, Transport: h.desc.Name, Epoch: uint64(h.epoch), Stats: h.core.Stats(), Fences: h.fences, Restarts: h.restarts}
 		if h.tp != nil {
+			s.TransportPid = h.tp.Pid()
 			if r, err := h.tp.Resources(ctx); err == nil {
 				s.Native = r
 			}

@@ -144,6 +144,6 @@ func (s *engineServer) Status(ctx context.Context, _ *enginev1.StatusRequest) (*
 		QuarantinedBlocks: uint64(st.Stats.Quarantined), Peers: st.Peers,
 		Fences: st.Fences, TransportRestarts: st.Restarts,
 		NativeRegions: st.Native.Regions, NativePeers: st.Native.Peers, NativeDlists: st.Native.Dlists, NativeHandles: st.Native.Handles,
-		Journal: uint64(st.Stats.Journal), Requests: uint64(st.Stats.Requests),
+		Journal: uint64(st.Stats.Journal), Requests: uint64(st.Stats.Requests), TransportPid: int64(st.TransportPid),
 	}, nil
 }

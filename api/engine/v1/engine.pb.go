@@ -1069,8 +1069,10 @@ type StatusResponse struct {
 	NativeDlists  uint64 `protobuf:"varint,13,opt,name=native_dlists,json=nativeDlists,proto3" json:"native_dlists,omitempty"`
 	NativeHandles uint64 `protobuf:"varint,14,opt,name=native_handles,json=nativeHandles,proto3" json:"native_handles,omitempty"`
 	// What core still tracks: handshake journal entries and requests open.
-	Journal       uint64 `protobuf:"varint,15,opt,name=journal,proto3" json:"journal,omitempty"`
-	Requests      uint64 `protobuf:"varint,16,opt,name=requests,proto3" json:"requests,omitempty"`
+	Journal  uint64 `protobuf:"varint,15,opt,name=journal,proto3" json:"journal,omitempty"`
+	Requests uint64 `protobuf:"varint,16,opt,name=requests,proto3" json:"requests,omitempty"`
+	// The transport process now (0 while it restarts).
+	TransportPid  int64 `protobuf:"varint,17,opt,name=transport_pid,json=transportPid,proto3" json:"transport_pid,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1217,6 +1219,13 @@ func (x *StatusResponse) GetRequests() uint64 {
 	return 0
 }
 
+func (x *StatusResponse) GetTransportPid() int64 {
+	if x != nil {
+		return x.TransportPid
+	}
+	return 0
+}
+
 var File_api_engine_v1_engine_proto protoreflect.FileDescriptor
 
 const file_api_engine_v1_engine_proto_rawDesc = "" +
@@ -1290,7 +1299,7 @@ const file_api_engine_v1_engine_proto_rawDesc = "" +
 	"\x06failed\x18\x03 \x03(\v2\x1a.custody.engine.v1.FailureR\x06failed\x12B\n" +
 	"\x0einvalid_blocks\x18\x04 \x03(\v2\x1b.custody.engine.v1.BlockRefR\rinvalidBlocks\x12=\n" +
 	"\vquarantined\x18\x05 \x03(\v2\x1b.custody.engine.v1.BlockRefR\vquarantined\"\x0f\n" +
-	"\rStatusRequest\"\x83\x04\n" +
+	"\rStatusRequest\"\xa8\x04\n" +
 	"\x0eStatusResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1c\n" +
 	"\ttransport\x18\x02 \x01(\tR\ttransport\x12\x14\n" +
@@ -1308,7 +1317,8 @@ const file_api_engine_v1_engine_proto_rawDesc = "" +
 	"\rnative_dlists\x18\r \x01(\x04R\fnativeDlists\x12%\n" +
 	"\x0enative_handles\x18\x0e \x01(\x04R\rnativeHandles\x12\x18\n" +
 	"\ajournal\x18\x0f \x01(\x04R\ajournal\x12\x1a\n" +
-	"\brequests\x18\x10 \x01(\x04R\brequests2\x8b\x06\n" +
+	"\brequests\x18\x10 \x01(\x04R\brequests\x12#\n" +
+	"\rtransport_pid\x18\x11 \x01(\x03R\ftransportPid2\x8b\x06\n" +
 	"\x06Engine\x12_\n" +
 	"\fRegisterPool\x12&.custody.engine.v1.RegisterPoolRequest\x1a'.custody.engine.v1.RegisterPoolResponse\x12J\n" +
 	"\x05Alloc\x12\x1f.custody.engine.v1.AllocRequest\x1a .custody.engine.v1.AllocResponse\x12@\n" +
