@@ -2,7 +2,6 @@ package conformance_test
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -10,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/custody-dev/custody/conformance"
+	"github.com/custody-dev/custody/internal/testbin"
 	"github.com/custody-dev/custody/sdk"
 )
 
@@ -19,34 +19,21 @@ var (
 	buildErr  error
 )
 
-// fakePlugin returns the path of the fake transport binary:
-// $CUSTODY_FAKE_PLUGIN when set (CI builds it once with make build), else
-// one built here for this test binary's run.
+// fakePlugin returns the path of the fake transport binary, built once for
+// this test binary's run (or found in $CUSTODY_BIN).
 func fakePlugin(t *testing.T) string {
 	t.Helper()
-	if p := os.Getenv("CUSTODY_FAKE_PLUGIN"); p != "" {
-		return p
-	}
 	buildOnce.Do(func() {
-		buildDir, buildErr = os.MkdirTemp("", "custody-conformance-bin-")
-		if buildErr != nil {
+		dir, err := os.MkdirTemp("", "custody-conformance-bin-")
+		if err != nil {
+			buildErr = err
 			return
 		}
-		out, err := exec.Command("go", "build", "-o", buildDir, "github.com/custody-dev/custody/plugins/fake/cmd/custody-transport-fake").CombinedOutput()
-		if err != nil {
-			buildErr = &buildError{err: err, out: string(out)}
-		}
+		buildDir, buildErr = testbin.Build(dir, "custody-transport-fake")
 	})
 	require.NoError(t, buildErr, "build the fake transport binary")
 	return filepath.Join(buildDir, "custody-transport-fake")
 }
-
-type buildError struct {
-	err error
-	out string
-}
-
-func (e *buildError) Error() string { return e.err.Error() + ": " + e.out }
 
 // TestFakeOutOfProcess holds the fake, run as a plugin process per agent
 // through sdk.Launch, to every check, peer loss included.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -12,6 +11,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
+
+	"github.com/custody-dev/custody/internal/testbin"
 )
 
 // custodyBin is the custody binary, built by TestMain next to the fake
@@ -24,19 +25,12 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	custodyBin = filepath.Join(dir, "custody")
-	for out, pkg := range map[string]string{
-		custodyBin: "github.com/custody-dev/custody/cmd/host",
-		filepath.Join(dir, "custody-transport-fake"): "github.com/custody-dev/custody/plugins/fake/cmd/custody-transport-fake",
-		filepath.Join(dir, "custody-transport-ucx"):  "github.com/custody-dev/custody/plugins/ucx/cmd/custody-transport-ucx",
-	} {
-		b := exec.Command("go", "build", "-o", out, pkg)
-		b.Stdout, b.Stderr = os.Stderr, os.Stderr
-		if err := b.Run(); err != nil {
-			fmt.Fprintln(os.Stderr, "build", pkg, err)
-			os.Exit(1)
-		}
+	bin, err := testbin.Build(dir, "custody", "custody-transport-fake", "custody-transport-ucx")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
 	}
+	custodyBin = filepath.Join(bin, "custody")
 	code := m.Run()
 	os.RemoveAll(dir)
 	if code == 0 {

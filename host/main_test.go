@@ -3,11 +3,12 @@ package host
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/custody-dev/custody/internal/testbin"
 )
 
 // fakePlugin is the fake transport binary the end-to-end tests run as a
@@ -20,13 +21,12 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	fakePlugin = filepath.Join(dir, "custody-transport-fake")
-	build := exec.Command("go", "build", "-o", fakePlugin, "github.com/custody-dev/custody/plugins/fake/cmd/custody-transport-fake")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build the fake transport:", err)
+	bin, err := testbin.Build(dir, "custody-transport-fake")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	fakePlugin = filepath.Join(bin, "custody-transport-fake")
 	code := m.Run()
 	os.RemoveAll(dir)
 	if code == 0 {

@@ -4,24 +4,21 @@ import (
 	"bytes"
 	"encoding/xml"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/custody-dev/custody/internal/testbin"
 )
 
-// buildFake builds the fake transport binary into a temporary directory,
-// or returns $CUSTODY_FAKE_PLUGIN when set.
+// buildFake builds the fake transport binary into a temporary directory
+// (or finds it in $CUSTODY_BIN).
 func buildFake(t *testing.T) string {
 	t.Helper()
-	if p := os.Getenv("CUSTODY_FAKE_PLUGIN"); p != "" {
-		return p
-	}
-	dir := t.TempDir()
-	out, err := exec.Command("go", "build", "-o", dir, "github.com/custody-dev/custody/plugins/fake/cmd/custody-transport-fake").CombinedOutput()
-	require.NoError(t, err, "build the fake: %s", out)
+	dir, err := testbin.Build(t.TempDir(), "custody-transport-fake")
+	require.NoError(t, err)
 	return filepath.Join(dir, "custody-transport-fake")
 }
 

@@ -1,0 +1,49 @@
+// Package testbin builds custody's binaries for tests that run them as real
+// processes: the custody command and the transport plugins.
+package testbin
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+)
+
+// packages maps each binary to the package that builds it.
+var packages = map[string]string{
+	"custody":                "github.com/custody-dev/custody/cmd/host",
+	"custody-transport-fake": "github.com/custody-dev/custody/plugins/fake/cmd/custody-transport-fake",
+	"custody-transport-ucx":  "github.com/custody-dev/custody/plugins/ucx/cmd/custody-transport-ucx",
+}
+
+// EnvDir names a directory where the binaries are already built (make test
+// sets it to ./bin after make build), so tests need not build them again.
+const EnvDir = "CUSTODY_BIN"
+
+// Build returns a directory holding the named binaries: $CUSTODY_BIN when it
+// holds them all, else dir, into which they are built with go build.
+func Build(dir string, names ...string) (string, error) {
+	if env := os.Getenv(EnvDir); env != "" && haveAll(env, names) {
+		return env, nil
+	}
+	for _, name := range names {
+		pkg, ok := packages[name]
+		if !ok {
+			return "", fmt.Errorf("testbin: unknown binary %q", name)
+		}
+		out, err := exec.Command("go", "build", "-o", filepath.Join(dir, name), pkg).CombinedOutput()
+		if err != nil {
+			return "", fmt.Errorf("testbin: build %s: %v\n%s", name, err, out)
+		}
+	}
+	return dir, nil
+}
+
+func haveAll(dir string, names []string) bool {
+	for _, n := range names {
+		if st, err := os.Stat(filepath.Join(dir, n)); err != nil || st.IsDir() {
+			return false
+		}
+	}
+	return true
+}
