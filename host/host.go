@@ -302,9 +302,8 @@ func (h *Host) fence(why string) {
 	h.core.Fenced(e)
 	h.fences++
 	h.metrics.Fences.Inc()
-	for _, l := range h.links {
-		l.pending = false // peers are loaded again on demand
-	}
+	// Peers are loaded again on demand: core dropped them with the epoch,
+	// and a handshake still running lands in the new one.
 	h.restart()
 	if h.tp != nil {
 		h.restarts++
