@@ -85,3 +85,17 @@ func TestCloseStopsRunningTransfer(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, r.Zero())
 }
+
+// TestConcurrentClose: Closes racing each other all succeed, and the agent
+// ends once.
+func TestConcurrentClose(t *testing.T) {
+	a := New()
+	require.NoError(t, a.Open(ctx, sdk.OpenRequest{Agent: "a", Params: map[string]string{"dir": t.TempDir()}}))
+	errs := make(chan error, 8)
+	for i := 0; i < cap(errs); i++ {
+		go func() { errs <- a.Close(ctx) }()
+	}
+	for i := 0; i < cap(errs); i++ {
+		require.NoError(t, <-errs)
+	}
+}

@@ -95,7 +95,8 @@ func (t *Transport) prepare(spec sdk.DlistSpec) (sdk.DlistID, error) {
 }
 
 // ReleaseDescriptors releases each dlist. One an unreleased handle uses is
-// BUSY and stays valid; an unknown one is NOT_FOUND.
+// BUSY and stays valid; an unknown one is NOT_FOUND; one a
+// release-dlist-fail fault selects is BACKEND and stays valid.
 func (t *Transport) ReleaseDescriptors(ctx context.Context, ids []sdk.DlistID) ([]error, error) {
 	if err := t.lock(ctx, ""); err != nil {
 		return nil, err
@@ -109,6 +110,8 @@ func (t *Transport) ReleaseDescriptors(ctx context.Context, ids []sdk.DlistID) (
 			out[i] = sdk.Errorf(sdk.CodeNotFound, "fake: ReleaseDescriptors: dlist %d unknown or already released", id)
 		case d.handles > 0:
 			out[i] = sdk.Errorf(sdk.CodeBusy, "fake: ReleaseDescriptors: dlist %d is used by %d unreleased handles; release them first", id, d.handles)
+		case t.fault(faultReleaseDlist, 0, d.peerName(), -1) != nil:
+			out[i] = sdk.Errorf(sdk.CodeBackend, "fake: ReleaseDescriptors: injected release-dlist-fail on dlist %d; it stays valid, retry", id)
 		default:
 			delete(t.dlists, id)
 			if d.peer != nil {
@@ -120,6 +123,14 @@ func (t *Transport) ReleaseDescriptors(ctx context.Context, ids []sdk.DlistID) (
 		}
 	}
 	return out, nil
+}
+
+// peerName is the agent name of a remote dlist's peer, "" for a local one.
+func (d *dlist) peerName() string {
+	if d.peer == nil {
+		return ""
+	}
+	return d.peer.name
 }
 
 func peerSuffix(p *peer) string {

@@ -12,6 +12,13 @@ import (
 // within Limits.PeerLossBoundMillis.
 const stallScan = 10 * time.Millisecond
 
+// peerWatch is how often, under fence=initiated, the engine checks that the
+// peer of a running transfer lives: a stand-in for UCX's peer-process
+// watch, which takes far longer. Until it notices a death, chunks keep landing in the dead
+// agent's memory, which the peer maps directly: that is what an
+// initiated-only fence means for the agent that died.
+const peerWatch = 20 * time.Millisecond
+
 // earlyTail is the least time by which misbehave=early-done reports DONE
 // before the last chunk lands.
 const earlyTail = 50 * time.Millisecond
@@ -76,6 +83,10 @@ func (t *Transport) step() (copied, again bool, wait time.Duration, notes []note
 	order := append(slices.Clone(t.active[t.next:]), t.active[:t.next]...)
 	var pick *transfer
 	for _, x := range order {
+		if t.peerLost(x, now) {
+			notes = t.finish(x, sdk.StateFailed, peerGone(x), notes)
+			continue
+		}
 		switch {
 		case x.canceled && !x.earlyDone:
 			notes = t.finish(x, sdk.StateCanceled, sdk.Errorf(sdk.CodeCanceled, "fake: handle %d canceled", x.h.id), notes)
@@ -140,6 +151,17 @@ func (t *Transport) step() (copied, again bool, wait time.Duration, notes []note
 	return true, true, wait, notes
 }
 
+// peerLost reports whether, under fence=initiated, the peer watch is due
+// for x and finds its peer agent dead or closed. Under fence=incoming the
+// region leases, checked before each chunk, tell instead.
+func (t *Transport) peerLost(x *transfer, now time.Time) bool {
+	if t.p.fence != fenceInitiated || now.Sub(x.watched) < t.watch {
+		return false
+	}
+	x.watched = now
+	return !x.peer.alive()
+}
+
 // chunk returns the destination and source slices of x's next chunk of at
 // most size bytes, and the position after it.
 func (x *transfer) chunk(size int) (pieces [][2][]byte, seg, off int) {
@@ -191,6 +213,7 @@ func (t *Transport) finish(x *transfer, state sdk.State, reason error, notes []n
 	for _, m := range x.maps {
 		t.unref(m)
 	}
+	x.peer.drop()
 	if x.earlyDone {
 		return notes
 	}
@@ -233,6 +256,12 @@ func (t *Transport) recordEvent(e sdk.Event) {
 // disconnected is the reason of a transfer whose peer's lease is gone.
 func disconnected(x *transfer) error {
 	return sdk.Errorf(sdk.CodeRemoteDisconnect, "fake: handle %d: the remote region's lease is gone (peer deregistered it or died)", x.h.id)
+}
+
+// peerGone is the reason of a transfer whose peer agent the watch found
+// dead (fence=initiated).
+func peerGone(x *transfer) error {
+	return sdk.Errorf(sdk.CodeRemoteDisconnect, "fake: handle %d: peer %s closed or died (its life lease is gone)", x.h.id, x.peer.name)
 }
 
 // shorter returns the shorter of two waits, where zero means none.

@@ -7,28 +7,59 @@
 //
 // Regions are files mapped with mmap (MAP_SHARED). A peer's regions are
 // mapped from its metadata (a versioned blob: magic, version, JSON naming
-// the agent, its notification socket and each region's file range and
-// lease file), so two fake agents, in one process or in two, on one host,
-// really move bytes between each other. An agent may load its own metadata
+// the agent, its notification socket, its life lease file and each
+// region's file range and lease file), so two fake agents, in one process
+// or in two, on one host, really move bytes between each other. An agent may load its own metadata
 // as a peer (Capabilities.Local). A DMA engine goroutine per agent copies
 // each posted transfer in chunks over time, round robin over the transfers
 // in flight: IN_PROGRESS means bytes are still moving, DONE means every
 // byte is in place. Only then is the post's notification sent.
 //
-// Registration is the grant of remote access, as on RDMA: every registered
-// region holds a lease (an exclusive flock on a fresh lease file in dir) for
-// as long as it is registered and the process lives. Before each chunk,
-// and every few milliseconds for a stalled transfer, the DMA engine probes
-// that the remote region's lease is still held (a shared non-blocking
-// flock that fails while the owner holds it); if the owner deregistered the
-// region or died, the transfer ends FAILED with REMOTE_DISCONNECT, and
-// LoadPeers of such metadata is REMOTE_DISCONNECT. So killing a fake process
-// fences incoming transfers too (FenceScope initiated-and-incoming), unless
-// fence=initiated turns the check off to model shared-memory transports.
+// Leases stand for what the kernel grants and revokes. Each is an exclusive
+// flock on a fresh file in dir, which a peer probes with a shared
+// non-blocking flock (it fails while the owner holds the lock); the kernel
+// drops every lock of a process that dies. An agent holds a life lease
+// from Open until Close or death, and every registered region holds a
+// lease for as long as it is registered and the process lives.
+//
+// Fence scope and peer-loss reporting are separate. The fence parameter
+// says what a dead agent's registration revokes, that is, whether killing
+// an agent stops transfers its peers initiated into or out of its memory:
+//
+//   - fence=incoming (default, FenceScope initiated-and-incoming):
+//     registration is the grant of remote access, as on RDMA. Before each
+//     chunk, and every few milliseconds for a stalled transfer, the DMA
+//     engine probes the remote region's lease; once the owner deregistered
+//     the region or died, no further chunk moves and the transfer ends
+//     FAILED with REMOTE_DISCONNECT.
+//   - fence=initiated (FenceScope initiated): the initiator maps the peer's
+//     memory directly, as UCX's shared-memory transports do, so neither a
+//     deregistration nor the owner's death revokes anything: chunks keep
+//     landing in a dead agent's memory until the initiator notices the
+//     death. It notices through a peer watch that probes the peer's life
+//     lease every 20ms (and every few milliseconds for a stalled
+//     transfer), and then ends the transfer FAILED with REMOTE_DISCONNECT,
+//     moving no byte more.
+//
+// Either way peer loss is reported (PeerLoss reported): a transfer to a
+// peer that died never ends DONE unless its last chunk landed before the
+// death was noticed; Post
+// to a peer that closed or died is REMOTE_DISCONNECT and posts nothing;
+// LoadPeers of its metadata is REMOTE_DISCONNECT. The agent's own death
+// (a crash fault, Kill, or the end of its process) always stops the
+// transfers it initiated.
 //
 // Notifications travel as datagrams over a unix socket per agent in the
 // abstract namespace (named in the metadata; it needs no file and dies with
-// the process), which delivers each once and in order per sender.
+// the process), which delivers each once and in order per sender. The name
+// carries random bits besides pid and sequence number, so a later process
+// that reuses a dead agent's pid never receives what a stale peer sends to
+// the dead one (that send is REMOTE_DISCONNECT). A send waits at most 1s
+// for room in the peer's queue, trying again every 2ms (the poller would
+// not wake it when other senders' datagrams are what leaves the queue);
+// then it fails with BACKEND, having sent nothing, and the call's later
+// messages to that peer are not sent either, so that sending them again
+// in order keeps the order.
 //
 // # Contract details
 //
@@ -38,9 +69,16 @@
 // references it. PeerSpec.Name must equal the agent name in the metadata.
 // A descriptor of zero length is INVALID_ARGUMENT. Cancel stops a transfer
 // before its next chunk: it then reports CANCELED, or DONE if its last chunk
-// had landed. Events reports each handle's turn to a terminal state (no
-// IN_PROGRESS events). Calls before Open or after Close are
-// INVALID_ARGUMENT; Resources of a closed agent is zero.
+// had landed (under cancel=none it changes nothing). Events reports each
+// handle's turn to a terminal state (no IN_PROGRESS events). Calls before
+// Open or after Close are INVALID_ARGUMENT, but Close of a closed agent is
+// OK and changes nothing (the agent has ended and holds nothing, all that
+// Close's OK promises); Resources of a closed agent is zero. After a crash
+// or Kill every call, Describe, Open and Close included, is
+// PLUGIN_SHUTDOWN.
+//
+// Kill ends an in-process agent on demand exactly as the in-process crash
+// of a crash fault does (below), without exiting the process.
 //
 // Limits: 65536 descriptors per dlist and per post, 4096-byte
 // notifications, 1 MiB metadata; PeerLossBoundMillis is 1000 plus
@@ -57,6 +95,11 @@
 //	chunk_delay=DUR     pause between two DMA steps (Go duration, default 0)
 //	fence=incoming|initiated
 //	                    the fence scope described above (default incoming)
+//	cancel=stops|none   stops (default): Cancel stops a transfer before its
+//	                    next chunk (CancelEffect stops); none: Cancel is
+//	                    accepted (NOT_FOUND for an unknown handle) and
+//	                    changes nothing, as UCX's (CancelEffect none,
+//	                    Capabilities.Cancel false)
 //	dir=PATH            where lease files live (default os.TempDir())
 //	fault=RULE[;RULE...]
 //	                    faults to inject, below
@@ -67,8 +110,9 @@
 // text. Selectors say which operations it applies to; without one it
 // applies to all:
 //
-//	post=N        the N-th transfer this agent accepted at Post (1-based;
-//	              each PostSpec counts, a refused one does not)
+//	post=N        the N-th transfer this agent took at Post (1-based; each
+//	              valid PostSpec counts, one failed by post-fail too; one
+//	              refused as INVALID_ARGUMENT or REMOTE_DISCONNECT does not)
 //	peer=NAME     transfers to or from the peer agent NAME
 //	prob=P        each candidate with probability P (seeded)
 //	times=K       at most K times in all (default unlimited)
@@ -76,7 +120,8 @@
 // Transfer kinds (stall, fail, disconnect, release-fail, poll-fail,
 // notif-drop, notif-delay) are selected once per transfer at Post; of each
 // kind the first rule that selects it applies (of fail and disconnect, the
-// first selected). notif-drop and notif-delay rules without post= also
+// first selected). post-fail is selected at Post too, per item, before the
+// transfer exists. notif-drop and notif-delay rules without post= also
 // select SendNotifications items. Kinds:
 //
 //	stall[,for=DUR]      the transfer stays IN_PROGRESS for DUR from Post, or
@@ -102,6 +147,20 @@
 //	                     the K-th valid remote dlist (0-based, over the
 //	                     agent's life) of PrepareDescriptors fails with
 //	                     BACKEND; without rank, every one the selectors pick
+//	post-fail[,code=CODE]
+//	                     Post of the selected item fails with CODE (default
+//	                     BACKEND) and posts nothing (no handle, no bytes, no
+//	                     notification); the call's other items are posted
+//	unload-fail[,count=K]
+//	                     UnloadPeers of the selected peer fails with BACKEND
+//	                     and the peer stays loaded and usable, for K items
+//	                     in all (default 1), then unloads succeed. Only an
+//	                     item that would otherwise succeed is selected (a
+//	                     BUSY or NOT_FOUND one spends nothing). Takes peer=
+//	                     and prob= only
+//	release-dlist-fail[,count=K]
+//	                     the same for ReleaseDescriptors: the dlist stays
+//	                     valid; peer= selects remote dlists of that peer
 //	notif-drop           the notification of the selected transfers, or the
 //	                     selected SendNotifications items, is never delivered
 //	                     (the send still reports OK)
@@ -112,8 +171,9 @@
 //	                     post), before the call takes effect. In-process,
 //	                     the agent instead stops its DMA engine, drops its
 //	                     leases and mappings as the kernel would, and answers
-//	                     that call and every later one with PLUGIN_SHUTDOWN.
-//	                     crash takes no selectors.
+//	                     that call and every later one with PLUGIN_SHUTDOWN
+//	                     (Kill does the same on demand). crash takes no
+//	                     selectors.
 //
 // Misbehaving modes violate the contract so that the conformance suite can
 // prove it catches each violation:

@@ -171,7 +171,7 @@ func TestLoadPeersGarbage(t *testing.T) {
 	good, err := b.LocalMetadata(ctx)
 	require.NoError(t, err)
 	v2 := append([]byte(nil), good...)
-	v2[len(metadataMagic)+1] = 2
+	v2[len(metadataMagic)+1] = metadataVersion + 1
 	cases := []struct {
 		name string
 		spec sdk.PeerSpec
@@ -259,8 +259,9 @@ func TestBusyRefusals(t *testing.T) {
 	require.NoError(t, p.a.Close(ctx))
 }
 
-// TestLifecycle: calls before Open or after Close are refused; Open takes
-// a name and valid parameters, once.
+// TestLifecycle: calls before Open or after Close are refused, but for
+// Close itself, which is OK again; Open takes a name and valid parameters,
+// once.
 func TestLifecycle(t *testing.T) {
 	a := New()
 	_, err := a.RegisterMemory(ctx, nil)
@@ -270,6 +271,7 @@ func TestLifecycle(t *testing.T) {
 	require.NoError(t, a.Open(ctx, sdk.OpenRequest{Agent: "a", Params: map[string]string{"dir": t.TempDir()}}))
 	require.ErrorIs(t, a.Open(ctx, sdk.OpenRequest{Agent: "a"}), sdk.ErrInvalidArgument, "twice")
 	require.NoError(t, a.Close(ctx))
+	require.NoError(t, a.Close(ctx), "a second Close: the agent has ended and holds nothing")
 	_, err = a.Poll(ctx, []sdk.HandleID{1})
 	require.ErrorIs(t, err, sdk.ErrInvalidArgument, "after Close")
 	r, err := a.Resources(ctx)
@@ -291,8 +293,42 @@ func TestDescribe(t *testing.T) {
 	require.Equal(t, uint32(maxNotificationBytes), d.Limits.MaxNotificationBytes)
 	require.Equal(t, uint32(maxMetadataBytes), d.Limits.MaxMetadataBytes)
 
-	a := open(t, "a", map[string]string{"fence": "initiated"})
+	a := open(t, "a", map[string]string{"fence": "initiated", "cancel": "none"})
 	d, err = a.Describe(ctx)
 	require.NoError(t, err)
 	require.Equal(t, sdk.FenceInitiated, d.FenceScope)
+	require.Equal(t, sdk.CancelNone, d.CancelEffect)
+	require.False(t, d.Capabilities.Cancel, "Cancel does nothing more than CancelNone")
+	require.Equal(t, sdk.PeerLossReported, d.PeerLoss, "fence scope does not change how peer loss shows")
+}
+
+// TestUnloadPeerReferencedByDlist: a peer that a remote dlist references
+// is BUSY, with no handle anywhere, and stays loaded and usable; each of
+// several dlists keeps it so; once the last is released it unloads.
+func TestUnloadPeerReferencedByDlist(t *testing.T) {
+	p := newPair(t, 4096, nil, nil)
+	second := prepare(t, p.a, p.peer, sdk.Descriptor{Region: p.bRegion, Length: 4096})
+	unload := func() error {
+		t.Helper()
+		errs, err := p.a.UnloadPeers(ctx, []sdk.PeerID{p.peer})
+		require.NoError(t, err)
+		return errs[0]
+	}
+	require.ErrorIs(t, unload(), sdk.ErrBusy, "two remote dlists reference the peer")
+	errs, err := p.a.ReleaseDescriptors(ctx, []sdk.DlistID{p.remote})
+	require.NoError(t, err)
+	require.NoError(t, errs[0])
+	require.ErrorIs(t, unload(), sdk.ErrBusy, "one remote dlist still references the peer")
+	r, err := p.a.Resources(ctx)
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), r.Peers, "the refused unload left the peer loaded")
+	// The peer still works: a transfer over the remaining dlist moves bytes.
+	h := postOne(t, p.a, sdk.PostSpec{Op: sdk.OpWrite, Local: p.local, LocalIndices: []uint32{0}, Remote: second, RemoteIndices: []uint32{0}})
+	require.Equal(t, sdk.StateDone, terminal(t, p.a, h).State)
+	require.Equal(t, readFile(t, p.aPath), readFile(t, p.bPath))
+	release(t, p.a, h)
+	errs, err = p.a.ReleaseDescriptors(ctx, []sdk.DlistID{second})
+	require.NoError(t, err)
+	require.NoError(t, errs[0])
+	require.NoError(t, unload())
 }

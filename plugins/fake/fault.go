@@ -25,11 +25,15 @@ const (
 	faultNotifDrop    faultKind = "notif-drop"
 	faultNotifDelay   faultKind = "notif-delay"
 	faultCrash        faultKind = "crash"
+	faultPostFail     faultKind = "post-fail"
+	faultUnloadFail   faultKind = "unload-fail"
+	faultReleaseDlist faultKind = "release-dlist-fail"
 )
 
 // faultKeys lists, per kind, the settings a rule of that kind accepts.
-// Transfer kinds are selected at Post, per transfer; load-peer-fail and
-// prepare-fail per item; crash per call.
+// Transfer kinds are selected at Post, per transfer; post-fail at Post, per
+// item, before the transfer exists; load-peer-fail, prepare-fail,
+// unload-fail and release-dlist-fail per item; crash per call.
 var faultKeys = map[faultKind][]string{
 	faultStall:        {"post", "peer", "prob", "times", "for"},
 	faultFail:         {"post", "peer", "prob", "times", "after", "code"},
@@ -41,7 +45,14 @@ var faultKeys = map[faultKind][]string{
 	faultNotifDrop:    {"post", "peer", "prob", "times"},
 	faultNotifDelay:   {"post", "peer", "prob", "times", "for"},
 	faultCrash:        {"at", "n"},
+	faultPostFail:     {"post", "peer", "prob", "times", "code"},
+	faultUnloadFail:   {"peer", "prob", "count"},
+	faultReleaseDlist: {"peer", "prob", "count"},
 }
+
+// countsItems reports whether rules of kind k fail count items in all:
+// their count setting bounds how often they fire.
+func countsItems(k faultKind) bool { return k == faultUnloadFail || k == faultReleaseDlist }
 
 // Call kinds a crash rule may fire at.
 const (
@@ -103,7 +114,7 @@ func parseRule(text string) (rule, error) {
 	r := rule{text: text, kind: faultKind(strings.TrimSpace(parts[0])), code: sdk.CodeBackend, count: 1, n: 1, at: crashAtPost}
 	keys, ok := faultKeys[r.kind]
 	if !ok {
-		return rule{}, fmt.Errorf("unknown kind %q; known: stall, fail, disconnect, release-fail, poll-fail, load-peer-fail, prepare-fail, notif-drop, notif-delay, crash", r.kind)
+		return rule{}, fmt.Errorf("unknown kind %q; known: stall, fail, disconnect, release-fail, poll-fail, load-peer-fail, prepare-fail, notif-drop, notif-delay, crash, post-fail, unload-fail, release-dlist-fail", r.kind)
 	}
 	seen := map[string]bool{}
 	for _, kv := range parts[1:] {
@@ -124,6 +135,9 @@ func parseRule(text string) (rule, error) {
 	}
 	if r.kind == faultNotifDelay && !r.hasDur {
 		return rule{}, fmt.Errorf("notif-delay needs for=DUR")
+	}
+	if countsItems(r.kind) {
+		r.times = r.count
 	}
 	return r, nil
 }

@@ -28,6 +28,10 @@ func TestFaultParseErrors(t *testing.T) {
 		{"notif-delay", `notif-delay needs for=DUR`},
 		{"crash,at=open", `at="open"`},
 		{"crash,peer=b", `kind crash takes no key "peer"`},
+		{"post-fail,code=NOPE", `code="NOPE"`},
+		{"post-fail,count=1", `kind post-fail takes no key "count"`},
+		{"unload-fail,post=1", `kind unload-fail takes no key "post"`},
+		{"release-dlist-fail,count=0", `count="0"`},
 	}
 	for _, c := range cases {
 		t.Run(c.value, func(t *testing.T) {
@@ -41,7 +45,7 @@ func TestFaultParseErrors(t *testing.T) {
 // TestParamErrors: every parameter checks its value.
 func TestParamErrors(t *testing.T) {
 	for _, kv := range [][2]string{
-		{"seed", "-1"}, {"chunk", "0"}, {"chunk_delay", "-1s"}, {"fence", "none"},
+		{"seed", "-1"}, {"chunk", "0"}, {"chunk_delay", "-1s"}, {"fence", "none"}, {"cancel", "maybe"},
 		{"dir", "/nonexistent/dir"}, {"misbehave", "lie"}, {"color", "red"},
 	} {
 		err := New().Open(ctx, sdk.OpenRequest{Agent: "a", Params: map[string]string{kv[0]: kv[1]}})
@@ -302,4 +306,79 @@ func TestSeededReplay(t *testing.T) {
 	require.Contains(t, first, "D")
 	require.Contains(t, first, "p")
 	require.Contains(t, first, "r")
+}
+
+// TestFaultPostFail: post-fail refuses the selected item with its code and
+// posts nothing; the other items of the call are posted, and the refused
+// item counts for post= numbering.
+func TestFaultPostFail(t *testing.T) {
+	p := newPair(t, 4096, map[string]string{"fault": "post-fail,post=2,code=REMOTE_DISCONNECT;post-fail,post=3"}, nil)
+	spec := p.whole(sdk.OpWrite, []byte("note"))
+	res, err := p.a.Post(ctx, []sdk.PostSpec{spec, spec, spec, spec})
+	require.NoError(t, err)
+	require.NoError(t, res[0].Err)
+	require.ErrorIs(t, res[1].Err, sdk.ErrRemoteDisconnect)
+	require.Contains(t, res[1].Err.Error(), "post-fail")
+	require.ErrorIs(t, res[2].Err, sdk.ErrBackend, "code defaults to BACKEND")
+	require.NoError(t, res[3].Err)
+	require.Zero(t, res[1].ID)
+	require.Zero(t, res[2].ID)
+	r, err := p.a.Resources(ctx)
+	require.NoError(t, err)
+	require.Equal(t, uint64(2), r.Handles, "the refused items hold nothing")
+	for _, i := range []int{0, 3} {
+		require.Equal(t, sdk.StateDone, terminal(t, p.a, res[i].ID).State)
+	}
+	release(t, p.a, res[0].ID, res[3].ID)
+	require.Len(t, drainNotes(t, p.b, 2), 2, "only the posted items notify")
+}
+
+// TestFaultUnloadAndReleaseDlistFail: unload-fail and release-dlist-fail
+// fail count items with BACKEND, changing nothing, then let them through;
+// items that are refused anyway (BUSY) do not spend the count.
+func TestFaultUnloadAndReleaseDlistFail(t *testing.T) {
+	p := newPair(t, 4096, map[string]string{"fault": "unload-fail,count=2;release-dlist-fail,count=2,peer=b"}, nil)
+	held := sdk.Resources{Regions: 1, Peers: 1, Dlists: 2}
+	resources := func() sdk.Resources {
+		r, err := p.a.Resources(ctx)
+		require.NoError(t, err)
+		return r
+	}
+
+	errs, err := p.a.UnloadPeers(ctx, []sdk.PeerID{p.peer})
+	require.NoError(t, err)
+	require.ErrorIs(t, errs[0], sdk.ErrBusy, "the dlists still reference the peer")
+
+	// The local dlist is not selected by peer=b.
+	errs, err = p.a.ReleaseDescriptors(ctx, []sdk.DlistID{p.local})
+	require.NoError(t, err)
+	require.NoError(t, errs[0])
+	held.Dlists--
+	for i := 0; i < 2; i++ {
+		errs, err = p.a.ReleaseDescriptors(ctx, []sdk.DlistID{p.remote})
+		require.NoError(t, err)
+		require.ErrorIs(t, errs[0], sdk.ErrBackend, "attempt %d", i)
+		require.Contains(t, errs[0].Error(), "release-dlist-fail")
+		require.Equal(t, held, resources(), "a failed release changes nothing")
+	}
+	// The dlist is still usable.
+	local := prepare(t, p.a, 0, sdk.Descriptor{Region: p.aRegion, Length: 4096})
+	h := postOne(t, p.a, sdk.PostSpec{Op: sdk.OpWrite, Local: local, LocalIndices: []uint32{0}, Remote: p.remote, RemoteIndices: []uint32{0}})
+	require.Equal(t, sdk.StateDone, terminal(t, p.a, h).State)
+	release(t, p.a, h)
+	errs, err = p.a.ReleaseDescriptors(ctx, []sdk.DlistID{p.remote, local})
+	require.NoError(t, err)
+	require.NoError(t, errs[0], "count=2 spent")
+	require.NoError(t, errs[1])
+
+	errs, err = p.a.UnloadPeers(ctx, []sdk.PeerID{p.peer, p.peer})
+	require.NoError(t, err)
+	require.ErrorIs(t, errs[0], sdk.ErrBackend)
+	require.ErrorIs(t, errs[1], sdk.ErrBackend)
+	require.Contains(t, errs[0].Error(), "unload-fail")
+	require.Equal(t, uint64(1), resources().Peers, "a failed unload changes nothing")
+	errs, err = p.a.UnloadPeers(ctx, []sdk.PeerID{p.peer})
+	require.NoError(t, err)
+	require.NoError(t, errs[0], "count=2 spent")
+	require.Zero(t, resources().Peers)
 }

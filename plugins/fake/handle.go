@@ -25,7 +25,9 @@ type handle struct {
 // hands it to the DMA engine. It never waits for bytes to move. A bad
 // transfer (invalid op, a dlist of the wrong side or unknown, empty or
 // unequal index lists, an index out of range, descriptor lengths that
-// differ, an oversized notification) is INVALID_ARGUMENT and posts nothing.
+// differ, an oversized notification) is INVALID_ARGUMENT, one to a peer
+// that closed or died is REMOTE_DISCONNECT, one a post-fail fault selects
+// fails with the fault's code; each posts nothing.
 func (t *Transport) Post(ctx context.Context, posts []sdk.PostSpec) ([]sdk.PostResult, error) {
 	if err := t.lock(ctx, crashAtPost); err != nil {
 		return nil, err
@@ -47,9 +49,16 @@ func (t *Transport) post(spec sdk.PostSpec, now time.Time) (sdk.HandleID, error)
 		return 0, err
 	}
 	local, remote := t.dlists[spec.Local], t.dlists[spec.Remote]
+	if !remote.peer.alive() {
+		return 0, sdk.Errorf(sdk.CodeRemoteDisconnect, "fake: Post: peer %s closed or died (its life lease is gone); nothing posted, unload it", remote.peer.name)
+	}
 	t.posts++
+	if r := t.fault(faultPostFail, t.posts, remote.peer.name, -1); r != nil {
+		return 0, sdk.Errorf(r.code, "fake: Post: injected fault %q on transfer %d; nothing posted", r.text, t.posts)
+	}
 	h := &handle{id: t.newHandleID(), state: sdk.StateInProgress, local: local, remote: remote}
-	x := &transfer{h: h, segs: segs, failAfter: -1, to: remote.peer.notify}
+	x := &transfer{h: h, segs: segs, failAfter: -1, to: remote.peer.notify, peer: remote.peer, watched: now}
+	remote.peer.hold()
 	if len(spec.Notification) > 0 {
 		x.note = append([]byte(nil), spec.Notification...)
 	}
@@ -155,7 +164,8 @@ func (t *Transport) Poll(ctx context.Context, ids []sdk.HandleID) ([]sdk.HandleS
 // Cancel asks the DMA engine to stop each transfer before its next chunk;
 // the handle then reports CANCELED (or DONE if it finished first). It frees
 // nothing. Canceling a terminal handle changes nothing; an unknown one is
-// NOT_FOUND.
+// NOT_FOUND. Under cancel=none it is accepted and changes nothing at all,
+// as UCX's.
 func (t *Transport) Cancel(ctx context.Context, ids []sdk.HandleID) ([]error, error) {
 	if err := t.lock(ctx, ""); err != nil {
 		return nil, err
@@ -166,6 +176,9 @@ func (t *Transport) Cancel(ctx context.Context, ids []sdk.HandleID) ([]error, er
 		h, ok := t.handles[id]
 		if !ok {
 			out[i] = sdk.Errorf(sdk.CodeNotFound, "fake: Cancel: handle %d unknown or already released", id)
+			continue
+		}
+		if t.p.cancel == cancelNone {
 			continue
 		}
 		for _, x := range t.active {

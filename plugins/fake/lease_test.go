@@ -42,8 +42,8 @@ func (g *gate) hook() {
 
 // newGatedPair builds a pair of size bytes whose agent a copies chunk bytes
 // per step and runs one step per send on gate. The gate opens for good at
-// the end of the test.
-func newGatedPair(t *testing.T, size, chunk int, aParams map[string]string) *gatedPair {
+// the end of the test. setup runs on a before Open.
+func newGatedPair(t *testing.T, size, chunk int, aParams map[string]string, setup ...func(*Transport)) *gatedPair {
 	t.Helper()
 	g := &gatedPair{gate: newGate()}
 	if aParams == nil {
@@ -53,6 +53,9 @@ func newGatedPair(t *testing.T, size, chunk int, aParams map[string]string) *gat
 	aParams["dir"] = t.TempDir()
 	a := New()
 	a.stepHook = g.hook
+	for _, f := range setup {
+		f(a)
+	}
 	require.NoError(t, a.Open(ctx, sdk.OpenRequest{Agent: "a", Params: aParams}))
 	b := open(t, "b", nil)
 	p := &pair{a: a, b: b, size: size}

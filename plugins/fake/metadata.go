@@ -15,15 +15,17 @@ import (
 // big-endian uint16, then the JSON body.
 const (
 	metadataMagic   = "custody-fake\x00"
-	metadataVersion = 1
+	metadataVersion = 2
 )
 
 // metadata is what a peer needs to reach this agent: its name, its
-// notification socket, and every registered region with its lease file.
+// notification socket, its life lease file (held while the agent lives),
+// and every registered region with its lease file.
 type metadata struct {
 	Agent   string       `json:"agent"`
 	PID     int          `json:"pid"`
 	Notify  string       `json:"notify"`
+	Life    string       `json:"life"`
 	Regions []metaRegion `json:"regions"`
 }
 
@@ -43,7 +45,7 @@ func (t *Transport) LocalMetadata(ctx context.Context) ([]byte, error) {
 	if err := t.lock(ctx, ""); err != nil {
 		return nil, err
 	}
-	md := metadata{Agent: t.agent, PID: pid, Notify: t.addr, Regions: []metaRegion{}}
+	md := metadata{Agent: t.agent, PID: pid, Notify: t.addr, Life: t.life.path(), Regions: []metaRegion{}}
 	for _, r := range t.regions {
 		md.Regions = append(md.Regions, metaRegion{ID: uint64(r.id), Path: r.spec.Path, Offset: r.spec.Offset, Length: r.spec.Length, Lease: r.lease.path()})
 	}
@@ -94,8 +96,8 @@ func decodeMetadata(blob []byte) (metadata, error) {
 	if dec.More() {
 		return md, fmt.Errorf("trailing bytes after the body")
 	}
-	if md.Agent == "" || md.Notify == "" {
-		return md, fmt.Errorf("agent name or notification address missing")
+	if md.Agent == "" || md.Notify == "" || md.Life == "" {
+		return md, fmt.Errorf("agent name, notification address or life lease missing")
 	}
 	seen := map[uint64]bool{}
 	for _, r := range md.Regions {

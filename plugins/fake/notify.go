@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	mrand "math/rand/v2"
 	"net"
 	"os"
 	"sync/atomic"
@@ -24,6 +25,15 @@ var socketSeq atomic.Uint64
 // socket buffer.
 const sendTimeout = time.Second
 
+// sendRetry bounds one try of a send within sendTimeout. The poller wakes a
+// sender blocked on a full datagram queue only when one of its own
+// datagrams leaves that queue, so a sender whose queue space was taken by
+// other senders would sleep out the whole sendTimeout while the receiver
+// drains: it tries again every sendRetry instead. A try that timed out
+// queued nothing (sendto queues a datagram whole or fails with EAGAIN), so
+// trying again never delivers a message twice.
+const sendRetry = 2 * time.Millisecond
+
 // note is a notification on its way to a peer's socket.
 type note struct {
 	to  *net.UnixAddr
@@ -41,8 +51,16 @@ type delayedNote struct {
 // outlive the process and reaches agents in other processes on the host.
 // Datagrams on a unix socket are reliable and ordered, which gives delivery
 // once and in order per sender.
+//
+// The name is unique over time, not only among live sockets: besides the
+// pid and a sequence number it carries 64 random bits. Pids are reused, so
+// a name made of pid and sequence alone would let a later process bind the
+// name of a dead agent, and a peer still holding the dead agent's metadata
+// would deliver to the newcomer messages meant for the dead one (in the
+// conformance suite, a sender of an earlier run's "0:0" seen again by a
+// later receiver). With the nonce such sends fail REMOTE_DISCONNECT.
 func listenNotifications(agent string) (*net.UnixConn, string, error) {
-	name := fmt.Sprintf("@custody-fake/%d/%d", pid, socketSeq.Add(1))
+	name := fmt.Sprintf("@custody-fake/%d/%d/%016x", pid, socketSeq.Add(1), mrand.Uint64())
 	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: name, Net: "unixgram"})
 	if err != nil {
 		return nil, "", err
@@ -75,14 +93,33 @@ func (t *Transport) receive(conn *net.UnixConn) {
 }
 
 // send writes one notification to its peer's socket, signed with this
-// agent's name.
+// agent's name, waiting at most sendTimeout for room in the peer's queue.
 func (t *Transport) send(n note) error {
 	b := make([]byte, 2, 2+len(t.agent)+len(n.msg))
 	binary.BigEndian.PutUint16(b, uint16(len(t.agent)))
 	b = append(append(b, t.agent...), n.msg...)
-	_ = t.conn.SetWriteDeadline(time.Now().Add(sendTimeout))
-	_, err := t.conn.WriteToUnix(b, n.to)
-	return err
+	if t.sendFault != nil {
+		if err := t.sendFault(n.msg); err != nil {
+			return err
+		}
+	}
+	end := time.Now().Add(sendTimeout)
+	for {
+		try := time.Now().Add(sendRetry)
+		if try.After(end) {
+			try = end
+		}
+		// Concurrent senders share the socket and its deadline; each sets
+		// its own before each try, so a try is at most a little shorter.
+		_ = t.conn.SetWriteDeadline(try)
+		_, err := t.conn.WriteToUnix(b, n.to)
+		if err == nil || !errors.Is(err, os.ErrDeadlineExceeded) || !time.Now().Before(end) {
+			return err
+		}
+		if t.sendRetryHook != nil {
+			t.sendRetryHook()
+		}
+	}
 }
 
 // decodeNote splits a datagram into sender name and message.
@@ -115,8 +152,11 @@ func (t *Transport) dueNotes(now time.Time) (due []note, wait time.Duration) {
 
 // SendNotifications sends each message to a loaded peer. An unknown peer or
 // a message over Limits.MaxNotificationBytes is INVALID_ARGUMENT; a peer
-// whose socket is gone is REMOTE_DISCONNECT. A notif-drop fault drops the
-// message silently, a notif-delay fault delivers it late.
+// whose socket is gone is REMOTE_DISCONNECT; one whose queue stayed full
+// for sendTimeout is BACKEND. Once a message to a peer failed, the call's
+// later messages to that peer are not sent (BACKEND), so that a caller who
+// sends the failed ones again, in order, keeps them in order. A notif-drop
+// fault drops the message silently, a notif-delay fault delivers it late.
 func (t *Transport) SendNotifications(ctx context.Context, msgs []sdk.OutboundNotification) ([]error, error) {
 	if err := t.lock(ctx, ""); err != nil {
 		return nil, err
@@ -142,12 +182,18 @@ func (t *Transport) SendNotifications(ctx context.Context, msgs []sdk.OutboundNo
 		}
 	}
 	t.mu.Unlock()
+	failed := map[string]int{} // peer socket -> the item that failed first
 	for i, n := range sends {
 		if n.to == nil {
 			continue
 		}
+		if first, ok := failed[n.to.Name]; ok {
+			out[i] = sdk.Errorf(sdk.CodeBackend, "fake: notification to %s not sent: message %d of this call to that peer failed first; send from that one again, in order", n.to.Name, first)
+			continue
+		}
 		if err := t.send(n); err != nil {
 			out[i] = sendError(n, err)
+			failed[n.to.Name] = i
 		}
 	}
 	return out, nil

@@ -2,6 +2,9 @@ package fake
 
 import (
 	"fmt"
+	"net"
+	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -93,4 +96,189 @@ func TestSendToGonePeer(t *testing.T) {
 	require.NoError(t, err)
 	require.ErrorIs(t, errs[0], sdk.ErrRemoteDisconnect)
 	_, _ = a.UnloadPeers(ctx, []sdk.PeerID{id})
+}
+
+// fillQueue fills a's notification socket queue with datagrams from a
+// socket of the test's own, while a's receiver is held (a.mu locked), and
+// returns how many it queued. It stops at the first try the kernel refuses
+// for want of room, so the queue is full when it returns.
+func fillQueue(t *testing.T, a *Transport) int {
+	t.Helper()
+	name := fmt.Sprintf("@custody-fake-test/%d/%d", pid, socketSeq.Add(1))
+	c, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: name, Net: "unixgram"})
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	to := &net.UnixAddr{Name: a.addr, Net: "unixgram"}
+	msg := append([]byte{0, 6}, "filler"...)
+	for n := 0; ; n++ {
+		require.Less(t, n, 1<<16, "the queue never filled")
+		require.NoError(t, c.SetWriteDeadline(time.Now().Add(10*time.Millisecond)))
+		if _, err := c.WriteToUnix(msg, to); err != nil {
+			require.ErrorIs(t, err, os.ErrDeadlineExceeded)
+			return n
+		}
+	}
+}
+
+// TestSendWaitsOutAQueueOthersFilled: a sender that finds the peer's queue
+// full of other senders' datagrams is sent as soon as the receiver drains
+// it, not after sendTimeout. The poller wakes a blocked sender only when
+// one of its own datagrams leaves the queue, so without trying again the
+// send would sleep the whole timeout and fail with BACKEND although the
+// receiver is alive and draining.
+func TestSendWaitsOutAQueueOthersFilled(t *testing.T) {
+	rx := open(t, "rx", nil)
+	var unhold sync.Once
+	resume := func() { unhold.Do(rx.mu.Unlock) }
+	s := New()
+	s.sendRetryHook = resume // the receiver drains once s waits for room
+	require.NoError(t, s.Open(ctx, sdk.OpenRequest{Agent: "s", Params: map[string]string{"dir": t.TempDir()}}))
+	t.Cleanup(func() { _ = s.Close(ctx) })
+	peer := loadPeer(t, s, rx)
+	defer func() { _, _ = s.UnloadPeers(ctx, []sdk.PeerID{peer}) }()
+
+	rx.mu.Lock() // hold the receiver: its queue fills up
+	t.Cleanup(resume)
+	fillers := fillQueue(t, rx)
+	errs, err := s.SendNotifications(ctx, []sdk.OutboundNotification{{Peer: peer, Message: []byte("m")}})
+	resume()
+	require.NoError(t, err)
+	require.NoError(t, errs[0], "the receiver drained its queue while the send waited")
+	got := drainNotes(t, rx, fillers+1)
+	require.Equal(t, sdk.Notification{From: "s", Message: []byte("m")}, got[len(got)-1])
+	for _, n := range got[:len(got)-1] {
+		require.Equal(t, "filler", n.From)
+	}
+}
+
+// TestSendFailureKeepsOrder: when one message of a call fails, the call's
+// later messages to that peer are not sent, so that sending the failed
+// ones again, in order, delivers every message once and in order.
+func TestSendFailureKeepsOrder(t *testing.T) {
+	rx := open(t, "rx", nil)
+	other := open(t, "other", nil)
+	s := New()
+	failed := false
+	s.sendFault = func(msg []byte) error {
+		if string(msg) == "5" && !failed {
+			failed = true
+			return os.ErrDeadlineExceeded // as a send that found no room in time
+		}
+		return nil
+	}
+	require.NoError(t, s.Open(ctx, sdk.OpenRequest{Agent: "s", Params: map[string]string{"dir": t.TempDir()}}))
+	t.Cleanup(func() { _ = s.Close(ctx) })
+	toRx, toOther := loadPeer(t, s, rx), loadPeer(t, s, other)
+	defer func() { _, _ = s.UnloadPeers(ctx, []sdk.PeerID{toRx, toOther}) }()
+
+	var msgs []sdk.OutboundNotification
+	for i := 0; i < 10; i++ {
+		msgs = append(msgs, sdk.OutboundNotification{Peer: toRx, Message: []byte(fmt.Sprint(i))})
+	}
+	msgs = append(msgs, sdk.OutboundNotification{Peer: toOther, Message: []byte("elsewhere")})
+	errs, err := s.SendNotifications(ctx, msgs)
+	require.NoError(t, err)
+	for i, e := range errs {
+		switch {
+		case i >= 5 && i < 10:
+			require.ErrorIs(t, e, sdk.ErrBackend, "message %d", i)
+		default:
+			require.NoError(t, e, "message %d: a failure to one peer does not hold back another", i)
+		}
+	}
+	errs, err = s.SendNotifications(ctx, msgs[5:10])
+	require.NoError(t, err)
+	for _, e := range errs {
+		require.NoError(t, e)
+	}
+	got := drainNotes(t, rx, 10)
+	require.Len(t, got, 10)
+	for i, n := range got {
+		require.Equal(t, fmt.Sprint(i), string(n.Message), "message %d: once and in order", i)
+	}
+	require.Equal(t, []sdk.Notification{{From: "s", Message: []byte("elsewhere")}}, drainNotes(t, other, 1))
+}
+
+// TestSocketNameNotReused: an agent that takes the pid and sequence number
+// of a dead one, as a later process reusing the pid does, does not take its
+// socket name: a peer that still holds the dead agent's metadata gets
+// REMOTE_DISCONNECT and the newcomer receives nothing of it.
+func TestSocketNameNotReused(t *testing.T) {
+	a := open(t, "a", nil)
+	before := socketSeq.Load()
+	dead := New()
+	require.NoError(t, dead.Open(ctx, sdk.OpenRequest{Agent: "b", Params: map[string]string{"dir": t.TempDir()}}))
+	stale := loadPeer(t, a, dead)
+	defer func() { _, _ = a.UnloadPeers(ctx, []sdk.PeerID{stale}) }()
+	dead.Kill()
+
+	after := socketSeq.Load()
+	socketSeq.Store(before) // the newcomer draws the dead agent's number
+	newcomer := open(t, "b", nil)
+	socketSeq.Store(max(after, socketSeq.Load()))
+	require.NotEqual(t, dead.addr, newcomer.addr)
+
+	errs, err := a.SendNotifications(ctx, []sdk.OutboundNotification{{Peer: stale, Message: []byte("0:0")}})
+	require.NoError(t, err)
+	require.ErrorIs(t, errs[0], sdk.ErrRemoteDisconnect, "a message to the dead agent")
+	// A message the newcomer is sent directly arrives alone: the stale one
+	// never did.
+	fresh := loadPeer(t, a, newcomer)
+	defer func() { _, _ = a.UnloadPeers(ctx, []sdk.PeerID{fresh}) }()
+	errs, err = a.SendNotifications(ctx, []sdk.OutboundNotification{{Peer: fresh, Message: []byte("end")}})
+	require.NoError(t, err)
+	require.NoError(t, errs[0])
+	require.Equal(t, []sdk.Notification{{From: "a", Message: []byte("end")}}, drainNotes(t, newcomer, 1))
+}
+
+// TestManySendersExactlyOnceInOrder: many agents sending batches at once
+// overflow the receiver's datagram queue (net.unix.max_dgram_qlen, 10 by
+// default); every message still arrives, once, in order per sender, and
+// no send fails.
+func TestManySendersExactlyOnceInOrder(t *testing.T) {
+	const senders, count, batch = 8, 300, 50
+	rx := open(t, "rx", nil)
+	var wg sync.WaitGroup
+	fail := make(chan error, senders*count)
+	for i := 0; i < senders; i++ {
+		s := open(t, fmt.Sprintf("s%d", i), nil)
+		peer := loadPeer(t, s, rx)
+		t.Cleanup(func() { _, _ = s.UnloadPeers(ctx, []sdk.PeerID{peer}) })
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := 0; k < count; k += batch {
+				msgs := make([]sdk.OutboundNotification, batch)
+				for j := range msgs {
+					msgs[j] = sdk.OutboundNotification{Peer: peer, Message: []byte(fmt.Sprint(k + j))}
+				}
+				errs, err := s.SendNotifications(ctx, msgs)
+				if err != nil {
+					fail <- err
+				}
+				for _, e := range errs {
+					if e != nil {
+						fail <- e
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(fail)
+	for err := range fail {
+		require.NoError(t, err)
+	}
+	got := drainNotes(t, rx, senders*count)
+	next := map[string]int{}
+	for _, n := range got {
+		require.Equal(t, fmt.Sprint(next[n.From]), string(n.Message), "from %s: once and in order", n.From)
+		next[n.From]++
+	}
+	for i := 0; i < senders; i++ {
+		require.Equal(t, count, next[fmt.Sprintf("s%d", i)])
+	}
+	more, err := rx.Notifications(ctx, 0)
+	require.NoError(t, err)
+	require.Empty(t, more)
 }

@@ -15,12 +15,19 @@ const (
 	fenceInitiated = "initiated"
 )
 
+// Cancel values of the cancel parameter.
+const (
+	cancelStops = "stops"
+	cancelNone  = "none"
+)
+
 // params are an agent's settings, parsed from sdk.OpenRequest.Params.
 type params struct {
 	seed       uint64
 	chunk      int
 	chunkDelay time.Duration
 	fence      string
+	cancel     string
 	dir        string
 	faults     []rule
 	misbehave  misbehave
@@ -28,7 +35,7 @@ type params struct {
 
 // defaultParams are the settings of an agent opened without parameters.
 func defaultParams() params {
-	return params{seed: 1, chunk: 64 << 10, fence: fenceIncoming, dir: os.TempDir()}
+	return params{seed: 1, chunk: 64 << 10, fence: fenceIncoming, cancel: cancelStops, dir: os.TempDir()}
 }
 
 // parseParams parses Open's parameters. An unknown key or malformed value is
@@ -69,6 +76,11 @@ func (p *params) set(k, v string) error {
 			return fmt.Errorf("want %q or %q", fenceIncoming, fenceInitiated)
 		}
 		p.fence = v
+	case "cancel":
+		if v != cancelStops && v != cancelNone {
+			return fmt.Errorf("want %q or %q", cancelStops, cancelNone)
+		}
+		p.cancel = v
 	case "dir":
 		st, err := os.Stat(v)
 		if err != nil {
@@ -91,7 +103,7 @@ func (p *params) set(k, v string) error {
 		}
 		p.misbehave = m
 	default:
-		return fmt.Errorf("unknown key; known: seed, chunk, chunk_delay, fence, dir, fault, misbehave")
+		return fmt.Errorf("unknown key; known: seed, chunk, chunk_delay, fence, cancel, dir, fault, misbehave")
 	}
 	return nil
 }

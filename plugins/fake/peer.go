@@ -8,19 +8,37 @@ import (
 )
 
 // peer is a loaded peer agent: its regions mapped here, each with a probe
-// of its owner's lease (nil under fence=initiated), and its notification
-// address.
+// of its owner's lease (nil under fence=initiated), a probe of the agent's
+// life lease, and its notification address.
 type peer struct {
 	id      sdk.PeerID
 	name    string
 	notify  *net.UnixAddr
+	life    *lease // probe of the agent's life lease: held while it lives
 	regions map[sdk.RegionID]*mapping
 	dlists  int // live remote dlists that reference the peer
+	refs    int // holders of the life probe: the peer table and transfers
+}
+
+// alive reports whether the peer agent still lives (it has neither closed
+// nor died).
+func (p *peer) alive() bool { return p.life.held() }
+
+// hold adds a holder of the peer's life probe.
+func (p *peer) hold() { p.refs++ }
+
+// drop removes a holder and closes the life probe after the last.
+func (p *peer) drop() {
+	p.refs--
+	if p.refs == 0 {
+		p.life.close()
+	}
 }
 
 // LoadPeers loads each peer from its metadata, mapping the peer's region
 // files. Garbage metadata, or a name that differs from the metadata's
-// agent, is INVALID_ARGUMENT; a peer whose region lease is no longer held is
+// agent, is INVALID_ARGUMENT; a peer that closed or died, or (unless
+// fence=initiated) whose region lease is no longer held, is
 // REMOTE_DISCONNECT. A failed item loads nothing.
 func (t *Transport) LoadPeers(ctx context.Context, peers []sdk.PeerSpec) ([]sdk.PeerResult, error) {
 	if err := t.lock(ctx, ""); err != nil {
@@ -48,13 +66,22 @@ func (t *Transport) loadPeer(spec sdk.PeerSpec) (sdk.PeerID, error) {
 	if t.fault(faultLoadPeerFail, 0, md.Agent, rank) != nil {
 		return 0, sdk.Errorf(sdk.CodeBackend, "fake: LoadPeers %q: injected load-peer-fail at item %d; nothing loaded", md.Agent, rank)
 	}
-	p := &peer{name: md.Agent, notify: &net.UnixAddr{Name: md.Notify, Net: "unixgram"}, regions: map[sdk.RegionID]*mapping{}}
+	life, err := openLease(md.Life)
+	if err != nil {
+		return 0, sdk.Errorf(sdk.CodeRemoteDisconnect, "fake: LoadPeers %q: life lease: %v; the peer closed or died, fetch fresh metadata", md.Agent, err)
+	}
+	p := &peer{name: md.Agent, notify: &net.UnixAddr{Name: md.Notify, Net: "unixgram"}, life: life, regions: map[sdk.RegionID]*mapping{}, refs: 1}
+	if !p.alive() {
+		life.close()
+		return 0, sdk.Errorf(sdk.CodeRemoteDisconnect, "fake: LoadPeers %q: its life lease is not held; the peer closed or died, fetch fresh metadata", md.Agent)
+	}
 	for _, r := range md.Regions {
 		m, err := t.mapPeerRegion(md.Agent, r)
 		if err != nil {
 			for _, m := range p.regions {
 				m.unmap()
 			}
+			life.close()
 			return 0, err
 		}
 		p.regions[sdk.RegionID(r.ID)] = m
@@ -94,7 +121,8 @@ func (t *Transport) mapPeerRegion(agent string, r metaRegion) (*mapping, error) 
 }
 
 // UnloadPeers unmaps each peer's regions. A peer a live dlist references is
-// BUSY and stays loaded; an unknown one is NOT_FOUND.
+// BUSY and stays loaded; an unknown one is NOT_FOUND; one an unload-fail
+// fault selects is BACKEND and stays loaded.
 func (t *Transport) UnloadPeers(ctx context.Context, ids []sdk.PeerID) ([]error, error) {
 	if err := t.lock(ctx, ""); err != nil {
 		return nil, err
@@ -108,11 +136,14 @@ func (t *Transport) UnloadPeers(ctx context.Context, ids []sdk.PeerID) ([]error,
 			out[i] = sdk.Errorf(sdk.CodeNotFound, "fake: UnloadPeers: peer %d unknown or already unloaded", id)
 		case p.dlists > 0:
 			out[i] = sdk.Errorf(sdk.CodeBusy, "fake: UnloadPeers: peer %d (%s) is referenced by %d dlists; release them first", id, p.name, p.dlists)
+		case t.fault(faultUnloadFail, 0, p.name, -1) != nil:
+			out[i] = sdk.Errorf(sdk.CodeBackend, "fake: UnloadPeers: injected unload-fail on peer %d (%s); it stays loaded, retry", id, p.name)
 		default:
 			delete(t.peers, id)
 			for _, m := range p.regions {
 				t.unref(m)
 			}
+			p.drop()
 		}
 	}
 	return out, nil

@@ -11,13 +11,15 @@ import (
 // copy, how far it got, and the faults selected for it at Post.
 type transfer struct {
 	h    *handle
+	peer *peer // the remote agent, held for its life probe
 	segs []segment
 	seg  int // next segment to copy
 	off  int // next byte within it
 	maps []*mapping
 
-	chunks   int  // chunks copied so far
-	canceled bool // Cancel was asked
+	chunks   int       // chunks copied so far
+	canceled bool      // Cancel was asked
+	watched  time.Time // last check that the peer lives (fence=initiated)
 
 	stall      bool      // stall fault selected
 	stallUntil time.Time // zero: forever

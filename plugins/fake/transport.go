@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"time"
 
 	"github.com/custody-dev/custody/sdk"
 )
@@ -39,6 +40,17 @@ type Transport struct {
 	// stepHook, when set (by tests, before Open), runs before each step of
 	// the DMA engine, so a test can hold the engine between two chunks.
 	stepHook func()
+	// watch is how often, under fence=initiated, the engine checks that
+	// the peer of a running transfer is alive (peerWatch unless a test set
+	// it before Open).
+	watch time.Duration
+	// sendRetryHook, when set (by tests, before Open), runs after each try
+	// of a notification send that timed out and will be tried again.
+	sendRetryHook func()
+	// sendFault, when set (by tests, before Open), runs before each
+	// notification send; an error it returns is that send's, and nothing
+	// is sent.
+	sendFault func(msg []byte) error
 
 	mu    sync.Mutex
 	state int
@@ -63,6 +75,7 @@ type Transport struct {
 	inbox   []sdk.Notification
 	delayed []delayedNote
 
+	life *lease // held from Open until Close or death: peers watch it
 	conn *net.UnixConn
 	addr string
 	stop chan struct{}
@@ -89,7 +102,7 @@ func WithExitOnCrash() Option {
 // shuts the agent down in-process (every later call answers
 // PLUGIN_SHUTDOWN), which is what in-process tests want.
 func New(opts ...Option) *Transport {
-	t := &Transport{p: defaultParams()}
+	t := &Transport{p: defaultParams(), watch: peerWatch}
 	for _, o := range opts {
 		o(t)
 	}
@@ -97,7 +110,8 @@ func New(opts ...Option) *Transport {
 }
 
 // Describe says who the fake is and what it promises. Before Open it
-// reports the default parameters; FenceScope follows the fence parameter.
+// reports the default parameters; FenceScope follows the fence parameter,
+// CancelEffect and Capabilities.Cancel the cancel parameter.
 func (t *Transport) Describe(ctx context.Context) (sdk.Description, error) {
 	t.mu.Lock()
 	p := t.p
@@ -110,14 +124,18 @@ func (t *Transport) Describe(ctx context.Context) (sdk.Description, error) {
 	if p.fence == fenceInitiated {
 		fence = sdk.FenceInitiated
 	}
+	cancel := sdk.CancelStops
+	if p.cancel == cancelNone {
+		cancel = sdk.CancelNone
+	}
 	return sdk.Description{
 		Name:          "fake",
 		Version:       Version,
 		ContractMajor: sdk.ContractMajor,
 		ContractMinor: sdk.ContractMinor,
 		MemoryKinds:   []sdk.MemoryKind{sdk.MemoryHost},
-		Capabilities:  sdk.Capabilities{Remote: true, Local: true, Notifications: true, Cancel: true, Events: true},
-		CancelEffect:  sdk.CancelStops,
+		Capabilities:  sdk.Capabilities{Remote: true, Local: true, Notifications: true, Cancel: cancel != sdk.CancelNone, Events: true},
+		CancelEffect:  cancel,
 		PeerLoss:      sdk.PeerLossReported,
 		FenceScope:    fence,
 		Limits: sdk.Limits{
@@ -130,8 +148,9 @@ func (t *Transport) Describe(ctx context.Context) (sdk.Description, error) {
 	}, nil
 }
 
-// Open starts the agent: it parses the parameters, opens the notification
-// socket and starts the DMA engine. It is refused unless the agent is new.
+// Open starts the agent: it parses the parameters, takes the agent's life
+// lease, opens the notification socket and starts the DMA engine. It is
+// refused unless the agent is new (PLUGIN_SHUTDOWN once killed).
 func (t *Transport) Open(ctx context.Context, req sdk.OpenRequest) error {
 	if err := ctxError(ctx); err != nil {
 		return err
@@ -145,13 +164,22 @@ func (t *Transport) Open(ctx context.Context, req sdk.OpenRequest) error {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if t.state == stateCrashed {
+		return shutdownError()
+	}
 	if t.state != stateNew {
 		return sdk.Errorf(sdk.CodeInvalidArgument, "fake: Open: agent %q was opened before; an agent opens once, make a new one", t.agent)
 	}
+	life, err := acquireLease(p.dir)
+	if err != nil {
+		return sdk.Errorf(sdk.CodeBackend, "fake: Open: life lease in %s: %v; check dir=", p.dir, err)
+	}
 	conn, addr, err := listenNotifications(req.Agent)
 	if err != nil {
+		life.release()
 		return sdk.Errorf(sdk.CodeBackend, "fake: Open: notification socket: %v", err)
 	}
+	t.life = life
 	t.state, t.agent, t.p = stateOpen, req.Agent, p
 	t.rng = rand.New(rand.NewPCG(p.seed, p.seed))
 	t.regions = map[sdk.RegionID]*region{}
@@ -171,10 +199,24 @@ func (t *Transport) Open(ctx context.Context, req sdk.OpenRequest) error {
 
 // Close ends the agent. It is refused with BUSY while any region, peer,
 // dlist or handle is held; transfers still running without a handle
-// (misbehave=release-running) are stopped.
+// (misbehave=release-running) are stopped. Closing a closed agent is OK and
+// changes nothing: the agent has ended and holds nothing, which is all
+// that OK promises.
 func (t *Transport) Close(ctx context.Context) error {
-	if err := t.lock(ctx, ""); err != nil {
+	if err := ctxError(ctx); err != nil {
 		return err
+	}
+	t.mu.Lock()
+	switch t.state {
+	case stateNew:
+		t.mu.Unlock()
+		return sdk.Errorf(sdk.CodeInvalidArgument, "fake: Close: agent is not open; call Open first")
+	case stateClosed:
+		t.mu.Unlock()
+		return nil
+	case stateCrashed:
+		t.mu.Unlock()
+		return shutdownError()
 	}
 	if r := t.resourcesLocked(); r.Regions+r.Peers+r.Dlists+r.Handles > 0 {
 		t.mu.Unlock()
@@ -183,7 +225,27 @@ func (t *Transport) Close(ctx context.Context) error {
 	t.state = stateClosed
 	t.mu.Unlock()
 	t.teardown()
+	_ = os.Remove(t.life.path())
 	return nil
+}
+
+// Kill ends the agent at once, as the death of its process would: it is
+// the in-process crash of a crash fault, on demand. The DMA engine stops
+// (every transfer this agent initiated stops before its next chunk), the
+// mappings are unmapped and every lease dropped, so peers see the death
+// (their transfers into this agent's regions end REMOTE_DISCONNECT, or
+// under fence=initiated keep writing until their peer watch notices), and
+// every later call, Open and Close included, answers PLUGIN_SHUTDOWN. It
+// never exits the process, even under WithExitOnCrash; killing a killed
+// agent does nothing. Tests use it to kill one in-process agent alone.
+func (t *Transport) Kill() {
+	t.mu.Lock()
+	was := t.state
+	t.state = stateCrashed
+	t.mu.Unlock()
+	if was == stateOpen {
+		t.teardown()
+	}
 }
 
 // Resources counts what the agent holds. A new or closed agent holds
@@ -258,8 +320,9 @@ func (t *Transport) crashDue(call string) bool {
 }
 
 // teardown stops the goroutines and frees every native resource, as the
-// end of the process would: mappings are unmapped and leases dropped. The
-// agent is already closed or crashed.
+// end of the process would: mappings are unmapped and leases dropped, the
+// life lease included (Close then removes its file). The agent is already
+// closed or crashed.
 func (t *Transport) teardown() {
 	close(t.stop)
 	t.conn.Close()
@@ -272,6 +335,13 @@ func (t *Transport) teardown() {
 	for _, r := range t.regions {
 		r.lease.close()
 	}
+	for _, p := range t.peers {
+		p.life.close()
+	}
+	for _, x := range t.active {
+		x.peer.life.close()
+	}
+	t.life.close()
 	t.regions, t.peers, t.dlists, t.handles, t.maps = nil, nil, nil, nil, nil
 	t.active, t.delayed, t.inbox, t.events = nil, nil, nil, nil
 }
@@ -286,7 +356,7 @@ func (t *Transport) kick() {
 
 // shutdownError is what a crashed agent answers.
 func shutdownError() error {
-	return sdk.Errorf(sdk.CodePluginShutdown, "fake: agent crashed (fault crash); open a new agent")
+	return sdk.Errorf(sdk.CodePluginShutdown, "fake: agent crashed (fault crash or Kill); open a new agent")
 }
 
 // ctxError maps a done context to the code of a call that did nothing.
