@@ -39,8 +39,10 @@
 //	call                 code                  the host may assume                       next
 //	Open                 OK                    agent ready                               register memory
 //	                     INVALID_ARGUMENT      bad agent name or parameter; not opened   fix the config
-//	Close                OK                    agent ended, nothing held                 stop the process
+//	Close                OK                    agent ended, nothing held (also when      stop the process
+//	                                           it was closed already)
 //	                     BUSY                  something is still held; nothing changed  release it first
+//	                     INVALID_ARGUMENT      never opened                              -
 //	RegisterMemory       OK (item)             region registered, reachable by peers     re-publish metadata
 //	                     INVALID_ARGUMENT      bad path, range or kind; not registered   fix the request
 //	DeregisterMemory     OK (item)             region no longer reachable                -
