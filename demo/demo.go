@@ -363,13 +363,19 @@ func (r *runner) alloc(ctx context.Context, h *hostProc, n int) ([]uint32, error
 	return b, nil
 }
 
-func (r *runner) pull(ctx context.Context, id string, n, parts int, rng *rand.Rand) error {
+// source takes n prefill blocks and fills them with random bytes.
+func (r *runner) source(ctx context.Context, n int, rng *rand.Rand) ([]uint32, [][]byte, error) {
 	pb, err := r.alloc(ctx, r.prefill, n)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	data := r.randomBlocks(rng, n)
-	if err := r.prefill.writeBlocks(pb, data, r.o.BlockSize); err != nil {
+	return pb, data, r.prefill.writeBlocks(pb, data, r.o.BlockSize)
+}
+
+func (r *runner) pull(ctx context.Context, id string, n, parts int, rng *rand.Rand) error {
+	pb, data, err := r.source(ctx, n, rng)
+	if err != nil {
 		return err
 	}
 	sent := r.pd.expect(id, nil)
@@ -403,12 +409,8 @@ func (r *runner) push(ctx context.Context, id string, n, parts int, rng *rand.Ra
 	if err != nil {
 		return err
 	}
-	pb, err := r.alloc(ctx, r.prefill, n)
+	pb, data, err := r.source(ctx, n, rng)
 	if err != nil {
-		return err
-	}
-	data := r.randomBlocks(rng, n)
-	if err := r.prefill.writeBlocks(pb, data, r.o.BlockSize); err != nil {
 		return err
 	}
 	sent := r.pd.expect(id, nil)

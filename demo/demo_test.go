@@ -2,15 +2,12 @@ package demo
 
 import (
 	"context"
-	"fmt"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
 	"github.com/custody-dev/custody/internal/testbin"
 )
@@ -20,26 +17,8 @@ import (
 var custodyBin string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "custody-demo-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	bin, err := testbin.Build(dir, "custody", "custody-transport-fake", "custody-transport-ucx")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	custodyBin = filepath.Join(bin, "custody")
-	code := m.Run()
-	os.RemoveAll(dir)
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
+	testbin.Main(m, func(dir string) { custodyBin = filepath.Join(dir, "custody") },
+		"custody", "custody-transport-fake", "custody-transport-ucx")
 }
 
 func TestDemoWithEveryFaultFindsNoCorruptionAndNoLeak(t *testing.T) {

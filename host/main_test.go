@@ -1,12 +1,8 @@
 package host
 
 import (
-	"fmt"
-	"os"
 	"path/filepath"
 	"testing"
-
-	"go.uber.org/goleak"
 
 	"github.com/custody-dev/custody/internal/testbin"
 )
@@ -16,24 +12,5 @@ import (
 var fakePlugin string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "custody-host-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	bin, err := testbin.Build(dir, "custody-transport-fake")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	fakePlugin = filepath.Join(bin, "custody-transport-fake")
-	code := m.Run()
-	os.RemoveAll(dir)
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
+	testbin.Main(m, func(dir string) { fakePlugin = filepath.Join(dir, "custody-transport-fake") }, "custody-transport-fake")
 }

@@ -7,6 +7,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"testing"
+
+	"go.uber.org/goleak"
 )
 
 // packages maps each binary to the package that builds it.
@@ -46,4 +49,32 @@ func haveAll(dir string, names []string) bool {
 		}
 	}
 	return true
+}
+
+// Main is a TestMain for packages whose tests run the binaries: it builds
+// names into a temporary directory, hands that directory to use, runs the
+// tests, removes the directory, and fails the run if a goroutine outlived
+// the tests (goleak).
+func Main(m *testing.M, use func(dir string), names ...string) {
+	tmp, err := os.MkdirTemp("", "custody-testbin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	dir, err := Build(tmp, names...)
+	if err != nil {
+		os.RemoveAll(tmp)
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	use(dir)
+	code := m.Run()
+	os.RemoveAll(tmp)
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }
