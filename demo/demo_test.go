@@ -2,6 +2,7 @@ package demo
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -24,7 +25,7 @@ func TestMain(m *testing.M) {
 func TestDemoWithEveryFaultFindsNoCorruptionAndNoLeak(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	s, err := Run(ctx, Options{Custody: custodyBin, Requests: 90, Concurrency: 6})
+	s, err := Run(ctx, Options{Custody: custodyBin, Requests: 90, Concurrency: 6, Dir: logsOnFailure(t)})
 	require.NoError(t, err)
 	t.Logf("%+v", s)
 	assert.True(t, s.Clean(), "corrupted %d, invalid missing %d, duplicates %d, leaks %v", s.Corrupted, s.InvalidMissing, s.Duplicates, s.Leaks)
@@ -39,7 +40,7 @@ func TestDemoWithEveryFaultFindsNoCorruptionAndNoLeak(t *testing.T) {
 func TestDemoUnsafeEagerReleaseIsCaughtCorrupting(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	s, err := Run(ctx, Options{Custody: custodyBin, Requests: 60, Concurrency: 6, UnsafeEagerRelease: true})
+	s, err := Run(ctx, Options{Custody: custodyBin, Requests: 60, Concurrency: 6, UnsafeEagerRelease: true, Dir: logsOnFailure(t)})
 	require.NoError(t, err)
 	t.Logf("%+v", s)
 	assert.Positive(t, s.Corrupted, "releasing running transfers and reusing their blocks corrupted later requests")
@@ -52,11 +53,31 @@ func TestDemoOverUCX(t *testing.T) {
 		t.Run(tls, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
-			s, err := Run(ctx, Options{Custody: custodyBin, Transport: "ucx", Params: map[string]string{"tls": tls}, Requests: 30, Concurrency: 4})
+			s, err := Run(ctx, Options{Custody: custodyBin, Transport: "ucx", Params: map[string]string{"tls": tls}, Requests: 30, Concurrency: 4, Dir: logsOnFailure(t)})
 			require.NoError(t, err)
 			assert.True(t, s.Clean(), "%+v", s)
 			assert.Equal(t, 30, s.OK+s.Failed, "every request got exactly one outcome")
 			assert.GreaterOrEqual(t, s.Fences, uint64(2), "both killed transports were fenced")
 		})
 	}
+}
+
+// logsOnFailure returns a directory for the run's hosts and, if the test
+// fails, logs the tail of each host's log.
+func logsOnFailure(t *testing.T) string {
+	dir := t.TempDir()
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		logs, _ := filepath.Glob(filepath.Join(dir, "*.log"))
+		for _, l := range logs {
+			b, _ := os.ReadFile(l)
+			if len(b) > 8000 {
+				b = b[len(b)-8000:]
+			}
+			t.Logf("%s:\n%s", l, b)
+		}
+	})
+	return dir
 }
