@@ -46,7 +46,9 @@ func TestBenchPrintsRatios(t *testing.T) {
 	for _, size := range []string{"4096", "1048576"} {
 		for _, op := range []string{"write", "read"} {
 			assert.Regexp(t, regexp.MustCompile(`(?m)^ratio size=`+size+` op=`+op+` value=[0-9]+\.[0-9]{3}$`), out.String())
+			assert.Regexp(t, regexp.MustCompile(`(?m)^ratio-heap size=`+size+` op=`+op+` value=[0-9]+\.[0-9]{3}$`), out.String(), "the second reference is labelled apart")
 		}
 	}
 	assert.Contains(t, out.String(), "method:", "the output says how it measured")
+	assert.Contains(t, out.String(), "perftest-heap:", "the output says which path each reference takes")
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"sync/atomic"
 	"time"
 
 	"github.com/custody-dev/custody/sdk"
@@ -58,6 +59,13 @@ const (
 	// idleWait is the longest the loop sleeps between progress rounds
 	// when nothing is in flight.
 	idleWait = 500 * time.Microsecond
+	// spinSlice bounds one spin in C, so that the loop looks at the
+	// clock (idle, peer watch) now and then; commands and completions end
+	// a spin at once.
+	spinSlice = 100 * time.Microsecond
+	// crowdedSlice bounds one spin when spinning loops may hold every
+	// processor; the loop yields after each.
+	crowdedSlice = 10 * time.Microsecond
 	// watchEvery is how often the loop checks that watched peer processes
 	// still live.
 	watchEvery = 20 * time.Millisecond
@@ -96,10 +104,14 @@ func (t *Transport) loop(cfg config, name string, opened chan<- error) {
 	}
 	opened <- nil
 
+	loopsRunning.Add(1)
+	defer loopsRunning.Add(-1)
+	procs := int32(runtime.GOMAXPROCS(0)) // read once: it takes the scheduler's lock
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	active := time.Now()
-	for spins := 0; ; spins++ {
+	for {
+		t.wake.Store(0) // before draining: a later command sets it again
 		select {
 		case cmd := <-t.cmds:
 			cmd(a)
@@ -111,16 +123,25 @@ func (t *Transport) loop(cfg config, name string, opened chan<- error) {
 			continue
 		default:
 		}
-		n := a.nw.progress()
+		// Spin in C: one cgo call per completion, command or slice rather
+		// than one per progress round.
+		slice := spinSlice
+		crowded := loopsRunning.Load() >= procs
+		if crowded {
+			slice = crowdedSlice
+		}
+		n := a.nw.spin(&t.wake, slice)
+		if crowded {
+			// Every processor may be held by a spinning loop (several
+			// agents in one process): let the goroutines that serve calls,
+			// and the other agents, run. Yielding a goroutine locked to
+			// its thread costs two context switches, so a loop with a
+			// processor to spare never does.
+			runtime.Gosched()
+		}
 		if a.reap() || n > 0 || a.inflight > 0 || len(a.sends) > 0 || len(a.closing) > 0 {
 			active = time.Time{}
 		}
-		if spins%64 != 0 {
-			continue // read the clock only now and then
-		}
-		// Spinning never blocks, so let the goroutines that serve calls
-		// (and, in-process, other agents) have the processor now and then.
-		runtime.Gosched()
 		now := time.Now()
 		if a.cfg.watchPeers {
 			a.watch(now)
@@ -145,6 +166,10 @@ func (t *Transport) loop(cfg config, name string, opened chan<- error) {
 	}
 }
 
+// loopsRunning counts the worker loops of this process, each of which
+// may hold a processor while it spins.
+var loopsRunning atomic.Int32
+
 // reap takes what UCX completed: finished ops, received notifications,
 // failed endpoints and finished closes. It reports whether anything did.
 func (a *agent) reap() bool {
@@ -154,7 +179,7 @@ func (a *agent) reap() bool {
 		any = true
 		a.opDone(op)
 	}
-	for {
+	for a.nw.hasMsg() {
 		from, msg, ok := a.nw.takeMsg()
 		if !ok {
 			break

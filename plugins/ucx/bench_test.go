@@ -46,3 +46,59 @@ func BenchmarkTransfer(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkTransferBlocks measures posts of many small blocks that lie
+// contiguous on both sides (KV blocks in the same order in both pools):
+// 16 posts in flight of 256 descriptors of 4 KiB each (1 MiB per post).
+// Contiguous descriptors are coalesced into one UCX request per post.
+func BenchmarkTransferBlocks(b *testing.B) {
+	const region, block, blocks, depth = 64 << 20, 4 << 10, 256, 16
+	for _, tls := range tlsSettings {
+		b.Run(tls, func(b *testing.B) {
+			p := newPair(b, tls, region)
+			local, remote := p.dlists(b, blocks*depth, block)
+			for _, op := range []sdk.Op{sdk.OpWrite, sdk.OpRead} {
+				b.Run(op.String(), func(b *testing.B) {
+					specs := make([]sdk.PostSpec, depth)
+					for i := range specs {
+						idx := make([]uint32, blocks)
+						for j := range idx {
+							idx[j] = uint32(i*blocks + j)
+						}
+						specs[i] = sdk.PostSpec{Op: op, Local: local, LocalIndices: idx, Remote: remote, RemoteIndices: idx}
+					}
+					b.SetBytes(int64(depth * blocks * block))
+					for b.Loop() {
+						res, err := p.a.Post(context.Background(), specs)
+						require.NoError(b, err)
+						ids := make([]sdk.HandleID, len(res))
+						for i, r := range res {
+							require.NoError(b, r.Err)
+							ids[i] = r.ID
+						}
+						for _, st := range settle(b, p.a, ids) {
+							require.Equal(b, sdk.StateDone, st.State)
+						}
+					}
+				})
+			}
+		})
+	}
+}
+
+// BenchmarkCall measures one call's round trip into an idle-spinning agent
+// (Resources: a command that does nothing else). A queued command ends the
+// worker's spin in C at once; without that it would wait up to a spin
+// slice (100 µs).
+func BenchmarkCall(b *testing.B) {
+	for _, tls := range tlsSettings {
+		b.Run(tls, func(b *testing.B) {
+			p := newPair(b, tls, 1<<20)
+			ctx := context.Background()
+			for b.Loop() {
+				_, err := p.a.Resources(ctx)
+				require.NoError(b, err)
+			}
+		})
+	}
+}

@@ -9,15 +9,26 @@
 // driven by one goroutine locked to its OS thread. Every UCX call happens
 // there; transport calls queue a command and wait for its answer, bounded
 // by their context, and never progress the worker themselves. The loop
-// spins while anything is in flight and otherwise sleeps at most 500 µs
-// between progress rounds (incoming TCP RMA needs this side's progress).
+// spins while anything is in flight (and 5 ms after) and otherwise sleeps
+// at most 500 µs between progress rounds: incoming RMA needs this side's
+// progress (see Paths). It spins in C, one cgo call per completion, command
+// or 100 µs rather than one per progress round; a queued command sets a
+// flag that ends the spin at once. Completed ops are unlinked from the
+// shim's list in place, without a cgo call. After 64 idle progress rounds
+// the spin yields the core (sched_yield): both sides' progress moves the
+// bytes, and on a shared machine a peer waiting for its turn on our core
+// would otherwise wait for our time slice to end. The loop yields its Go
+// processor only when spinning loops could hold them all (several agents
+// in one process): yielding a goroutine locked to its thread costs two
+// context switches.
 //
 // Regions are files mapped MAP_SHARED and registered with ucp_mem_map over
 // the mapping. LocalMetadata carries, versioned and checksummed (at most
 // 1 MiB), the agent name, its pid and start time, the worker address and
 // each region's id, address, length and packed rkey; anything else is
 // INVALID_ARGUMENT and loads nothing. One endpoint per loaded peer. A post
-// is one handle: a ucp_put_nbx or ucp_get_nbx per descriptor pair, and for
+// is one handle: a ucp_put_nbx or ucp_get_nbx per run of descriptor pairs
+// contiguous on both sides (one per pair when none are), and for
 // WRITEs an endpoint flush (ucp_ep_flush_nbx) issued after the puts of the
 // Post call (one per call and peer, covering every put before it), since
 // a completed put only frees the source: a handle is DONE only when every
@@ -65,9 +76,9 @@
 // 1.13 cannot build an endpoint in peer mode over these (ucp_ep_create:
 // "sysv/memory - no peer failure handler, posix/memory - no peer failure
 // handler, cma/memory - no am bcopy", UCS_ERR_UNREACHABLE), and adding tcp
-// makes UCX carry the RMA over tcp instead of cma. So endpoints use
-// UCP_ERR_HANDLING_MODE_NONE; active messages go over sysv/posix and RMA
-// over cma. Measured with kill -9 of the peer mid-transfer: UCX reports
+// makes UCX carry the RMA over tcp. So endpoints use
+// UCP_ERR_HANDLING_MODE_NONE (see Paths for where the bytes go). Measured
+// with kill -9 of the peer mid-transfer: UCX reports
 // nothing, puts, gets and flushes to it never complete, and a forced close
 // is refused (UCS_ERR_INVALID_PARAM), so those requests can never be
 // finished or safely freed. The agent therefore watches each loaded peer's
@@ -82,6 +93,24 @@
 // agent with UCX_TLS set in its environment so that the host's Describe
 // agrees. FenceScope is initiated only: a peer using posix or sysv maps
 // memory directly.
+//
+// # Paths
+//
+// Where the bytes go, as UCX 1.13 reports it (UCX_LOG_LEVEL=info: the
+// ep_cfg line; UCX_PROTO_ENABLE=y UCX_PROTO_INFO=y: "software emulation")
+// and strace confirms (no process_vm_writev). Over tcp, UCP emulates puts
+// and gets over active messages (rma_am(tcp)), whatever the memory. Over
+// posix,sysv,cma, the put/get lanes are sysv and posix, which reach only
+// memory UCX allocated itself (they cannot register: ucx_info -d); cma can
+// register region files but does zero-copy only, which UCP uses for
+// active-message rendezvous, never for put/get. So our puts and gets are
+// emulated over active messages through the peer's sysv FIFO: the sender
+// copies in, the peer's progress copies out into the region and
+// acknowledges. Two copies and both sides' CPU per byte, where
+// ucx_perftest, on UCX-allocated segments, does one memcpy straight into
+// the peer's memory. A single-copy path for region files would need the
+// peer to pull them with an active-message rendezvous (cma), a different
+// protocol; see custody bench for the references.
 //
 // # Parameters
 //

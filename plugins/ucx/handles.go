@@ -7,9 +7,9 @@ import (
 )
 
 // handle is one posted transfer: one UCX op covering all its descriptors
-// (a put or get per descriptor, and for a WRITE the endpoint flush issued
-// after the puts of its Post call), and,
-// when it carries a notification, the active message sent after it.
+// (a put or get per run of contiguous descriptors, and for a WRITE the
+// endpoint flush issued after the puts of its Post call), and, when it
+// carries a notification, the active message sent after it.
 type handle struct {
 	id     sdk.HandleID
 	op     *cOp // nil once terminal: every request of it has completed
@@ -73,7 +73,7 @@ func (a *agent) post(s *sdk.PostSpec) (sdk.HandleID, error) {
 		if l.length != r.length {
 			return 0, sdk.Errorf(sdk.CodeInvalidArgument, "ucx: Post: pair %d: local descriptor %d is %d bytes, remote descriptor %d is %d; lengths must match", j, li, l.length, ri, r.length)
 		}
-		segs = append(segs, segment{laddr: l.addr, raddr: r.addr, size: l.length, rkey: r.rkey, memh: l.region.memh})
+		segs = appendSegment(segs, segment{laddr: l.addr, raddr: r.addr, size: l.length, rkey: r.rkey, memh: l.region.memh})
 	}
 	a.segs = segs
 	p := remote.peer

@@ -9,6 +9,8 @@ import "C"
 
 import (
 	"fmt"
+	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/custody-dev/custody/sdk"
@@ -48,11 +50,8 @@ func (s status) code() sdk.Code {
 
 // nativeWorker is a UCP context and worker plus the shim's queues.
 type nativeWorker struct {
-	cw   *C.cu_worker
-	done **C.cu_op // scratch array for cu_take_done
+	cw *C.cu_worker
 }
-
-const doneBatch = 256
 
 // openNative creates the context and worker with the given UCX settings
 // (names without the UCX_ prefix).
@@ -89,17 +88,27 @@ func openNative(keys, vals []string, errPeer bool) (*nativeWorker, error) {
 		}
 		return nil, sdk.Errorf(code, "ucx: creating the UCP context and worker: %s; check that tls names transports this host has (ucx_info -d)", st)
 	}
-	done := (**C.cu_op)(C.malloc(C.size_t(doneBatch) * C.size_t(unsafe.Sizeof(uintptr(0)))))
-	return &nativeWorker{cw: cw, done: done}, nil
+	return &nativeWorker{cw: cw}, nil
 }
 
 func (w *nativeWorker) close() {
 	C.cu_close(w.cw)
-	C.free(unsafe.Pointer(w.done))
 	w.cw = nil
 }
 
 func (w *nativeWorker) progress() uint { return uint(C.cu_progress(w.cw)) }
+
+// spin progresses the worker until something completed or arrived, wake
+// turned non-zero, or max passed, and returns the events progressed. wake
+// is written atomically by other goroutines; it must not hold Go pointers
+// (an int32 does not), as cgo requires of memory passed to C.
+func (w *nativeWorker) spin(wake *atomic.Int32, max time.Duration) uint {
+	return uint(C.cu_spin(w.cw, (*C.int32_t)(unsafe.Pointer(wake)), C.uint64_t(max)))
+}
+
+// hasMsg reports whether a received notification waits (no cgo call: the
+// worker's fields are read in place, on its own thread).
+func (w *nativeWorker) hasMsg() bool { return w.cw.msg_head != nil }
 
 func (w *nativeWorker) peerFailures() uint64 { return uint64(w.cw.peer_failures) }
 
@@ -282,15 +291,18 @@ func (w *nativeWorker) sendMsg(p *C.cu_peer, op *C.cu_op, from string, msg []byt
 	C.cu_send_msg(w.cw, p, op, unsafe.Pointer(cf), C.size_t(len(from)), cm, C.size_t(len(msg)))
 }
 
-// takeDone returns the ops whose last request completed since the last call.
+// takeDone returns the ops whose last request completed since the last
+// call. It unlinks the shim's done list in place, without a cgo call: the
+// list is only touched on this thread.
 func (w *nativeWorker) takeDone(out []*C.cu_op) []*C.cu_op {
-	for {
-		n := int(C.cu_take_done(w.cw, w.done, doneBatch))
-		if n == 0 {
-			return out
-		}
-		out = append(out, unsafe.Slice(w.done, n)...)
+	for op := w.cw.done_head; op != nil; {
+		next := op.next
+		op.next = nil
+		out = append(out, op)
+		op = next
 	}
+	w.cw.done_head = nil
+	return out
 }
 
 // takeMsg pops one received notification.

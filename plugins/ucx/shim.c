@@ -3,6 +3,11 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <sched.h>
+
+/* CU_IDLE_ROUNDS idle progress rounds in a row make cu_spin yield the core. */
+#define CU_IDLE_ROUNDS 64
 
 static void cu_op_finish(cu_worker *w, cu_op *op)
 {
@@ -145,6 +150,47 @@ void cu_close(cu_worker *w)
 unsigned cu_progress(cu_worker *w)
 {
     return ucp_worker_progress(w->worker);
+}
+
+static uint64_t cu_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+unsigned cu_spin(cu_worker *w, const int32_t *wake, uint64_t max_ns)
+{
+    unsigned n = 0;
+    uint64_t failures = w->peer_failures;
+    uint64_t deadline = 0;
+    unsigned i, idle = 0;
+    for (i = 0;; i++) {
+        unsigned got = ucp_worker_progress(w->worker);
+        n += got;
+        idle = got ? 0 : idle + 1;
+        if (idle >= CU_IDLE_ROUNDS) {
+            /* Waiting on the peer (its copy out of the FIFO, its reply):
+             * if it shares this core, let it run now rather than at the
+             * end of our time slice. Returns at once otherwise. */
+            sched_yield();
+            idle = 0;
+        }
+        if (w->done_head != NULL || w->msg_head != NULL ||
+            w->peer_failures != failures ||
+            __atomic_load_n(wake, __ATOMIC_ACQUIRE) != 0) {
+            break;
+        }
+        if (i % 16 == 0) { /* the clock costs about one idle progress */
+            uint64_t now = cu_now_ns();
+            if (deadline == 0) {
+                deadline = now + max_ns;
+            } else if (now >= deadline) {
+                break;
+            }
+        }
+    }
+    return n;
 }
 
 ucs_status_t cu_address(cu_worker *w, void **addr, size_t *len)
@@ -416,18 +462,6 @@ void cu_send_msg(cu_worker *w, cu_peer *p, cu_op *op, const void *from,
     rp.flags = UCP_AM_SEND_FLAG_EAGER;
     cu_track(op, ucp_am_send_nbx(p->ep, CU_AM_ID, buf, from_len, buf + from_len, len, &rp));
     cu_op_settle(w, op);
-}
-
-int cu_take_done(cu_worker *w, cu_op **out, int max)
-{
-    int n = 0;
-    while (n < max && w->done_head != NULL) {
-        cu_op *op = w->done_head;
-        w->done_head = op->next;
-        op->next = NULL;
-        out[n++] = op;
-    }
-    return n;
 }
 
 void cu_op_free(cu_op *op)

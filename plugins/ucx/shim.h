@@ -42,7 +42,8 @@ typedef struct cu_worker {
     ucp_context_h   ctx;
     ucp_worker_h    worker;
     int             err_peer;     /* endpoints use UCP_ERR_HANDLING_MODE_PEER */
-    cu_op          *done_head;    /* ops whose pending reached zero */
+    cu_op          *done_head;    /* ops whose pending reached zero; the Go
+                                     side unlinks them in place */
     cu_msg         *msg_head, *msg_tail;
     uint64_t        peer_failures;/* bumped by every endpoint error */
 } cu_worker;
@@ -55,6 +56,13 @@ ucs_status_t cu_open(int n, char **keys, char **vals, int err_peer,
                      cu_worker **out, int *bad);
 void cu_close(cu_worker *w);
 unsigned cu_progress(cu_worker *w);
+/* cu_spin progresses the worker until an op finished, a notification
+ * arrived, an endpoint failed, *wake turned non-zero (the Go side queued a
+ * command) or max_ns passed, and returns the events progressed: one cgo
+ * call per completion, command or max_ns, not one per progress round.
+ * After CU_IDLE_ROUNDS idle rounds in a row it yields the core
+ * (sched_yield), for a peer process that may be waiting for it. */
+unsigned cu_spin(cu_worker *w, const int32_t *wake, uint64_t max_ns);
 ucs_status_t cu_address(cu_worker *w, void **addr, size_t *len);
 void cu_address_release(cu_worker *w, void *addr);
 
@@ -92,8 +100,6 @@ void cu_flush_ops(cu_worker *w, cu_peer *p, cu_op **ops, int n);
  * active message, copying both first. */
 void cu_send_msg(cu_worker *w, cu_peer *p, cu_op *op, const void *from,
                  size_t from_len, const void *msg, size_t len);
-/* cu_take_done pops up to max completed ops into out; returns the count. */
-int cu_take_done(cu_worker *w, cu_op **out, int max);
 void cu_op_free(cu_op *op);
 cu_msg *cu_take_msg(cu_worker *w);
 void cu_msg_free(cu_msg *m);

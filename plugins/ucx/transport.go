@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"sync"
+	"sync/atomic"
 
 	"github.com/custody-dev/custody/sdk"
 )
@@ -49,6 +50,10 @@ type Transport struct {
 	name   string
 	cmds   chan func(*agent)
 	exited chan struct{}
+	// wake is set after a command is queued; the worker loop clears it
+	// before draining the queue and ends a spin in C when it turns
+	// non-zero. It must stay free of Go pointers (it is passed to C).
+	wake atomic.Int32
 }
 
 var (
@@ -205,6 +210,7 @@ func (t *Transport) do(ctx context.Context, call string, fn func(*agent)) error 
 	done := make(chan struct{})
 	select {
 	case cmds <- func(a *agent) { fn(a); close(done) }:
+		t.wake.Store(1)
 	case <-ctx.Done():
 		return ctxError(ctx.Err())
 	case <-exited:
