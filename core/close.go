@@ -12,7 +12,9 @@ import (
 // is removed, so its transfers are canceled, retained and retired, and
 // requests waiting for a handshake fail), then handshake leftovers, then
 // the pools' dlists and registrations, and only then the transport. Sends
-// are abandoned: the engine is going away. If anything is still held, Close
+// are abandoned and receives fail: the engine is going away (a receive's
+// blocks come back once its pool is deregistered, or are quarantined; see
+// ExpectReceive). If anything is still held, Close
 // releases what it can and returns an error wrapping ErrHeld; keep calling
 // Poll (the hold cap bounds the wait) and call Close again. Reports Close
 // produced are returned by the next Poll.
@@ -35,6 +37,12 @@ func (c *Core) Close(ctx context.Context, now time.Time) error {
 		r.flags |= rAbandoned
 		c.fail(r, fmt.Errorf("core closing: %w", ErrPeerRemoved))
 	}
+	// Receives fail too; deregistering their pool below is what stops their
+	// producers where the fence covers incoming transfers (ExpectReceive).
+	for _, rv := range c.recvs {
+		rv.r.flags |= rAbandoned
+		c.fail(rv.r, fmt.Errorf("core closing: %w", ErrPeerRemoved))
+	}
 	c.releaseTerminal(ctx)
 	c.releaseRetired(ctx)
 	for name := range c.journal {
@@ -45,7 +53,11 @@ func (c *Core) Close(ctx context.Context, now time.Time) error {
 		return fmt.Errorf("core: close epoch %d: %d handles (%d retained), %d retired peers, %d journal entries and %d force-released handles still held: %w; keep calling Poll and call Close again (force-released handles go only with a fence)",
 			c.epoch, s.Live, s.Retained, s.RetiredPeers, s.Journal, s.Leaked, ErrHeld)
 	}
-	if err := c.releasePools(ctx); err != nil {
+	err := c.releasePools(ctx)
+	for _, rv := range c.recvs {
+		c.markDirty(rv.r) // reported by the next Poll, now that their pool may be deregistered
+	}
+	if err != nil {
 		return fmt.Errorf("core: close epoch %d: %w", c.epoch, err)
 	}
 	if err := c.tr.Close(ctx); err != nil {

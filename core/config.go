@@ -55,10 +55,12 @@ type Config struct {
 	// Batch caps the items of one batched transport call; zero means the
 	// transport's MaxItemsPerCall, or DefaultBatch if it states none.
 	Batch int
-	// MaxEarlyNotifications bounds the consumer notifications core keeps for
-	// sends not registered yet (a consumer may notify before the producer's
-	// ExpectSend); zero means 4096. Past it, new early notifications are
-	// dropped with an Alert.
+	// MaxEarlyNotifications bounds the requests whose notifications core
+	// keeps while their request is not registered yet: consumed ones for
+	// sends (a consumer may notify before the producer's ExpectSend) and
+	// written ones for push receives (a producer may finish before the
+	// consumer's ExpectReceive); zero means 4096. Past it, notifications of
+	// further requests are dropped with an Alert.
 	MaxEarlyNotifications int
 }
 

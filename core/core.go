@@ -32,11 +32,13 @@ type Core struct {
 	journal map[string][]entry
 	waiting map[string][]*request
 
-	reqs  map[RequestID]*request // every request not yet reported
-	sends map[RequestID]*request // sends awaiting consumer notifications
-	early map[RequestID]int      // consumer notifications that came before their send
+	reqs   reqIndex                    // every request not yet reported
+	sends  map[RequestID]*request      // sends awaiting consumer notifications
+	early  map[RequestID]int           // consumer notifications that came before their send
+	recvs  map[RequestID]*recv         // push receives awaiting written notifications
+	earlyW map[RequestID]*earlyWritten // written notifications that came before their receive
 
-	live     map[sdk.HandleID]*xfer // every handle of the attached epoch not yet released
+	live     handleIndex // every handle of the attached epoch not yet released
 	releaseQ []*xfer
 	holdQ    []holdEntry
 	holdHead int
@@ -68,10 +70,12 @@ func New(cfg Config) (*Core, error) {
 		peers:     map[string]*peer{},
 		journal:   map[string][]entry{},
 		waiting:   map[string][]*request{},
-		reqs:      map[RequestID]*request{},
+		reqs:      newReqIndex(),
 		sends:     map[RequestID]*request{},
 		early:     map[RequestID]int{},
-		live:      map[sdk.HandleID]*xfer{},
+		recvs:     map[RequestID]*recv{},
+		earlyW:    map[RequestID]*earlyWritten{},
+		live:      newHandleIndex(),
 		leaked:    map[Ref]*xfer{},
 		fenceWant: map[Epoch]bool{},
 	}, nil
@@ -170,11 +174,11 @@ type Stats struct {
 // Stats counts what the Core holds now. It walks every live handle and
 // block, so call it for metrics or tests, not every round.
 func (c *Core) Stats() Stats {
-	s := Stats{Requests: len(c.reqs), Live: len(c.live), Peers: len(c.peers), RetiredPeers: len(c.retired), Leaked: len(c.leaked)}
+	s := Stats{Requests: c.reqs.len(), Live: c.live.len(), Peers: len(c.peers), RetiredPeers: len(c.retired), Leaked: len(c.leaked)}
 	for _, w := range c.waiting {
 		s.Waiting += len(w)
 	}
-	for _, x := range c.live {
+	for x := range c.live.all() {
 		if x.flags&fRetained != 0 {
 			s.Retained++
 		}

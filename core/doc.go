@@ -34,7 +34,7 @@
 //     Until then the escalated handles and their blocks stay held.
 //  6. Connect peers (ConnectPeer, or Inbox().HandshakeDone from the goroutine
 //     that fetched their metadata) and remove them (RemovePeer); issue Read,
-//     Write and ExpectSend for requests.
+//     Write, ExpectSend and ExpectReceive for requests.
 //  7. To stop, call Close until it returns nil (it returns an error wrapping
 //     ErrHeld while transfers still run; Poll in between), then Poll once
 //     more for the last reports. Close stops the transport last (rule 12).
@@ -42,12 +42,13 @@
 // # Ownership
 //
 // A block is held by exactly one Owner. Alloc moves free blocks to the
-// engine; Read, Write and ExpectSend move the engine's blocks to a request
-// (OwnerTransfer); a request whose session closes while a handle of it runs
+// engine; Read, Write, ExpectSend and ExpectReceive move the engine's blocks
+// to a request (OwnerTransfer); a request whose session closes while a handle of it runs
 // holds them as OwnerRetained; and a request hands them back to the engine
 // only in the Ready that reports it, once every handle of it is terminal and
 // released. Blocks of a handle force-released by escalation without a fence
-// are OwnerQuarantined for good.
+// are OwnerQuarantined for good, and so are the blocks of a failed push
+// receive that a producer may still write into where no fence stops it.
 //
 // Every native acquisition of a handshake is journaled before ConnectPeer
 // returns and leaves the journal only when published or released. A loaded
@@ -60,6 +61,16 @@
 // A consumer tells its producer that it holds a request's bytes with the
 // message ConsumedMessage(id) ("custody/1 consumed " + id). A Read with
 // NotifyProducer sends it to each rank read from once every part is DONE and
-// released, never after a failure; a push consumer sends it with
-// NotifyConsumed. A producer counts them against its sends.
+// released, never after a failure. A producer counts them against its sends.
+//
+// Push mode (vLLM's push connector): the producer's Write sends
+// WrittenMessage(id) ("custody/1 written " + id) to each rank it wrote to
+// once every part is DONE and released, never after a failure. The
+// consumer's ExpectReceive pins its blocks until that many written
+// notifications arrived, then reports the request finished receiving and
+// sends the consumed notification back itself; the producer finishes
+// sending on it. A receive that fails first keeps its blocks until the
+// producer is proven stopped (a fence covering incoming transfers) or
+// quarantines them (ExpectReceive). NotifyConsumed remains for consumers
+// that track pushes themselves.
 package core

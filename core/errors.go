@@ -20,6 +20,9 @@ var (
 	// ErrNotAttached: no transport is attached (before Attach, or after the
 	// attached epoch was fenced).
 	ErrNotAttached = errors.New("no transport attached")
+	// ErrLeaseExpired: a push receive's lease expired before every producer
+	// reported its writes.
+	ErrLeaseExpired = errors.New("lease expired before the producers reported their writes")
 	// ErrHeld: Close found resources still held; keep calling Poll (the hold
 	// cap bounds the wait) and call Close again.
 	ErrHeld = errors.New("resources still held")

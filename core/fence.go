@@ -16,7 +16,7 @@ func (c *Core) applyFence(e Epoch) {
 	}
 	delete(c.fenceWant, e)
 	reason := fmt.Errorf("epoch %d: %w", e, ErrFenced)
-	for _, x := range c.live {
+	for x := range c.live.all() {
 		if x.ref.Epoch != e {
 			continue
 		}
@@ -40,7 +40,7 @@ func (c *Core) applyFence(e Epoch) {
 		}
 	}
 	incoming := c.desc.FenceScope == sdk.FenceInitiatedAndIncoming
-	for _, r := range c.reqs {
+	for r := range c.reqs.all() {
 		if r.flags&rFenceWait != 0 && r.peer != nil && r.peer.epoch == e {
 			r.flags &^= rFenceWait
 			c.markDirty(r)

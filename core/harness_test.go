@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"os"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -41,6 +42,61 @@ type spy struct {
 	unloaded         []sdk.PeerID
 	terminal         map[sdk.HandleID]bool // handles seen terminal by Poll or Events
 	releasedEarly    []sdk.HandleID        // Release asked before the handle was seen terminal
+	// holdNote, when set, withholds the notifications it selects (their
+	// send reports OK) until flushNotes sends them: a notification delayed
+	// for as long as a test needs.
+	holdNote func(msg []byte) bool
+	held     []sdk.OutboundNotification
+	sent     []string // every notification core asked to send, in order
+}
+
+func (s *spy) SendNotifications(ctx context.Context, msgs []sdk.OutboundNotification) ([]error, error) {
+	s.mu.Lock()
+	var pass []sdk.OutboundNotification
+	var at []int
+	for i, m := range msgs {
+		s.sent = append(s.sent, string(m.Message))
+		if s.holdNote != nil && s.holdNote(m.Message) {
+			s.held = append(s.held, m)
+			continue
+		}
+		pass = append(pass, m)
+		at = append(at, i)
+	}
+	s.mu.Unlock()
+	out := make([]error, len(msgs))
+	if len(pass) == 0 {
+		return out, nil
+	}
+	errs, err := s.Transport.SendNotifications(ctx, pass)
+	if err != nil {
+		return nil, err
+	}
+	for k, i := range at {
+		out[i] = errs[k]
+	}
+	return out, nil
+}
+
+// flushNotes sends the withheld notifications and stops withholding.
+func (s *spy) flushNotes(t testingT, ctx context.Context) {
+	t.Helper()
+	s.mu.Lock()
+	held := s.held
+	s.held, s.holdNote = nil, nil
+	s.mu.Unlock()
+	errs, err := s.Transport.SendNotifications(ctx, held)
+	require.NoError(t, err)
+	for _, e := range errs {
+		require.NoError(t, e)
+	}
+}
+
+// sentNotes is every notification core asked to send so far.
+func (s *spy) sentNotes() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.sent)
 }
 
 func (s *spy) note(call string) {
@@ -206,6 +262,7 @@ type rigOpts struct {
 	cfg     Config            //
 	setup   func(s *spy)      //
 	params  map[string]string // extra local params
+	fence   string            // fence parameter of every agent ("" for the fake's default, incoming)
 	noClose bool              // the test ends the rig itself
 }
 
@@ -234,6 +291,9 @@ func openRig(t testingT, ctx context.Context, dir string, o rigOpts) *rig {
 	if o.local != "" {
 		params["fault"] = o.local
 	}
+	if o.fence != "" {
+		params["fence"] = o.fence
+	}
 	r.tr = &spy{Transport: fake.New(), terminal: map[sdk.HandleID]bool{}}
 	if o.setup != nil {
 		o.setup(r.tr)
@@ -243,6 +303,9 @@ func openRig(t testingT, ctx context.Context, dir string, o rigOpts) *rig {
 		rp := map[string]string{"dir": r.dir}
 		if f := o.remote[i]; f != "" {
 			rp["fault"] = f
+		}
+		if o.fence != "" {
+			rp["fence"] = o.fence
 		}
 		rm := &remote{tr: fake.New(), name: "pre" + string(rune('0'+i))}
 		require.NoError(t, rm.tr.Open(ctx, sdk.OpenRequest{Agent: rm.name, Params: rp}))
@@ -439,6 +502,16 @@ func (r *rig) shutdown() {
 // the local agent, loading the local agent into it first.
 func (r *rig) notifyBack(k int, id RequestID) {
 	r.t.Helper()
+	rm := r.loadBack(k)
+	errs, err := rm.tr.SendNotifications(r.ctx, []sdk.OutboundNotification{{Peer: rm.back, Message: ConsumedMessage(id)}})
+	require.NoError(r.t, err)
+	require.NoError(r.t, errs[0])
+}
+
+// loadBack loads the local agent into remote rank k, once, so it can notify
+// the local agent or write into its pool.
+func (r *rig) loadBack(k int) *remote {
+	r.t.Helper()
 	rm := r.remotes[k]
 	if rm.back == 0 {
 		md, err := r.tr.LocalMetadata(r.ctx)
@@ -448,9 +521,7 @@ func (r *rig) notifyBack(k int, id RequestID) {
 		require.NoError(r.t, res[0].Err)
 		rm.back = res[0].ID
 	}
-	errs, err := rm.tr.SendNotifications(r.ctx, []sdk.OutboundNotification{{Peer: rm.back, Message: ConsumedMessage(id)}})
-	require.NoError(r.t, err)
-	require.NoError(r.t, errs[0])
+	return rm
 }
 
 // newAgent opens a fresh local agent, as the runtime would after a fence.

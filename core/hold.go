@@ -18,7 +18,7 @@ func (c *Core) hold(x *xfer) {
 	// Entries of released handles wait for their deadline to be popped;
 	// compact when they outnumber the live ones, so memory follows what is
 	// in flight (amortised O(1) per hold).
-	if n := len(c.holdQ) - c.holdHead; n > 1024 && n > 4*len(c.live) {
+	if n := len(c.holdQ) - c.holdHead; n > 1024 && n > 4*c.live.len() {
 		out := c.holdQ[:0]
 		for _, e := range c.holdQ[c.holdHead:] {
 			if e.x.flags&fGone == 0 && e.x.deadline == e.at {

@@ -14,15 +14,18 @@ const (
 	// OwnerEngine: the engine holds the block; it may read, write or reuse it,
 	// or pass it to Read, Write or ExpectSend.
 	OwnerEngine
-	// OwnerTransfer: a request holds the block; a live handle may touch it, or
-	// a peer may still read it (ExpectSend).
+	// OwnerTransfer: a request holds the block; a live handle may touch it,
+	// or a peer may still read it (ExpectSend) or write into it
+	// (ExpectReceive).
 	OwnerTransfer
 	// OwnerRetained: the block's request lost its session (its peer was
 	// removed or the Core closed) while a handle touching the block still
 	// ran. It stays pinned until that handle stops (rule 6).
 	OwnerRetained
 	// OwnerQuarantined: a handle touching the block was force-released
-	// without proof that it stopped (rule 8). The block is never handed back.
+	// without proof that it stopped (rule 8), or a failed push receive's
+	// producer may still write into it and no fence can stop it. The block
+	// is never handed back.
 	OwnerQuarantined
 )
 

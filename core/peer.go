@@ -229,12 +229,12 @@ func (c *Core) retire(ctx context.Context, p *peer, reason error) {
 	p.retired = true
 	c.retired = append(c.retired, p)
 	held := c.xBuf[:0]
-	for _, x := range c.live {
+	for x := range c.live.all() {
 		if x.req.peer == p {
 			held = append(held, x)
 		}
 	}
-	for _, r := range c.reqs {
+	for r := range c.reqs.all() {
 		if r.peer == p {
 			c.fail(r, reason)
 		}

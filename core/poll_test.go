@@ -46,13 +46,13 @@ func TestExpiredContextChangesNothingUnsafe(t *testing.T) {
 	r.connect("p")
 	spec, blocks := r.readSpec("r", "p", 1)
 	require.NoError(t, r.c.Read(r.ctx, r.now, spec))
-	h := r.c.reqs["r"].xs[0].ref.Handle
+	h := r.c.reqs.get("r").xs[0].ref.Handle
 	require.Eventually(t, func() bool {
 		st, err := r.tr.Poll(r.ctx, []sdk.HandleID{h})
 		return err == nil && st[0].State == sdk.StateDone
 	}, wait, time.Millisecond)
 	// Mark it terminal in core, then release with a dead context.
-	r.c.setState(r.c.live[h], sdk.StateDone, nil)
+	r.c.setState(r.c.live.get(h), sdk.StateDone, nil)
 	dead, cancel := context.WithCancel(r.ctx)
 	cancel()
 	rd := r.c.Poll(dead, r.now)

@@ -15,11 +15,13 @@ import (
 	"github.com/custody-dev/custody/sdk"
 )
 
-// TestOwnershipProperties drives random requests, peer removals and
-// reconnections, consumer notifications, rounds and injected faults through
-// the in-process fake and checks after every step that:
+// TestOwnershipProperties drives random requests (reads, writes, sends and
+// push receives, whose producers are the remote agents writing into our
+// pool and notifying on DONE), peer removals and reconnections, consumer
+// notifications, rounds and injected faults through the in-process fake and
+// checks after every step that:
 //   - no block held by the engine, or reassigned to another request, is
-//     reachable by a live handle;
+//     reachable by a live handle, nor by a producer's write still running;
 //   - no handle was released before the transport reported it terminal;
 //   - each request has at most one terminal report;
 //
@@ -41,7 +43,16 @@ func TestOwnershipProperties(t *testing.T) {
 		}
 		seed := rapid.Uint64Range(1, 1<<20).Draw(rt, "seed")
 		noEvents := rapid.Bool().Draw(rt, "poll instead of events")
+		var remote map[int]string
+		if rapid.Bool().Draw(rt, "producer faults") {
+			f := "stall,prob=0.3,for=20ms;fail,prob=0.15;notif-drop,prob=0.1"
+			remote = map[int]string{0: f, 1: f}
+		}
 		r := openRig(rt, ctx, dir, rigOpts{
+			// Initiated-only fences: a failed push receive quarantines its
+			// blocks rather than asking for a fence this test cannot give.
+			fence:  "initiated",
+			remote: remote,
 			local:  strings.Join(faults, ";"),
 			params: map[string]string{"seed": fmt.Sprint(seed)},
 			cfg:    Config{Batch: rapid.IntRange(0, 3).Draw(rt, "batch")},
@@ -52,7 +63,7 @@ func TestOwnershipProperties(t *testing.T) {
 		if noEvents {
 			r.c.events = nil // the fallback: poll every live handle
 		}
-		m := &model{r: r, issued: map[RequestID]bool{}}
+		m := &model{r: r, issued: map[RequestID]bool{}, pdl: map[int][2]sdk.DlistID{}}
 		done := false
 		defer func() {
 			if !done {
@@ -70,7 +81,9 @@ func TestOwnershipProperties(t *testing.T) {
 		m.connected = true
 		steps := rapid.IntRange(1, 40).Draw(rt, "steps")
 		for i := 0; i < steps; i++ {
-			switch op := rapid.IntRange(0, 9).Draw(rt, "op"); op {
+			switch op := rapid.IntRange(0, 10).Draw(rt, "op"); op {
+			case 10:
+				m.receive(rt)
 			case 0, 1:
 				m.read(rt, rapid.IntRange(1, 2).Draw(rt, "parts"), rapid.Bool().Draw(rt, "notify"))
 			case 2:
@@ -104,6 +117,16 @@ type model struct {
 	issued    map[RequestID]bool
 	sends     []RequestID
 	connected bool
+	pushes    []push                 // producers' writes into our pool, until released
+	pdl       map[int][2]sdk.DlistID // per remote rank: its local dlist, its dlist of our pool
+}
+
+// push is one write a remote rank posted into our pool for a receive.
+type push struct {
+	id     RequestID
+	k      int
+	h      sdk.HandleID
+	blocks []uint32
 }
 
 func (m *model) id(kind string) RequestID {
@@ -159,6 +182,97 @@ func (m *model) expectSend(t *rapid.T) {
 	m.sends = append(m.sends, id)
 }
 
+// receive expects a push of one or two blocks from one or two producer
+// ranks, each of which writes (or, drawn, never does) its share and
+// notifies on DONE with the written notification.
+func (m *model) receive(t *rapid.T) {
+	if !m.connected {
+		return
+	}
+	n := rapid.IntRange(1, 2).Draw(t, "producers")
+	b, ok := m.blocks(rapid.IntRange(1, 2).Draw(t, "receive blocks"))
+	if !ok {
+		return
+	}
+	r := m.r
+	id := m.id("v")
+	require.NoError(t, r.c.ExpectReceive(r.now, RecvSpec{Request: id, Peer: "p", Pool: r.pool, Blocks: b, Producers: n, Lease: 10 * time.Second}))
+	for k := 0; k < n; k++ {
+		if rapid.IntRange(0, 9).Draw(t, "producer lost") == 0 {
+			continue
+		}
+		share := b[k%len(b) : k%len(b)+1]
+		if n == 1 {
+			share = b
+		}
+		dl := m.producerDlists(k)
+		rm := r.remotes[k]
+		res, err := rm.tr.Post(r.ctx, []sdk.PostSpec{{Op: sdk.OpWrite, Local: dl[0], LocalIndices: share, Remote: dl[1], RemoteIndices: share, Notification: WrittenMessage(id)}})
+		require.NoError(t, err)
+		require.NoError(t, res[0].Err)
+		m.pushes = append(m.pushes, push{id: id, k: k, h: res[0].ID, blocks: share})
+	}
+}
+
+// producerDlists prepares, once, remote rank k's dlist of its own region
+// and its dlist of our pool.
+func (m *model) producerDlists(k int) [2]sdk.DlistID {
+	if dl, ok := m.pdl[k]; ok {
+		return dl
+	}
+	r := m.r
+	rm := r.loadBack(k)
+	region, _, err := r.c.PoolRegion(r.pool)
+	require.NoError(r.t, err)
+	descs := func(region sdk.RegionID) []sdk.Descriptor {
+		out := make([]sdk.Descriptor, nBlocks)
+		for i := range out {
+			out[i] = sdk.Descriptor{Region: region, Offset: uint64(i) * blockSize, Length: blockSize}
+		}
+		return out
+	}
+	res, err := rm.tr.PrepareDescriptors(r.ctx, []sdk.DlistSpec{{Descriptors: descs(rm.region)}, {Peer: rm.back, Descriptors: descs(region)}})
+	require.NoError(r.t, err)
+	require.NoError(r.t, res[0].Err)
+	require.NoError(r.t, res[1].Err)
+	dl := [2]sdk.DlistID{res[0].ID, res[1].ID}
+	m.pdl[k] = dl
+	return dl
+}
+
+// settlePushes releases the producers' writes that ended, and returns how
+// many still run (or could not be polled or released: they count as
+// running). It asserts nothing, so abandon can use it.
+func (m *model) settlePushes() int {
+	r := m.r
+	out := m.pushes[:0]
+	for _, p := range m.pushes {
+		tr := r.remotes[p.k].tr
+		st, err := tr.Poll(r.ctx, []sdk.HandleID{p.h})
+		if err == nil && st[0].Err == nil && st[0].State.Terminal() {
+			if errs, err := tr.Release(r.ctx, []sdk.HandleID{p.h}); err == nil && errs[0] == nil {
+				continue
+			}
+		}
+		out = append(out, p)
+	}
+	m.pushes = out
+	return len(out)
+}
+
+// releaseProducers waits for every producer write to end, best effort
+// within wait, and releases them and the producers' dlists.
+func (m *model) releaseProducers() {
+	deadline := time.Now().Add(wait)
+	for m.settlePushes() > 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond) // pacing of the poll loop, not synchronisation
+	}
+	for k, dl := range m.pdl {
+		_, _ = m.r.remotes[k].tr.ReleaseDescriptors(m.r.ctx, []sdk.DlistID{dl[1], dl[0]})
+	}
+	m.pdl = map[int][2]sdk.DlistID{}
+}
+
 func (m *model) notify(t *rapid.T) {
 	if len(m.sends) == 0 {
 		return
@@ -189,7 +303,7 @@ func (m *model) recycle(Ready) {
 func (m *model) check() {
 	t, c := m.r.t, m.r.c
 	holder := map[BlockRef]RequestID{}
-	for _, r := range c.reqs {
+	for r := range c.reqs.all() {
 		for i := range r.xs {
 			for _, b := range r.xs[i].local() {
 				ref := BlockRef{r.xs[i].pool, b}
@@ -200,7 +314,7 @@ func (m *model) check() {
 			}
 		}
 	}
-	for _, x := range c.live {
+	for x := range c.live.all() {
 		for _, b := range x.local() {
 			ref := BlockRef{x.pool, b}
 			o := c.Owner(ref)
@@ -211,6 +325,19 @@ func (m *model) check() {
 	}
 	for ref, id := range holder {
 		require.Contains(t, []Owner{OwnerTransfer, OwnerRetained, OwnerQuarantined}, c.Owner(ref), "block %v of unreported request %q", ref, id)
+	}
+	// A producer's write still running reaches only blocks of its pending
+	// receive, or quarantined ones: never the engine's, nor a free block.
+	m.settlePushes()
+	for _, p := range m.pushes {
+		for _, b := range p.blocks {
+			ref := BlockRef{m.r.pool, b}
+			o := c.Owner(ref)
+			require.Contains(t, []Owner{OwnerTransfer, OwnerQuarantined}, o, "a producer's running write reaches %v held by %v", ref, o)
+			if o == OwnerTransfer {
+				require.Equal(t, p.id, holder[ref], "a producer's running write for %q reaches %v of another request", p.id, ref)
+			}
+		}
 	}
 	m.r.tr.mu.Lock()
 	early := slices.Clone(m.r.tr.releasedEarly)
@@ -238,6 +365,8 @@ func (m *model) drain() {
 	res, err := r.tr.Resources(r.ctx)
 	require.NoError(r.t, err)
 	require.Equal(r.t, sdk.Resources{Regions: 1, Dlists: 1}, res, "only the pool may remain before Close")
+	m.releaseProducers()
+	require.Empty(r.t, m.pushes, "a producer's write never ended")
 	require.NoError(r.t, r.c.Close(r.ctx, r.now))
 	r.shutdown()
 }
@@ -246,6 +375,7 @@ func (m *model) drain() {
 // peer, expiring every lease and closing the Core, then the remote agents.
 func (m *model) abandon() {
 	r := m.r
+	m.releaseProducers()
 	_ = r.c.RemovePeer(r.ctx, r.now, "p")
 	r.now = r.now.Add(time.Minute)
 	deadline := time.Now().Add(wait)

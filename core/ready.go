@@ -13,25 +13,32 @@ type Ready struct {
 	// Their blocks are back with the engine.
 	FinishedSending []RequestID
 	// FinishedReceiving: reads whose every handle ended DONE and was
-	// released. Their blocks are back with the engine and hold the bytes.
+	// released, and push receives (ExpectReceive) whose every producer
+	// reported its writes. Their blocks are back with the engine and hold
+	// the bytes.
 	FinishedReceiving []RequestID
 	// Failed: requests that failed, reported once every handle of theirs was
 	// terminal and released (rule 3). Their blocks are back with the engine
 	// except those listed in Quarantined. vLLM reports a failed receive in
 	// finished_recving as well; a host mapping to vLLM adds them there.
 	Failed []Failure
-	// InvalidBlocks: the blocks of the failed receives in Failed, whose bytes
-	// are undefined: the engine must recompute them. Listed in the same Ready
-	// as the failure, never earlier.
+	// InvalidBlocks: the blocks of the failed receives (reads and push
+	// receives) in Failed, whose bytes are undefined: the engine must
+	// recompute them. Listed in the same Ready as the failure, never
+	// earlier. A quarantined block is listed in Quarantined instead.
 	InvalidBlocks []BlockRef
 	// Quarantined: blocks a force-released handle may still touch
-	// (EscalateQuarantine). The engine must never use them again; they are
-	// not back with the engine.
+	// (EscalateQuarantine), or a producer may still write into after its
+	// push receive failed where no fence can stop it (ExpectReceive). The
+	// engine must never use them again; they are not back with the engine.
+	// They are listed in the same Ready as their request's failure.
 	Quarantined []BlockRef
 	// Fence lists transport epochs the runtime must fence (kill the
-	// transport process) because a handle was held past the cap or a call's
-	// outcome is unknown. It is repeated every round until the caller
-	// reports the epoch fenced (Fenced), so acting on it must be idempotent.
+	// transport process) because a handle was held past the cap, a call's
+	// outcome is unknown, or a failed push receive's producer may still
+	// write into its blocks (ExpectReceive). It is repeated every round
+	// until the caller reports the epoch fenced (Fenced), so acting on it
+	// must be idempotent.
 	Fence []Epoch
 	// Alerts are the events worth a log line, one failure type each.
 	Alerts []Alert
@@ -47,7 +54,8 @@ func (r *Ready) Empty() bool {
 // Failure is one failed request and why.
 type Failure struct {
 	Request RequestID
-	// Sending is true for a failed Write or ExpectSend, false for a Read.
+	// Sending is true for a failed Write or ExpectSend, false for a Read or
+	// ExpectReceive.
 	Sending bool
 	// Reason is the first failure seen (a handle's FAILED reason, a setup
 	// or handshake error, ErrPeerRemoved, ErrHoldCap, ...).

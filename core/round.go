@@ -30,6 +30,8 @@ func (c *Core) Poll(ctx context.Context, now time.Time) Ready {
 	c.expireLeases()
 	c.expireHolds()
 	c.finishDirty(ctx)
+	c.live.shrink()
+	c.reqs.shrink()
 	for e := range c.fenceWant {
 		c.out.Fence = append(c.out.Fence, e)
 	}
@@ -57,9 +59,10 @@ func (c *Core) drainInbox(ctx context.Context) {
 	}
 }
 
-// drainNotifications counts consumed notifications against their sends.
-// Notifications of unknown requests are kept (bounded) for a send not
-// registered yet; other messages are ignored.
+// drainNotifications counts consumed notifications against their sends and
+// written notifications against their receives. Notifications of unknown
+// requests are kept (bounded) for a send or receive not registered yet;
+// other messages are ignored.
 func (c *Core) drainNotifications(ctx context.Context) {
 	if !c.desc.Capabilities.Notifications {
 		return
@@ -70,6 +73,10 @@ func (c *Core) drainNotifications(ctx context.Context) {
 		return
 	}
 	for _, n := range ns {
+		if id, ok := parseWritten(n.Message); ok {
+			c.noteWritten(id, n.From)
+			continue
+		}
 		id, ok := parseConsumed(n.Message)
 		if !ok {
 			continue
@@ -79,11 +86,11 @@ func (c *Core) drainNotifications(ctx context.Context) {
 			c.markDirty(r)
 			continue
 		}
-		if _, ok := c.reqs[id]; ok {
+		if c.reqs.get(id) != nil {
 			continue // a read of ours under the same id: not a send
 		}
-		if len(c.early) >= c.cfg.MaxEarlyNotifications {
-			c.alert(Alert{Level: AlertWarn, Kind: "early_notification_dropped", Request: id, Err: sdk.Errorf(sdk.CodeBusy, "%d early notifications kept already", len(c.early))})
+		if _, ok := c.early[id]; !ok && c.earlyCount() >= c.cfg.MaxEarlyNotifications {
+			c.alert(Alert{Level: AlertWarn, Kind: "early_notification_dropped", Request: id, Err: sdk.Errorf(sdk.CodeBusy, "%d early notifications kept already", c.earlyCount())})
 			continue
 		}
 		c.early[id]++
@@ -101,7 +108,7 @@ func (c *Core) collectStates(ctx context.Context) {
 			c.resync = true
 		}
 		for _, ev := range evs {
-			if x := c.live[ev.Handle]; x != nil {
+			if x := c.live.get(ev.Handle); x != nil {
 				c.setState(x, ev.State, ev.Reason)
 			}
 		}
@@ -110,7 +117,7 @@ func (c *Core) collectStates(ctx context.Context) {
 		}
 	}
 	xs := c.xBuf[:0]
-	for _, x := range c.live {
+	for x := range c.live.all() {
 		if !x.state.Terminal() && x.ref.Epoch == c.epoch {
 			xs = append(xs, x)
 		}
@@ -215,7 +222,7 @@ func (c *Core) releaseTerminal(ctx context.Context) {
 func (c *Core) gone(x *xfer, stopped bool) {
 	x.flags |= fGone
 	x.flags &^= fQueued
-	delete(c.live, x.ref.Handle)
+	c.live.remove(x)
 	x.req.pending--
 	c.markDirty(x.req)
 	if stopped {
@@ -236,34 +243,56 @@ func (c *Core) finishDirty(ctx context.Context) {
 }
 
 // tryFinish emits r's one terminal report if r has drained: no handle left,
-// no handshake or fence awaited, and for a send its consumers notified or its
-// lease over. Blocks go back to the engine here and only here.
+// no handshake or fence awaited, for a send its consumers notified or its
+// lease over, and for a receive its producers' writes reported or proven
+// stopped (recvSettled). Blocks go back to the engine here and only here.
 func (c *Core) tryFinish(ctx context.Context, r *request) {
+	if r.kind == kindRecv && r.notified >= r.consumers {
+		r.flags &^= rFenceWait // its producers reported their writes after all: no need to wait
+	}
 	if r.flags&(rReported|rWaiting) != 0 || r.pending > 0 || r.flags&rFenceWait != 0 {
 		return
 	}
-	if r.kind != kindRead {
+	quarantine := false
+	switch r.kind {
+	case kindWrite, kindSend:
+		if r.kind == kindWrite {
+			c.notifyWritten(ctx, r)
+		}
 		over := r.flags&(rLeaseOver|rAbandoned) != 0
 		if !over && (r.failed != nil || r.notified < r.consumers) {
 			return
 		}
+	case kindRecv:
+		q, done := c.recvSettled(r)
+		if !done {
+			return
+		}
+		quarantine = q
 	}
 	r.flags |= rReported
-	delete(c.reqs, r.id)
-	if r.kind != kindRead {
+	c.reqs.remove(r)
+	receiving := r.kind == kindRead || r.kind == kindRecv
+	switch r.kind {
+	case kindWrite, kindSend:
 		delete(c.sends, r.id)
+	case kindRecv:
+		defer delete(c.recvs, r.id)
 	}
 	var quarantined []BlockRef
 	for i := range r.xs {
 		x := &r.xs[i]
 		p := c.pool(x.pool)
 		for _, b := range x.local() {
+			if quarantine {
+				p.owner[b] = OwnerQuarantined
+			}
 			if p.owner[b] == OwnerQuarantined {
 				quarantined = append(quarantined, BlockRef{x.pool, b})
 				continue
 			}
 			p.owner[b] = OwnerEngine
-			if r.failed != nil && r.kind == kindRead {
+			if r.failed != nil && receiving {
 				c.out.InvalidBlocks = append(c.out.InvalidBlocks, BlockRef{x.pool, b})
 			}
 		}
@@ -271,9 +300,12 @@ func (c *Core) tryFinish(ctx context.Context, r *request) {
 	c.out.Quarantined = append(c.out.Quarantined, quarantined...)
 	switch {
 	case r.failed != nil:
-		c.out.Failed = append(c.out.Failed, Failure{Request: r.id, Sending: r.kind != kindRead, Reason: r.failed})
+		c.out.Failed = append(c.out.Failed, Failure{Request: r.id, Sending: !receiving, Reason: r.failed})
 	case r.kind == kindRead:
 		c.notifyProducer(ctx, r)
+		c.out.FinishedReceiving = append(c.out.FinishedReceiving, r.id)
+	case r.kind == kindRecv:
+		c.notifyConsumed(ctx, r, c.recvs[r.id])
 		c.out.FinishedReceiving = append(c.out.FinishedReceiving, r.id)
 	default:
 		if r.notified < r.consumers {
@@ -290,20 +322,14 @@ func (c *Core) notifyProducer(ctx context.Context, r *request) {
 		return
 	}
 	var msgs []sdk.OutboundNotification
-	seen := map[int]bool{}
+	seen := make([]bool, len(p.ranks))
 	for i := range r.xs {
-		rk := int(r.xs[i].rank)
-		if !seen[rk] {
+		if rk := r.xs[i].rank; !seen[rk] {
 			seen[rk] = true
 			msgs = append(msgs, sdk.OutboundNotification{Peer: p.ranks[rk].id, Message: ConsumedMessage(r.id)})
 		}
 	}
-	errs, err := c.tr.SendNotifications(ctx, msgs)
-	for k := range msgs {
-		if e := itemErr(errs, k, err); e != nil {
-			c.alert(Alert{Level: AlertWarn, Kind: "consumed_notification_failed", Peer: p.name, Request: r.id, Err: e})
-		}
-	}
+	c.send(ctx, msgs, "consumed_notification_failed", p.name, r.id)
 }
 
 // shrink empties a reused buffer, dropping its array when a burst left it

@@ -1,0 +1,110 @@
+package core
+
+import (
+	"hash/maphash"
+	"iter"
+)
+
+// reqIndex finds every request not yet reported by its id: a hash table of
+// chains threaded through the requests themselves (each keeps its id's
+// hash, its successor, and the address of the pointer that points to it).
+// Removing a finished request, once per request in the Poll round that
+// reports it, is then two stores and no search: a hash map's delete would
+// read the id's bytes and probe the table, cache misses the round pays per
+// finished request at 100000 in flight. The table doubles or halves with
+// what is in flight, so at a steady number in flight it is never rebuilt.
+type reqIndex struct {
+	seed    maphash.Seed
+	buckets []*request // power of two
+	n       int
+}
+
+const minReqBuckets = 1024
+
+func newReqIndex() reqIndex {
+	return reqIndex{seed: maphash.MakeSeed(), buckets: make([]*request, minReqBuckets)}
+}
+
+func (ix *reqIndex) hash(id RequestID) uint64 { return maphash.String(ix.seed, string(id)) }
+
+func (ix *reqIndex) bucket(h uint64) **request { return &ix.buckets[h&uint64(len(ix.buckets)-1)] }
+
+// get returns the request of id, or nil.
+func (ix *reqIndex) get(id RequestID) *request {
+	h := ix.hash(id)
+	for r := *ix.bucket(h); r != nil; r = r.next {
+		if r.h == h && r.id == id {
+			return r
+		}
+	}
+	return nil
+}
+
+// add indexes r, whose id no indexed request has.
+func (ix *reqIndex) add(r *request) {
+	r.h = ix.hash(r.id)
+	if ix.n >= len(ix.buckets) {
+		ix.resize(2 * len(ix.buckets))
+	}
+	ix.link(r)
+	ix.n++
+}
+
+func (ix *reqIndex) link(r *request) {
+	b := ix.bucket(r.h)
+	r.next, r.pprev = *b, b
+	if r.next != nil {
+		r.next.pprev = &r.next
+	}
+	*b = r
+}
+
+// remove drops r, which is indexed, from the index.
+func (ix *reqIndex) remove(r *request) {
+	*r.pprev = r.next
+	if r.next != nil {
+		r.next.pprev = r.pprev
+	}
+	r.next, r.pprev = nil, nil
+	ix.n--
+}
+
+// shrink halves the table when it is mostly empty, so memory follows what
+// is in flight. Call it outside any iteration (all).
+func (ix *reqIndex) shrink() {
+	if len(ix.buckets) > minReqBuckets && 8*ix.n < len(ix.buckets) {
+		ix.resize(len(ix.buckets) / 2)
+	}
+}
+
+// resize relinks every request into a table of n buckets.
+func (ix *reqIndex) resize(n int) {
+	old := ix.buckets
+	ix.buckets = make([]*request, n)
+	for _, r := range old {
+		for r != nil {
+			next := r.next
+			ix.link(r)
+			r = next
+		}
+	}
+}
+
+func (ix *reqIndex) len() int { return ix.n }
+
+// all yields every indexed request, in no particular order; removing the
+// yielded one is allowed, adding one is not.
+func (ix *reqIndex) all() iter.Seq[*request] {
+	return func(yield func(*request) bool) {
+		buckets := ix.buckets
+		for i := range buckets {
+			for r := buckets[i]; r != nil; {
+				next := r.next
+				if !yield(r) {
+					return
+				}
+				r = next
+			}
+		}
+	}
+}
