@@ -141,6 +141,14 @@ func (c *Client) ExpectSend(ctx context.Context, request, peer string, pool uint
 	return err
 }
 
+// ExpectReceive pins blocks a peer will push into until producers written
+// notifications arrived or the lease expired. It fails with Unavailable while
+// the peer's handshake runs: retry.
+func (c *Client) ExpectReceive(ctx context.Context, request, peer string, pool uint32, blocks []uint32, producers int, lease time.Duration) error {
+	_, err := c.api.ExpectReceive(ctx, &enginev1.ExpectReceiveRequest{RequestId: request, Peer: peer, Pool: pool, Blocks: blocks, Producers: uint32(producers), LeaseMs: uint64(lease.Milliseconds())})
+	return err
+}
+
 // GetFinished returns what finished since the last call.
 func (c *Client) GetFinished(ctx context.Context) (Finished, error) {
 	r, err := c.api.GetFinished(ctx, &enginev1.GetFinishedRequest{})

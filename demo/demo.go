@@ -152,7 +152,7 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 			p[k] = v
 		}
 		hs := hostSpec{name: name, dir: dir, custody: o.Custody, transport: o.Transport, params: p,
-			cap: time.Second, policy: "fence", blocks: blocks, blockSize: o.BlockSize, logLevel: "error"}
+			cap: time.Second, policy: "fence", blocks: blocks, blockSize: o.BlockSize, logLevel: "warn"}
 		if o.Transport == "fake" {
 			p["seed"] = fmt.Sprint(o.Seed)
 			p["dir"] = dir
@@ -409,29 +409,32 @@ func (r *runner) push(ctx context.Context, id string, n, parts int, rng *rand.Ra
 	if err != nil {
 		return err
 	}
+	recv := r.dd.expect(id, db)
+	if err := retry(ctx, func(ctx context.Context) error {
+		return r.decode.c.ExpectReceive(ctx, id, "prefill", r.decode.poolID, db, 1, 2*time.Second)
+	}); err != nil {
+		return fmt.Errorf("%s: expect receive: %w", id, err)
+	}
 	pb, data, err := r.source(ctx, n, rng)
 	if err != nil {
 		return err
 	}
 	sent := r.pd.expect(id, nil)
 	if err := retry(ctx, func(ctx context.Context) error {
-		return r.prefill.c.Write(ctx, id, "decode", 1, 200*time.Millisecond, split(r.prefill.poolID, pb, db, parts)...)
+		return r.prefill.c.Write(ctx, id, "decode", 1, time.Second, split(r.prefill.poolID, pb, db, parts)...)
 	}); err != nil {
 		return fmt.Errorf("%s: write: %w", id, err)
 	}
 	r.count(func(s *Summary) { s.Pushes++; s.Handles += parts })
-	o, err := wait(ctx, id, sent)
-	if err != nil {
+	// The consumer's outcome is the request's: its blocks hold the bytes, or
+	// come back invalid once no write can reach them.
+	if err := r.finishReceive(ctx, id, r.decode, db, data, recv); err != nil {
 		return err
 	}
-	if err := r.free(ctx, r.prefill, pb); err != nil {
+	if _, err := wait(ctx, id, sent); err != nil {
 		return err
 	}
-	if !o.ok {
-		r.failed(o.reason)
-		return r.free(ctx, r.decode, db) // the bytes are undefined; nothing writes them any more
-	}
-	return r.check(id, r.decode, db, data)
+	return r.free(ctx, r.prefill, pb)
 }
 
 // finishReceive waits for a receive's outcome and checks it: the bytes when
@@ -448,7 +451,16 @@ func (r *runner) finishReceive(ctx context.Context, id string, h *hostProc, bloc
 	if !o.invalidOK {
 		r.count(func(s *Summary) { s.InvalidMissing++ })
 	}
-	return r.free(ctx, h, blocks)
+	back := blocks[:0:0]
+	for _, b := range blocks {
+		if !o.quarantined[b] { // quarantined blocks never come back
+			back = append(back, b)
+		}
+	}
+	if len(back) == 0 {
+		return nil
+	}
+	return r.free(ctx, h, back)
 }
 
 // check verifies a finished request's blocks and keeps them for the audit.

@@ -13,8 +13,10 @@ type outcome struct {
 	ok     bool
 	reason string
 	// invalidOK: for a failed receive, every one of its blocks was listed
-	// invalid in the same report that failed it.
+	// invalid or quarantined in the same report that failed it.
 	invalidOK bool
+	// quarantined are the blocks of a failed receive that never come back.
+	quarantined map[uint32]bool
 }
 
 // dispatcher polls one host's GetFinished and hands each request's outcome
@@ -81,10 +83,15 @@ func (d *dispatcher) run(ctx context.Context) {
 }
 
 func (d *dispatcher) deliver(f client.Finished) {
-	invalid := map[uint32]bool{}
+	invalid, quarantined := map[uint32]bool{}, map[uint32]bool{}
 	for _, b := range f.InvalidBlocks {
 		if b.Pool == d.pool {
 			invalid[b.Block] = true
+		}
+	}
+	for _, b := range f.Quarantined {
+		if b.Pool == d.pool {
+			quarantined[b.Block] = true
 		}
 	}
 	d.mu.Lock()
@@ -112,9 +119,12 @@ func (d *dispatcher) deliver(f client.Finished) {
 			report(id, outcome{ok: true})
 			continue
 		}
-		o := outcome{reason: reason, invalidOK: true}
+		o := outcome{reason: reason, invalidOK: true, quarantined: map[uint32]bool{}}
 		for _, b := range d.blocks[id] {
-			if !invalid[b] {
+			switch {
+			case quarantined[b]:
+				o.quarantined[b] = true
+			case !invalid[b]:
 				o.invalidOK = false
 			}
 		}

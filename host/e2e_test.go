@@ -6,6 +6,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/custody-dev/custody/client"
 )
@@ -39,21 +41,31 @@ func TestPullMovesEveryByteAndFinishesBothSides(t *testing.T) {
 	assert.Equal(t, []string{"r1"}, f.FinishedSending, "the consumed notification finished the send")
 }
 
-func TestPushMovesEveryByteAndFinishesAtTheLease(t *testing.T) {
+func TestPushFinishesBothSidesOnTheirNotifications(t *testing.T) {
 	prefill := startHost(t, "prefill", 16, nil)
 	decode := startHost(t, "decode", 16, nil)
 	prefill.connect("decode", decode)
+	decode.connect("prefill", prefill)
 
+	db, err := decode.c.Alloc(decode.ctx(), decode.poolID, 3)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		err = decode.c.ExpectReceive(decode.ctx(), "w1", "prefill", decode.poolID, db, 1, 30*time.Second)
+		return status.Code(err) != codes.Unavailable // the handshake runs
+	}, 10*time.Second, time.Millisecond)
+	require.NoError(t, err)
 	pb, err := prefill.c.Alloc(prefill.ctx(), prefill.poolID, 3)
 	require.NoError(t, err)
 	src := prefill.fill(pb)
-	db, err := decode.c.Alloc(decode.ctx(), decode.poolID, 3)
-	require.NoError(t, err)
-	require.NoError(t, prefill.c.Write(prefill.ctx(), "w1", "decode", 1, 300*time.Millisecond, client.Part{Pool: prefill.poolID, Local: pb, Remote: db}))
+	require.NoError(t, prefill.c.Write(prefill.ctx(), "w1", "decode", 1, 30*time.Second, client.Part{Pool: prefill.poolID, Local: pb, Remote: db}))
 
-	// No consumer notifies, so the send ends with its lease.
-	f := prefill.waitFinished("w1")
-	assert.Equal(t, []string{"w1"}, f.FinishedSending)
+	// Both finish long before the 30 s leases: on the written and the
+	// consumed notification.
+	f := decode.waitFinished("w1")
+	assert.Equal(t, []string{"w1"}, f.FinishedRecving)
 	assert.Empty(t, f.Failed)
 	sameBlocks(t, src, decode.read(db), "w1")
+	f = prefill.waitFinished("w1")
+	assert.Equal(t, []string{"w1"}, f.FinishedSending)
+	assert.Empty(t, f.Failed)
 }

@@ -116,6 +116,25 @@ func (h *Host) ExpectSend(ctx context.Context, spec core.SendSpec) error {
 	})
 }
 
+// ExpectReceive pins blocks a connected peer will write (push mode, consumer
+// side) until its written notifications arrive or the lease expires. A peer
+// not connected yet is connected first: retry on ErrRestarting.
+func (h *Host) ExpectReceive(ctx context.Context, spec core.RecvSpec) error {
+	return h.do(ctx, func(context.Context) error {
+		if !h.core.Connected(spec.Peer) {
+			if err := h.ensurePeer(spec.Peer); err != nil {
+				return fmt.Errorf("expect receive %q: %w", spec.Request, err)
+			}
+			return fmt.Errorf("expect receive %q: peer %q: %w", spec.Request, spec.Peer, ErrConnecting)
+		}
+		if err := h.core.ExpectReceive(time.Now(), spec); err != nil {
+			return err
+		}
+		h.reqs[spec.Request] = reqInfo{peer: spec.Peer, op: "receive", bytes: uint64(len(spec.Blocks)) * h.blockSize(spec.Pool)}
+		return nil
+	})
+}
+
 // GetFinished returns what finished since the last call; every request
 // appears in exactly one Finished.
 func (h *Host) GetFinished(ctx context.Context) (Finished, error) {
@@ -166,9 +185,14 @@ func (h *Host) Status(ctx context.Context) (Status, error) {
 func (h *Host) partBytes(parts []core.Part) uint64 {
 	var n uint64
 	for _, p := range parts {
-		if int(p.Pool) >= 1 && int(p.Pool) <= len(h.pools) {
-			n += uint64(len(p.Local)) * h.pools[p.Pool-1].spec.BlockSize
-		}
+		n += uint64(len(p.Local)) * h.blockSize(p.Pool)
 	}
 	return n
+}
+
+func (h *Host) blockSize(id core.PoolID) uint64 {
+	if int(id) >= 1 && int(id) <= len(h.pools) {
+		return h.pools[id-1].spec.BlockSize
+	}
+	return 0
 }

@@ -33,7 +33,7 @@ func engineErr(err error) error {
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, ErrClosed), errors.Is(err, ErrRestarting), errors.Is(err, core.ErrNotAttached):
+	case errors.Is(err, ErrClosed), errors.Is(err, ErrRestarting), errors.Is(err, ErrConnecting), errors.Is(err, core.ErrNotAttached):
 		return status.Error(codes.Unavailable, err.Error())
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		return status.Error(codes.DeadlineExceeded, err.Error())
@@ -92,6 +92,13 @@ func (s *engineServer) ExpectSend(ctx context.Context, r *enginev1.ExpectSendReq
 	return &enginev1.Empty{}, engineErr(s.h.ExpectSend(ctx, core.SendSpec{
 		Request: core.RequestID(r.GetRequestId()), Peer: r.GetPeer(), Pool: core.PoolID(r.GetPool()), Blocks: r.GetBlocks(),
 		Consumers: int(r.GetConsumers()), Lease: time.Duration(r.GetLeaseMs()) * time.Millisecond,
+	}))
+}
+
+func (s *engineServer) ExpectReceive(ctx context.Context, r *enginev1.ExpectReceiveRequest) (*enginev1.Empty, error) {
+	return &enginev1.Empty{}, engineErr(s.h.ExpectReceive(ctx, core.RecvSpec{
+		Request: core.RequestID(r.GetRequestId()), Peer: r.GetPeer(), Pool: core.PoolID(r.GetPool()), Blocks: r.GetBlocks(),
+		Producers: int(r.GetProducers()), Lease: time.Duration(r.GetLeaseMs()) * time.Millisecond,
 	}))
 }
 

@@ -38,6 +38,10 @@ var ErrClosed = errors.New("host stopped")
 // restarts after a fence; retry them.
 var ErrRestarting = errors.New("transport restarting; retry")
 
+// ErrConnecting is returned by engine calls that need a peer connected while
+// its handshake runs; retry them.
+var ErrConnecting = errors.New("peer handshake in progress; retry")
+
 // Host is one custody host. Create it with New, run it with Run; every engine
 // call is handed to Run's owner goroutine, the only one that touches core.
 type Host struct {
@@ -61,9 +65,10 @@ type Host struct {
 	metaAddr  string // set by Serve before its ready callback
 	metrAddr  string // likewise, when metrics are served
 
-	cmds chan command
-	done chan struct{}
-	info atomic.Pointer[PeerInfo]
+	cmds       chan command
+	handshakes chan handshake
+	done       chan struct{}
+	info       atomic.Pointer[PeerInfo]
 
 	bgCtx    context.Context
 	bgCancel context.CancelFunc
@@ -98,14 +103,15 @@ func New(ctx context.Context, cfg *Config, log hclog.Logger) (*Host, error) {
 		return nil, err
 	}
 	h := &Host{
-		cfg:     cfg,
-		log:     log,
-		metrics: NewMetrics(),
-		core:    c,
-		links:   map[string]*link{},
-		reqs:    map[core.RequestID]reqInfo{},
-		cmds:    make(chan command),
-		done:    make(chan struct{}),
+		cfg:        cfg,
+		log:        log,
+		metrics:    NewMetrics(),
+		core:       c,
+		links:      map[string]*link{},
+		reqs:       map[core.RequestID]reqInfo{},
+		cmds:       make(chan command),
+		handshakes: make(chan handshake),
+		done:       make(chan struct{}),
 	}
 	h.bgCtx, h.bgCancel = context.WithCancel(context.Background())
 	if err := h.start(ctx); err != nil {
@@ -162,6 +168,8 @@ func (h *Host) Run(ctx context.Context) error {
 			cctx, cancel := h.callCtx()
 			c.reply <- c.fn(cctx)
 			cancel()
+		case hs := <-h.handshakes:
+			h.settle(hs)
 		case <-h.exited():
 			h.fence("transport process exited")
 		case <-t.C:
@@ -259,7 +267,6 @@ func (h *Host) absorb(rd core.Ready) {
 			h.dropStalePeer(peer)
 		}
 	}
-	h.settleHandshakes(rd.Alerts)
 }
 
 func (h *Host) alert(a core.Alert) {

@@ -82,20 +82,49 @@ func (h *Host) ensurePeer(name string) error {
 	}
 	l.pending = true
 	ranks := append([]RemoteRank(nil), l.ranks...)
-	inbox := h.core.Inbox()
 	h.bg.Add(1)
 	go func() {
 		defer h.bg.Done()
 		ctx, cancel := context.WithTimeout(h.bgCtx, handshakeTimeout)
 		defer cancel()
 		spec, err := h.fetchPeer(ctx, name, ranks, info.Compat)
-		if err != nil {
-			inbox.HandshakeFailed(name, err)
-			return
+		select {
+		case h.handshakes <- handshake{name: name, spec: spec, err: err}:
+		case <-h.bgCtx.Done():
 		}
-		inbox.HandshakeDone(spec)
 	}()
 	return nil
+}
+
+// handshake is what a background handshake hands the owner goroutine.
+type handshake struct {
+	name string
+	spec core.PeerSpec
+	err  error
+}
+
+// settle connects a peer whose metadata a background handshake fetched, or
+// fails the requests waiting for it; either way the handshake is over. It
+// runs on the owner goroutine, so the peer is connected (or not) before any
+// other engine call is served.
+func (h *Host) settle(hs handshake) {
+	l := h.links[hs.name]
+	if l == nil {
+		return // removed meanwhile: requests waiting for it failed then
+	}
+	l.pending = false
+	if hs.err == nil && h.tp == nil {
+		hs.err = fmt.Errorf("peer %q: %w", hs.name, ErrRestarting)
+	}
+	if hs.err != nil {
+		h.core.Inbox().HandshakeFailed(hs.name, hs.err)
+		return
+	}
+	ctx, cancel := h.callCtx()
+	defer cancel()
+	if err := h.core.ConnectPeer(ctx, hs.spec); err != nil {
+		h.log.Warn("connect peer", "failure_type", "handshake_failed", "peer", hs.name, "error", err.Error())
+	}
 }
 
 // fetchPeer fetches every rank's metadata, refuses an incompatible one, and
@@ -132,23 +161,6 @@ func (h *Host) fetchPeer(ctx context.Context, name string, ranks []RemoteRank, c
 		})
 	}
 	return spec, nil
-}
-
-// settleHandshakes clears the pending mark of peers whose handshake ended
-// in this round, connected or failed.
-func (h *Host) settleHandshakes(alerts []core.Alert) {
-	for name, l := range h.links {
-		if l.pending && h.core.Connected(name) {
-			l.pending = false
-		}
-	}
-	for _, a := range alerts {
-		if a.Kind == "handshake_failed" {
-			if l := h.links[a.Peer]; l != nil {
-				l.pending = false
-			}
-		}
-	}
 }
 
 // dropStalePeer removes a peer whose transfers report a disconnect: its

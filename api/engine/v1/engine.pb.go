@@ -787,6 +787,94 @@ func (x *ExpectSendRequest) GetLeaseMs() uint64 {
 	return 0
 }
 
+// ExpectReceiveRequest: the consumer side of a push. The engine's blocks
+// are pinned until producers written notifications arrived (then the receive
+// finishes and the producer is told its blocks may go) or the lease expired
+// (then they come back invalid, once no producer write can reach them).
+type ExpectReceiveRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RequestId     string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Peer          string                 `protobuf:"bytes,2,opt,name=peer,proto3" json:"peer,omitempty"`
+	Pool          uint32                 `protobuf:"varint,3,opt,name=pool,proto3" json:"pool,omitempty"`
+	Blocks        []uint32               `protobuf:"varint,4,rep,packed,name=blocks,proto3" json:"blocks,omitempty"`
+	Producers     uint32                 `protobuf:"varint,5,opt,name=producers,proto3" json:"producers,omitempty"`
+	LeaseMs       uint64                 `protobuf:"varint,6,opt,name=lease_ms,json=leaseMs,proto3" json:"lease_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExpectReceiveRequest) Reset() {
+	*x = ExpectReceiveRequest{}
+	mi := &file_api_engine_v1_engine_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExpectReceiveRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExpectReceiveRequest) ProtoMessage() {}
+
+func (x *ExpectReceiveRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_engine_v1_engine_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExpectReceiveRequest.ProtoReflect.Descriptor instead.
+func (*ExpectReceiveRequest) Descriptor() ([]byte, []int) {
+	return file_api_engine_v1_engine_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *ExpectReceiveRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *ExpectReceiveRequest) GetPeer() string {
+	if x != nil {
+		return x.Peer
+	}
+	return ""
+}
+
+func (x *ExpectReceiveRequest) GetPool() uint32 {
+	if x != nil {
+		return x.Pool
+	}
+	return 0
+}
+
+func (x *ExpectReceiveRequest) GetBlocks() []uint32 {
+	if x != nil {
+		return x.Blocks
+	}
+	return nil
+}
+
+func (x *ExpectReceiveRequest) GetProducers() uint32 {
+	if x != nil {
+		return x.Producers
+	}
+	return 0
+}
+
+func (x *ExpectReceiveRequest) GetLeaseMs() uint64 {
+	if x != nil {
+		return x.LeaseMs
+	}
+	return 0
+}
+
 type GetFinishedRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -795,7 +883,7 @@ type GetFinishedRequest struct {
 
 func (x *GetFinishedRequest) Reset() {
 	*x = GetFinishedRequest{}
-	mi := &file_api_engine_v1_engine_proto_msgTypes[13]
+	mi := &file_api_engine_v1_engine_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -807,7 +895,7 @@ func (x *GetFinishedRequest) String() string {
 func (*GetFinishedRequest) ProtoMessage() {}
 
 func (x *GetFinishedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_engine_v1_engine_proto_msgTypes[13]
+	mi := &file_api_engine_v1_engine_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -820,7 +908,7 @@ func (x *GetFinishedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFinishedRequest.ProtoReflect.Descriptor instead.
 func (*GetFinishedRequest) Descriptor() ([]byte, []int) {
-	return file_api_engine_v1_engine_proto_rawDescGZIP(), []int{13}
+	return file_api_engine_v1_engine_proto_rawDescGZIP(), []int{14}
 }
 
 type BlockRef struct {
@@ -833,7 +921,7 @@ type BlockRef struct {
 
 func (x *BlockRef) Reset() {
 	*x = BlockRef{}
-	mi := &file_api_engine_v1_engine_proto_msgTypes[14]
+	mi := &file_api_engine_v1_engine_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -845,7 +933,7 @@ func (x *BlockRef) String() string {
 func (*BlockRef) ProtoMessage() {}
 
 func (x *BlockRef) ProtoReflect() protoreflect.Message {
-	mi := &file_api_engine_v1_engine_proto_msgTypes[14]
+	mi := &file_api_engine_v1_engine_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -858,7 +946,7 @@ func (x *BlockRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockRef.ProtoReflect.Descriptor instead.
 func (*BlockRef) Descriptor() ([]byte, []int) {
-	return file_api_engine_v1_engine_proto_rawDescGZIP(), []int{14}
+	return file_api_engine_v1_engine_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *BlockRef) GetPool() uint32 {
@@ -886,7 +974,7 @@ type Failure struct {
 
 func (x *Failure) Reset() {
 	*x = Failure{}
-	mi := &file_api_engine_v1_engine_proto_msgTypes[15]
+	mi := &file_api_engine_v1_engine_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -898,7 +986,7 @@ func (x *Failure) String() string {
 func (*Failure) ProtoMessage() {}
 
 func (x *Failure) ProtoReflect() protoreflect.Message {
-	mi := &file_api_engine_v1_engine_proto_msgTypes[15]
+	mi := &file_api_engine_v1_engine_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -911,7 +999,7 @@ func (x *Failure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Failure.ProtoReflect.Descriptor instead.
 func (*Failure) Descriptor() ([]byte, []int) {
-	return file_api_engine_v1_engine_proto_rawDescGZIP(), []int{15}
+	return file_api_engine_v1_engine_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Failure) GetRequestId() string {
@@ -952,7 +1040,7 @@ type Finished struct {
 
 func (x *Finished) Reset() {
 	*x = Finished{}
-	mi := &file_api_engine_v1_engine_proto_msgTypes[16]
+	mi := &file_api_engine_v1_engine_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -964,7 +1052,7 @@ func (x *Finished) String() string {
 func (*Finished) ProtoMessage() {}
 
 func (x *Finished) ProtoReflect() protoreflect.Message {
-	mi := &file_api_engine_v1_engine_proto_msgTypes[16]
+	mi := &file_api_engine_v1_engine_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -977,7 +1065,7 @@ func (x *Finished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Finished.ProtoReflect.Descriptor instead.
 func (*Finished) Descriptor() ([]byte, []int) {
-	return file_api_engine_v1_engine_proto_rawDescGZIP(), []int{16}
+	return file_api_engine_v1_engine_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Finished) GetFinishedSending() []string {
@@ -1023,7 +1111,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_api_engine_v1_engine_proto_msgTypes[17]
+	mi := &file_api_engine_v1_engine_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1035,7 +1123,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_engine_v1_engine_proto_msgTypes[17]
+	mi := &file_api_engine_v1_engine_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1048,7 +1136,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_api_engine_v1_engine_proto_rawDescGZIP(), []int{17}
+	return file_api_engine_v1_engine_proto_rawDescGZIP(), []int{18}
 }
 
 type StatusResponse struct {
@@ -1079,7 +1167,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_api_engine_v1_engine_proto_msgTypes[18]
+	mi := &file_api_engine_v1_engine_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1091,7 +1179,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_engine_v1_engine_proto_msgTypes[18]
+	mi := &file_api_engine_v1_engine_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1104,7 +1192,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_api_engine_v1_engine_proto_rawDescGZIP(), []int{18}
+	return file_api_engine_v1_engine_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *StatusResponse) GetName() string {
@@ -1283,6 +1371,14 @@ const file_api_engine_v1_engine_proto_rawDesc = "" +
 	"\x04pool\x18\x03 \x01(\rR\x04pool\x12\x16\n" +
 	"\x06blocks\x18\x04 \x03(\rR\x06blocks\x12\x1c\n" +
 	"\tconsumers\x18\x05 \x01(\rR\tconsumers\x12\x19\n" +
+	"\blease_ms\x18\x06 \x01(\x04R\aleaseMs\"\xae\x01\n" +
+	"\x14ExpectReceiveRequest\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\tR\trequestId\x12\x12\n" +
+	"\x04peer\x18\x02 \x01(\tR\x04peer\x12\x12\n" +
+	"\x04pool\x18\x03 \x01(\rR\x04pool\x12\x16\n" +
+	"\x06blocks\x18\x04 \x03(\rR\x06blocks\x12\x1c\n" +
+	"\tproducers\x18\x05 \x01(\rR\tproducers\x12\x19\n" +
 	"\blease_ms\x18\x06 \x01(\x04R\aleaseMs\"\x14\n" +
 	"\x12GetFinishedRequest\"4\n" +
 	"\bBlockRef\x12\x12\n" +
@@ -1318,7 +1414,7 @@ const file_api_engine_v1_engine_proto_rawDesc = "" +
 	"\x0enative_handles\x18\x0e \x01(\x04R\rnativeHandles\x12\x18\n" +
 	"\ajournal\x18\x0f \x01(\x04R\ajournal\x12\x1a\n" +
 	"\brequests\x18\x10 \x01(\x04R\brequests\x12#\n" +
-	"\rtransport_pid\x18\x11 \x01(\x03R\ftransportPid2\x8b\x06\n" +
+	"\rtransport_pid\x18\x11 \x01(\x03R\ftransportPid2\xdf\x06\n" +
 	"\x06Engine\x12_\n" +
 	"\fRegisterPool\x12&.custody.engine.v1.RegisterPoolRequest\x1a'.custody.engine.v1.RegisterPoolResponse\x12J\n" +
 	"\x05Alloc\x12\x1f.custody.engine.v1.AllocRequest\x1a .custody.engine.v1.AllocResponse\x12@\n" +
@@ -1329,7 +1425,8 @@ const file_api_engine_v1_engine_proto_rawDesc = "" +
 	"\x04Read\x12\x1e.custody.engine.v1.ReadRequest\x1a\x18.custody.engine.v1.Empty\x12B\n" +
 	"\x05Write\x12\x1f.custody.engine.v1.WriteRequest\x1a\x18.custody.engine.v1.Empty\x12L\n" +
 	"\n" +
-	"ExpectSend\x12$.custody.engine.v1.ExpectSendRequest\x1a\x18.custody.engine.v1.Empty\x12Q\n" +
+	"ExpectSend\x12$.custody.engine.v1.ExpectSendRequest\x1a\x18.custody.engine.v1.Empty\x12R\n" +
+	"\rExpectReceive\x12'.custody.engine.v1.ExpectReceiveRequest\x1a\x18.custody.engine.v1.Empty\x12Q\n" +
 	"\vGetFinished\x12%.custody.engine.v1.GetFinishedRequest\x1a\x1b.custody.engine.v1.Finished\x12M\n" +
 	"\x06Status\x12 .custody.engine.v1.StatusRequest\x1a!.custody.engine.v1.StatusResponseB7Z5github.com/custody-dev/custody/api/engine/v1;enginev1b\x06proto3"
 
@@ -1345,7 +1442,7 @@ func file_api_engine_v1_engine_proto_rawDescGZIP() []byte {
 	return file_api_engine_v1_engine_proto_rawDescData
 }
 
-var file_api_engine_v1_engine_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_api_engine_v1_engine_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_api_engine_v1_engine_proto_goTypes = []any{
 	(*Empty)(nil),                // 0: custody.engine.v1.Empty
 	(*RegisterPoolRequest)(nil),  // 1: custody.engine.v1.RegisterPoolRequest
@@ -1360,20 +1457,21 @@ var file_api_engine_v1_engine_proto_goTypes = []any{
 	(*ReadRequest)(nil),          // 10: custody.engine.v1.ReadRequest
 	(*WriteRequest)(nil),         // 11: custody.engine.v1.WriteRequest
 	(*ExpectSendRequest)(nil),    // 12: custody.engine.v1.ExpectSendRequest
-	(*GetFinishedRequest)(nil),   // 13: custody.engine.v1.GetFinishedRequest
-	(*BlockRef)(nil),             // 14: custody.engine.v1.BlockRef
-	(*Failure)(nil),              // 15: custody.engine.v1.Failure
-	(*Finished)(nil),             // 16: custody.engine.v1.Finished
-	(*StatusRequest)(nil),        // 17: custody.engine.v1.StatusRequest
-	(*StatusResponse)(nil),       // 18: custody.engine.v1.StatusResponse
+	(*ExpectReceiveRequest)(nil), // 13: custody.engine.v1.ExpectReceiveRequest
+	(*GetFinishedRequest)(nil),   // 14: custody.engine.v1.GetFinishedRequest
+	(*BlockRef)(nil),             // 15: custody.engine.v1.BlockRef
+	(*Failure)(nil),              // 16: custody.engine.v1.Failure
+	(*Finished)(nil),             // 17: custody.engine.v1.Finished
+	(*StatusRequest)(nil),        // 18: custody.engine.v1.StatusRequest
+	(*StatusResponse)(nil),       // 19: custody.engine.v1.StatusResponse
 }
 var file_api_engine_v1_engine_proto_depIdxs = []int32{
 	6,  // 0: custody.engine.v1.ConnectPeerRequest.ranks:type_name -> custody.engine.v1.RemoteRank
 	9,  // 1: custody.engine.v1.ReadRequest.parts:type_name -> custody.engine.v1.Part
 	9,  // 2: custody.engine.v1.WriteRequest.parts:type_name -> custody.engine.v1.Part
-	15, // 3: custody.engine.v1.Finished.failed:type_name -> custody.engine.v1.Failure
-	14, // 4: custody.engine.v1.Finished.invalid_blocks:type_name -> custody.engine.v1.BlockRef
-	14, // 5: custody.engine.v1.Finished.quarantined:type_name -> custody.engine.v1.BlockRef
+	16, // 3: custody.engine.v1.Finished.failed:type_name -> custody.engine.v1.Failure
+	15, // 4: custody.engine.v1.Finished.invalid_blocks:type_name -> custody.engine.v1.BlockRef
+	15, // 5: custody.engine.v1.Finished.quarantined:type_name -> custody.engine.v1.BlockRef
 	1,  // 6: custody.engine.v1.Engine.RegisterPool:input_type -> custody.engine.v1.RegisterPoolRequest
 	3,  // 7: custody.engine.v1.Engine.Alloc:input_type -> custody.engine.v1.AllocRequest
 	5,  // 8: custody.engine.v1.Engine.Free:input_type -> custody.engine.v1.FreeRequest
@@ -1382,20 +1480,22 @@ var file_api_engine_v1_engine_proto_depIdxs = []int32{
 	10, // 11: custody.engine.v1.Engine.Read:input_type -> custody.engine.v1.ReadRequest
 	11, // 12: custody.engine.v1.Engine.Write:input_type -> custody.engine.v1.WriteRequest
 	12, // 13: custody.engine.v1.Engine.ExpectSend:input_type -> custody.engine.v1.ExpectSendRequest
-	13, // 14: custody.engine.v1.Engine.GetFinished:input_type -> custody.engine.v1.GetFinishedRequest
-	17, // 15: custody.engine.v1.Engine.Status:input_type -> custody.engine.v1.StatusRequest
-	2,  // 16: custody.engine.v1.Engine.RegisterPool:output_type -> custody.engine.v1.RegisterPoolResponse
-	4,  // 17: custody.engine.v1.Engine.Alloc:output_type -> custody.engine.v1.AllocResponse
-	0,  // 18: custody.engine.v1.Engine.Free:output_type -> custody.engine.v1.Empty
-	0,  // 19: custody.engine.v1.Engine.ConnectPeer:output_type -> custody.engine.v1.Empty
-	0,  // 20: custody.engine.v1.Engine.RemovePeer:output_type -> custody.engine.v1.Empty
-	0,  // 21: custody.engine.v1.Engine.Read:output_type -> custody.engine.v1.Empty
-	0,  // 22: custody.engine.v1.Engine.Write:output_type -> custody.engine.v1.Empty
-	0,  // 23: custody.engine.v1.Engine.ExpectSend:output_type -> custody.engine.v1.Empty
-	16, // 24: custody.engine.v1.Engine.GetFinished:output_type -> custody.engine.v1.Finished
-	18, // 25: custody.engine.v1.Engine.Status:output_type -> custody.engine.v1.StatusResponse
-	16, // [16:26] is the sub-list for method output_type
-	6,  // [6:16] is the sub-list for method input_type
+	13, // 14: custody.engine.v1.Engine.ExpectReceive:input_type -> custody.engine.v1.ExpectReceiveRequest
+	14, // 15: custody.engine.v1.Engine.GetFinished:input_type -> custody.engine.v1.GetFinishedRequest
+	18, // 16: custody.engine.v1.Engine.Status:input_type -> custody.engine.v1.StatusRequest
+	2,  // 17: custody.engine.v1.Engine.RegisterPool:output_type -> custody.engine.v1.RegisterPoolResponse
+	4,  // 18: custody.engine.v1.Engine.Alloc:output_type -> custody.engine.v1.AllocResponse
+	0,  // 19: custody.engine.v1.Engine.Free:output_type -> custody.engine.v1.Empty
+	0,  // 20: custody.engine.v1.Engine.ConnectPeer:output_type -> custody.engine.v1.Empty
+	0,  // 21: custody.engine.v1.Engine.RemovePeer:output_type -> custody.engine.v1.Empty
+	0,  // 22: custody.engine.v1.Engine.Read:output_type -> custody.engine.v1.Empty
+	0,  // 23: custody.engine.v1.Engine.Write:output_type -> custody.engine.v1.Empty
+	0,  // 24: custody.engine.v1.Engine.ExpectSend:output_type -> custody.engine.v1.Empty
+	0,  // 25: custody.engine.v1.Engine.ExpectReceive:output_type -> custody.engine.v1.Empty
+	17, // 26: custody.engine.v1.Engine.GetFinished:output_type -> custody.engine.v1.Finished
+	19, // 27: custody.engine.v1.Engine.Status:output_type -> custody.engine.v1.StatusResponse
+	17, // [17:28] is the sub-list for method output_type
+	6,  // [6:17] is the sub-list for method input_type
 	6,  // [6:6] is the sub-list for extension type_name
 	6,  // [6:6] is the sub-list for extension extendee
 	0,  // [0:6] is the sub-list for field type_name
@@ -1412,7 +1512,7 @@ func file_api_engine_v1_engine_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_engine_v1_engine_proto_rawDesc), len(file_api_engine_v1_engine_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   19,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

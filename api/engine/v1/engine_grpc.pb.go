@@ -29,16 +29,17 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Engine_RegisterPool_FullMethodName = "/custody.engine.v1.Engine/RegisterPool"
-	Engine_Alloc_FullMethodName        = "/custody.engine.v1.Engine/Alloc"
-	Engine_Free_FullMethodName         = "/custody.engine.v1.Engine/Free"
-	Engine_ConnectPeer_FullMethodName  = "/custody.engine.v1.Engine/ConnectPeer"
-	Engine_RemovePeer_FullMethodName   = "/custody.engine.v1.Engine/RemovePeer"
-	Engine_Read_FullMethodName         = "/custody.engine.v1.Engine/Read"
-	Engine_Write_FullMethodName        = "/custody.engine.v1.Engine/Write"
-	Engine_ExpectSend_FullMethodName   = "/custody.engine.v1.Engine/ExpectSend"
-	Engine_GetFinished_FullMethodName  = "/custody.engine.v1.Engine/GetFinished"
-	Engine_Status_FullMethodName       = "/custody.engine.v1.Engine/Status"
+	Engine_RegisterPool_FullMethodName  = "/custody.engine.v1.Engine/RegisterPool"
+	Engine_Alloc_FullMethodName         = "/custody.engine.v1.Engine/Alloc"
+	Engine_Free_FullMethodName          = "/custody.engine.v1.Engine/Free"
+	Engine_ConnectPeer_FullMethodName   = "/custody.engine.v1.Engine/ConnectPeer"
+	Engine_RemovePeer_FullMethodName    = "/custody.engine.v1.Engine/RemovePeer"
+	Engine_Read_FullMethodName          = "/custody.engine.v1.Engine/Read"
+	Engine_Write_FullMethodName         = "/custody.engine.v1.Engine/Write"
+	Engine_ExpectSend_FullMethodName    = "/custody.engine.v1.Engine/ExpectSend"
+	Engine_ExpectReceive_FullMethodName = "/custody.engine.v1.Engine/ExpectReceive"
+	Engine_GetFinished_FullMethodName   = "/custody.engine.v1.Engine/GetFinished"
+	Engine_Status_FullMethodName        = "/custody.engine.v1.Engine/Status"
 )
 
 // EngineClient is the client API for Engine service.
@@ -53,6 +54,7 @@ type EngineClient interface {
 	Read(ctx context.Context, in *ReadRequest, opts ...grpc.CallOption) (*Empty, error)
 	Write(ctx context.Context, in *WriteRequest, opts ...grpc.CallOption) (*Empty, error)
 	ExpectSend(ctx context.Context, in *ExpectSendRequest, opts ...grpc.CallOption) (*Empty, error)
+	ExpectReceive(ctx context.Context, in *ExpectReceiveRequest, opts ...grpc.CallOption) (*Empty, error)
 	GetFinished(ctx context.Context, in *GetFinishedRequest, opts ...grpc.CallOption) (*Finished, error)
 	Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*StatusResponse, error)
 }
@@ -145,6 +147,16 @@ func (c *engineClient) ExpectSend(ctx context.Context, in *ExpectSendRequest, op
 	return out, nil
 }
 
+func (c *engineClient) ExpectReceive(ctx context.Context, in *ExpectReceiveRequest, opts ...grpc.CallOption) (*Empty, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Empty)
+	err := c.cc.Invoke(ctx, Engine_ExpectReceive_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *engineClient) GetFinished(ctx context.Context, in *GetFinishedRequest, opts ...grpc.CallOption) (*Finished, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(Finished)
@@ -177,6 +189,7 @@ type EngineServer interface {
 	Read(context.Context, *ReadRequest) (*Empty, error)
 	Write(context.Context, *WriteRequest) (*Empty, error)
 	ExpectSend(context.Context, *ExpectSendRequest) (*Empty, error)
+	ExpectReceive(context.Context, *ExpectReceiveRequest) (*Empty, error)
 	GetFinished(context.Context, *GetFinishedRequest) (*Finished, error)
 	Status(context.Context, *StatusRequest) (*StatusResponse, error)
 	mustEmbedUnimplementedEngineServer()
@@ -212,6 +225,9 @@ func (UnimplementedEngineServer) Write(context.Context, *WriteRequest) (*Empty, 
 }
 func (UnimplementedEngineServer) ExpectSend(context.Context, *ExpectSendRequest) (*Empty, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method ExpectSend not implemented")
+}
+func (UnimplementedEngineServer) ExpectReceive(context.Context, *ExpectReceiveRequest) (*Empty, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ExpectReceive not implemented")
 }
 func (UnimplementedEngineServer) GetFinished(context.Context, *GetFinishedRequest) (*Finished, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method GetFinished not implemented")
@@ -384,6 +400,24 @@ func _Engine_ExpectSend_Handler(srv interface{}, ctx context.Context, dec func(i
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Engine_ExpectReceive_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ExpectReceiveRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(EngineServer).ExpectReceive(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Engine_ExpectReceive_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(EngineServer).ExpectReceive(ctx, req.(*ExpectReceiveRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Engine_GetFinished_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(GetFinishedRequest)
 	if err := dec(in); err != nil {
@@ -458,6 +492,10 @@ var Engine_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ExpectSend",
 			Handler:    _Engine_ExpectSend_Handler,
+		},
+		{
+			MethodName: "ExpectReceive",
+			Handler:    _Engine_ExpectReceive_Handler,
 		},
 		{
 			MethodName: "GetFinished",
