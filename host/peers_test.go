@@ -36,7 +36,8 @@ func TestRemovedAndReconnectedPeerGetsNoStaleCompletion(t *testing.T) {
 
 func TestHandshakeFailingAtTheSecondRankLeavesNothingBehind(t *testing.T) {
 	prefill := startHost(t, "prefill", 16, nil)
-	decode := startHost(t, "decode", 16, nil, "fault", "load-peer-fail,rank=1")
+	// Each handshake loads two ranks: fail the second of every one.
+	decode := startHost(t, "decode", 16, nil, "fault", "load-peer-fail,rank=1;load-peer-fail,rank=3;load-peer-fail,rank=5")
 	addr := prefill.h.MetadataAddr()
 	require.NoError(t, decode.c.ConnectPeer(decode.ctx(), "prefill",
 		client.RemoteRank{Address: addr, Pool: "kv"}, client.RemoteRank{Address: addr, Pool: "kv"}))
