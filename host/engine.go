@@ -69,10 +69,9 @@ func (h *Host) RemovePeer(ctx context.Context, name string) error {
 			return fmt.Errorf("remove peer %q: not connected", name)
 		}
 		delete(h.links, name)
-		if !h.core.Connected(name) {
-			return nil
-		}
-		return h.core.RemovePeer(ctx, time.Now(), name)
+		// Also fails requests still waiting for a handshake of the peer.
+		_ = h.core.RemovePeer(ctx, time.Now(), name)
+		return nil
 	})
 }
 

@@ -149,6 +149,16 @@ func (th *testHost) waitFinished(want ...string) client.Finished {
 	for {
 		f, err := th.c.GetFinished(th.ctx())
 		require.NoError(th.t, err)
+		// A failed receive's blocks are invalid in the very reply that
+		// fails it: never earlier (reused while still written), never later.
+		failedRecv := 0
+		for _, x := range f.Failed {
+			if !x.Sending {
+				failedRecv++
+			}
+		}
+		require.Equal(th.t, failedRecv > 0, len(f.InvalidBlocks)+len(f.Quarantined) > 0,
+			"a reply lists failed receives %v with invalid blocks %v and quarantined %v", f.Failed, f.InvalidBlocks, f.Quarantined)
 		all.FinishedSending = append(all.FinishedSending, f.FinishedSending...)
 		all.FinishedRecving = append(all.FinishedRecving, f.FinishedRecving...)
 		all.Failed = append(all.Failed, f.Failed...)

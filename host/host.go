@@ -179,8 +179,11 @@ func (h *Host) Run(ctx context.Context) error {
 	}
 }
 
-// do runs fn on the owner goroutine and returns its error; it gives up when
-// ctx ends or the host stops.
+// do runs fn on the owner goroutine and returns its error. It gives up when
+// ctx ends or the host stops before the owner takes the command; once taken,
+// the command runs to its end (bounded by the call timeout) and do waits for
+// it, so the caller never hears "failed" of something that took effect (a
+// report taken, a request recorded).
 func (h *Host) do(ctx context.Context, fn func(ctx context.Context) error) error {
 	c := command{fn: fn, reply: make(chan error, 1)}
 	select {
@@ -190,12 +193,7 @@ func (h *Host) do(ctx context.Context, fn func(ctx context.Context) error) error
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	select {
-	case err := <-c.reply:
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return <-c.reply
 }
 
 func (h *Host) callCtx() (context.Context, context.CancelFunc) {
@@ -302,7 +300,10 @@ func (h *Host) fence(why string) {
 	h.info.Store(nil)
 	if h.tp != nil {
 		if err := h.tp.Kill(); err != nil {
+			// Not proven dead: its registrations may live on. Keep it; the
+			// next round asks again, and its exit fences it.
 			h.log.Error("kill transport", "failure_type", "transport_kill_failed", "epoch", uint64(e), "error", err.Error())
+			return
 		}
 		h.tp = nil
 	}
@@ -349,7 +350,14 @@ func (h *Host) start(ctx context.Context) error {
 	if d, err := pl.Describe(ctx); err == nil {
 		h.desc = d
 	}
-	return h.publish(ctx)
+	if err := h.publish(ctx); err != nil {
+		// Peers could never reach this epoch: end it, so restart retries.
+		_ = pl.Kill()
+		h.core.Fenced(next)
+		h.tp = nil
+		return err
+	}
+	return nil
 }
 
 // publish refreshes the PeerInfo peers fetch: the transport's metadata and
@@ -403,7 +411,9 @@ func (h *Host) shutdown() error {
 	}
 	if err != nil {
 		h.log.Error("close with transfers still held: fencing", "failure_type", "close_fenced", "error", err.Error())
-		_ = h.tp.Kill()
+		if kerr := h.tp.Kill(); kerr != nil {
+			return fmt.Errorf("shutdown: transfers still held and the transport could not be killed: %w", kerr)
+		}
 		h.core.Fenced(h.epoch)
 		return nil
 	}

@@ -43,11 +43,11 @@ func (h *Host) connectPeer(name string, ranks []RemoteRank) error {
 			return fmt.Errorf("connect peer %q: rank %d: address and pool are both required", name, i)
 		}
 	}
-	if l, ok := h.links[name]; ok && h.core.Connected(name) {
+	if l, ok := h.links[name]; ok && (l.pending || h.core.Connected(name)) {
 		if equalRanks(l.ranks, ranks) {
 			return nil
 		}
-		return fmt.Errorf("connect peer %q: already connected with other ranks; remove it first", name)
+		return fmt.Errorf("connect peer %q: already connected or connecting with other ranks; remove it first", name)
 	}
 	h.links[name] = &link{ranks: append([]RemoteRank(nil), ranks...)}
 	return h.ensurePeer(name)
@@ -110,7 +110,7 @@ type handshake struct {
 func (h *Host) settle(hs handshake) {
 	l := h.links[hs.name]
 	if l == nil {
-		return // removed meanwhile: requests waiting for it failed then
+		return // removed meanwhile: RemovePeer failed the requests waiting for it
 	}
 	l.pending = false
 	if hs.err == nil && h.tp == nil {
@@ -124,6 +124,7 @@ func (h *Host) settle(hs handshake) {
 	defer cancel()
 	if err := h.core.ConnectPeer(ctx, hs.spec); err != nil {
 		h.log.Warn("connect peer", "failure_type", "handshake_failed", "peer", hs.name, "error", err.Error())
+		h.core.Inbox().HandshakeFailed(hs.name, err) // fails whatever still waits
 	}
 }
 
