@@ -51,6 +51,11 @@ func (c *grpcClient) call(ctx context.Context, method string, rpc func(context.C
 func (c *grpcClient) callError(ctx context.Context, method string, err error) error {
 	st := status.Convert(err)
 	if terr := transportError(st); terr != nil {
+		if CodeOf(terr) == CodePluginShutdown && c.done.Err() == nil {
+			// Only the host can know the process is gone; a live transport
+			// claiming it would make the host treat its transfers as fenced.
+			return Errorf(CodeBackend, "%s: %s is alive but answered %v; treating it as a backend failure", method, c.name, terr)
+		}
 		return terr
 	}
 	if c.done.Err() != nil {

@@ -266,6 +266,11 @@ func (p *Plugin) Stop() {
 		// The process does not answer the shutdown request: fence it. Its
 		// exit ends the request, and go-plugin's cleanup with it.
 		_ = p.proc.Kill()
-		<-stopped
+		select {
+		case <-stopped:
+		case <-time.After(killWait):
+			// A child of the plugin holds its output open; go-plugin's
+			// cleanup finishes when it lets go. The process itself is dead.
+		}
 	}
 }
