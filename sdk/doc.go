@@ -50,13 +50,15 @@
 //	                     NOT_FOUND             unknown or already deregistered           drop the id
 //	LoadPeers            OK (item)             peer loaded                               prepare dlists
 //	                     INVALID_ARGUMENT      garbage metadata; nothing loaded          refuse the peer
-//	                     BACKEND               native load failed; nothing loaded        roll back the handshake
+//	                     REMOTE_DISCONNECT     the peer is gone; nothing loaded          fetch its metadata again
 //	UnloadPeers          OK (item)             peer released                             -
 //	                     BUSY                  a live dlist or handle uses it; unchanged retry later
+//	                     NOT_FOUND             unknown or already unloaded               drop the id
 //	PrepareDescriptors   OK (item)             dlist ready                               post
 //	                     INVALID_ARGUMENT      unknown region or peer, range outside it  fix the request
 //	ReleaseDescriptors   OK (item)             dlist released                            -
 //	                     BUSY                  a live handle uses it; unchanged          retry later
+//	                     NOT_FOUND             unknown or already released               drop the id
 //	Post                 OK (item)             handle exists; bytes may move from now on poll it
 //	                     INVALID_ARGUMENT      bad op, index or length; nothing posted   fix the request
 //	                     REMOTE_DISCONNECT     peer gone; nothing posted                 fail the request
@@ -67,12 +69,17 @@
 //	Release              OK (item)             handle freed; it moves no byte            hand its blocks back
 //	                     BUSY                  not terminal; handle still valid          poll, retry later
 //	                     NOT_FOUND             unknown or already released               -
-//	                     BACKEND               release failed; handle still held         retain, retry next round
 //	SendNotifications    OK (item)             message queued for delivery               -
 //	                     INVALID_ARGUMENT      too long or unknown peer                  -
+//	                     REMOTE_DISCONNECT     the peer is gone; not sent                -
+//	any item but Poll's  BACKEND               the native call failed; that item did     retry next round, or
+//	                                           not take effect (a Release that failed    fail the request
+//	                                           keeps its handle held)
+//	any call             INVALID_ARGUMENT      called before Open or after Close         -
 //	any call             TIMEOUT               unknown whether it took effect            find out (Poll, Resources)
 //	any call             PLUGIN_SHUTDOWN       the process is gone: every transfer it    fence: new epoch
-//	                                           initiated has stopped
+//	                                           initiated has stopped (only the host's
+//	                                           Launch reports it, never a live plugin)
 //
 // A transfer's terminal states are DONE, FAILED and CANCELED; in each, no
 // byte of it moves any more. DONE means the bytes are in place at the
