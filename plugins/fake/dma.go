@@ -32,9 +32,9 @@ func (t *Transport) engine() {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
-		copied, again, wait, notes := t.step()
-		for _, n := range notes {
-			_ = t.send(n)
+		copied, again, wait := t.step()
+		if w := t.flush(); w > 0 {
+			wait = shorter(wait, w)
 		}
 		select {
 		case <-t.stop:
@@ -71,30 +71,32 @@ func (t *Transport) engine() {
 // step does one unit of the engine's work: it delivers notifications that
 // fell due, ends transfers that were canceled, failed or lost their peer,
 // and copies one chunk. It reports whether it copied bytes, whether more
-// work is ready at once, how long until the next timed event, and the
-// notifications to send now.
-func (t *Transport) step() (copied, again bool, wait time.Duration, notes []note) {
+// work is ready at once, and how long until the next timed event.
+// Notifications to send go to the outbox, which flush delivers.
+func (t *Transport) step() (copied, again bool, wait time.Duration) {
 	if t.stepHook != nil {
 		t.stepHook()
 	}
 	t.mu.Lock()
 	now := time.Now()
-	notes, wait = t.dueNotes(now)
+	var due []note
+	due, wait = t.dueNotes(now)
+	t.outbox = append(t.outbox, due...)
 	order := append(slices.Clone(t.active[t.next:]), t.active[:t.next]...)
 	var pick *transfer
 	for _, x := range order {
 		if t.peerLost(x, now) {
-			notes = t.finish(x, sdk.StateFailed, peerGone(x), notes)
+			t.finish(x, sdk.StateFailed, peerGone(x))
 			continue
 		}
 		switch {
 		case x.canceled && !x.earlyDone:
-			notes = t.finish(x, sdk.StateCanceled, sdk.Errorf(sdk.CodeCanceled, "fake: handle %d canceled", x.h.id), notes)
+			t.finish(x, sdk.StateCanceled, sdk.Errorf(sdk.CodeCanceled, "fake: handle %d canceled", x.h.id))
 		case x.earlyDone && now.Before(x.earlyAt):
 			wait = shorter(wait, x.earlyAt.Sub(now))
 		case x.stall && (x.stallUntil.IsZero() || now.Before(x.stallUntil)):
 			if !x.leasesHeld(0, len(x.segs)) {
-				notes = t.finish(x, sdk.StateFailed, disconnected(x), notes)
+				t.finish(x, sdk.StateFailed, disconnected(x))
 				continue
 			}
 			wait = shorter(wait, stallScan)
@@ -110,26 +112,26 @@ func (t *Transport) step() (copied, again bool, wait time.Duration, notes []note
 	}
 	if pick == nil {
 		t.mu.Unlock()
-		return false, false, wait, notes
+		return false, false, wait
 	}
 	x := pick
 	if x.failAfter >= 0 && x.chunks >= x.failAfter {
-		notes = t.finish(x, sdk.StateFailed, sdk.Errorf(x.failCode, "fake: handle %d: injected fault %q after %d chunks", x.h.id, x.failRule, x.chunks), notes)
+		t.finish(x, sdk.StateFailed, sdk.Errorf(x.failCode, "fake: handle %d: injected fault %q after %d chunks", x.h.id, x.failRule, x.chunks))
 		t.mu.Unlock()
-		return false, true, wait, notes
+		return false, true, wait
 	}
 	pieces, seg, off := x.chunk(t.p.chunk)
 	if !x.leasesHeld(x.seg, min(seg+1, len(x.segs))) {
-		notes = t.finish(x, sdk.StateFailed, disconnected(x), notes)
+		t.finish(x, sdk.StateFailed, disconnected(x))
 		t.mu.Unlock()
-		return false, true, wait, notes
+		return false, true, wait
 	}
 	last := seg == len(x.segs)
 	if last && t.p.misbehave == misbehaveEarlyDone && !x.earlyDone {
 		x.earlyDone, x.earlyAt = true, now.Add(max(earlyTail, t.p.chunkDelay))
-		notes = t.report(x, sdk.StateDone, nil, notes)
+		t.report(x, sdk.StateDone, nil)
 		t.mu.Unlock()
-		return false, true, wait, notes
+		return false, true, wait
 	}
 	x.seg, x.off = seg, off
 	t.next = (slices.Index(t.active, x) + 1) % len(t.active)
@@ -144,11 +146,11 @@ func (t *Transport) step() (copied, again bool, wait time.Duration, notes []note
 	x.chunks++
 	switch {
 	case last:
-		notes = t.finish(x, sdk.StateDone, nil, notes)
+		t.finish(x, sdk.StateDone, nil)
 	case x.canceled && !x.earlyDone:
-		notes = t.finish(x, sdk.StateCanceled, sdk.Errorf(sdk.CodeCanceled, "fake: handle %d canceled", x.h.id), notes)
+		t.finish(x, sdk.StateCanceled, sdk.Errorf(sdk.CodeCanceled, "fake: handle %d canceled", x.h.id))
 	}
-	return true, true, wait, notes
+	return true, true, wait
 }
 
 // peerLost reports whether, under fence=initiated, the peer watch is due
@@ -198,10 +200,10 @@ func (x *transfer) leasesHeld(from, to int) bool {
 // finish ends x: the engine drops it and its hold on memory, and its handle
 // turns terminal unless it already was (misbehave=early-done) or was
 // released (misbehave=release-running).
-func (t *Transport) finish(x *transfer, state sdk.State, reason error, notes []note) []note {
+func (t *Transport) finish(x *transfer, state sdk.State, reason error) {
 	i := slices.Index(t.active, x)
 	if i < 0 {
-		return notes
+		return
 	}
 	t.active = slices.Delete(t.active, i, i+1)
 	if t.next > i {
@@ -215,28 +217,29 @@ func (t *Transport) finish(x *transfer, state sdk.State, reason error, notes []n
 	}
 	x.peer.drop()
 	if x.earlyDone {
-		return notes
+		return
 	}
-	return t.report(x, state, reason, notes)
+	t.report(x, state, reason)
 }
 
 // report turns x's handle terminal, records the event and, when DONE,
-// queues the post's notification.
-func (t *Transport) report(x *transfer, state sdk.State, reason error, notes []note) []note {
+// queues the post's notification in the outbox (or, under a notif-delay
+// fault, among the delayed ones).
+func (t *Transport) report(x *transfer, state sdk.State, reason error) {
 	h := x.h
 	if !h.released {
 		h.state, h.reason = state, reason
 		t.recordEvent(sdk.Event{Handle: h.id, State: state, Reason: reason})
 	}
 	if state != sdk.StateDone || len(x.note) == 0 || x.noteDrop {
-		return notes
+		return
 	}
 	n := note{to: x.to, msg: x.note}
 	if x.noteDelay > 0 {
 		t.delayed = append(t.delayed, delayedNote{note: n, due: time.Now().Add(x.noteDelay)})
-		return notes
+		return
 	}
-	return append(notes, n)
+	t.outbox = append(t.outbox, n)
 }
 
 // maxEvents is how many undrained events an agent keeps before it forgets

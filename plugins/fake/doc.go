@@ -54,12 +54,25 @@
 // the process), which delivers each once and in order per sender. The name
 // carries random bits besides pid and sequence number, so a later process
 // that reuses a dead agent's pid never receives what a stale peer sends to
-// the dead one (that send is REMOTE_DISCONNECT). A send waits at most 1s
-// for room in the peer's queue, trying again every 2ms (the poller would
-// not wake it when other senders' datagrams are what leaves the queue);
-// then it fails with BACKEND, having sent nothing, and the call's later
+// the dead one (that send is REMOTE_DISCONNECT). A SendNotifications send
+// waits for room in the peer's queue at most 1s and never past the call's
+// deadline, trying again every 2ms (the poller would not wake it when other
+// senders' datagrams are what leaves the queue); then it fails, having
+// sent nothing, with BACKEND, or TIMEOUT when the call's context ended
+// first (so do the messages after it, untried), and the call's later
 // messages to that peer are not sent either, so that sending them again
 // in order keeps the order.
+//
+// A post's notification is delivered exactly once after DONE, whatever the
+// peer's queue: the DMA engine queues it in an outbox and tries to send it
+// without waiting (through a non-blocking socket of its own, so the engine
+// never blocks on it); while the peer's queue is full it stays there,
+// tried again every 2ms, until it is delivered or the peer's socket is gone
+// (the peer closed or died: then it is dropped). The outbox is in order per
+// peer: later notifications to a peer wait behind a held one, and a
+// SendNotifications message to that peer is queued behind them too (OK:
+// queued for delivery). What the outbox still holds when the agent closes
+// or dies is lost, as with a process that exits.
 //
 // # Contract details
 //
@@ -120,7 +133,9 @@
 // Transfer kinds (stall, fail, disconnect, release-fail, poll-fail,
 // notif-drop, notif-delay) are selected once per transfer at Post; of each
 // kind the first rule that selects it applies (of fail and disconnect, the
-// first selected). post-fail is selected at Post too, per item, before the
+// first selected; once one of them applies, no rule of either kind is
+// tried on that transfer, so none spends its times= budget there).
+// post-fail is selected at Post too, per item, before the
 // transfer exists. notif-drop and notif-delay rules without post= also
 // select SendNotifications items. Kinds:
 //

@@ -219,6 +219,36 @@ func TestFaultSelectors(t *testing.T) {
 	require.NoError(t, states[2], "times=2 spent; peer=c never matched")
 }
 
+// TestFaultLoserKeepsBudget: when fail and disconnect both match a
+// transfer, only the first applies, and only it spends its times= budget:
+// the other still applies to the next transfer it matches.
+func TestFaultLoserKeepsBudget(t *testing.T) {
+	cases := []struct {
+		rules string
+		want  []error // reason of posts 1, 2, 3
+	}{
+		{"fail,post=1;disconnect,times=1", []error{sdk.ErrBackend, sdk.ErrRemoteDisconnect, nil}},
+		{"disconnect,post=1;fail,times=1", []error{sdk.ErrRemoteDisconnect, sdk.ErrBackend, nil}},
+		{"fail,post=1;disconnect,times=1,prob=1", []error{sdk.ErrBackend, sdk.ErrRemoteDisconnect, nil}},
+	}
+	for _, c := range cases {
+		t.Run(c.rules, func(t *testing.T) {
+			p := newPair(t, 4096, map[string]string{"fault": c.rules}, nil)
+			for i, want := range c.want {
+				h := postOne(t, p.a, p.whole(sdk.OpWrite, nil))
+				st := terminal(t, p.a, h)
+				if want == nil {
+					require.Equal(t, sdk.StateDone, st.State, "post %d: every budget spent", i+1)
+				} else {
+					require.Equal(t, sdk.StateFailed, st.State, "post %d", i+1)
+					require.ErrorIs(t, st.Reason, want, "post %d", i+1)
+				}
+				release(t, p.a, h)
+			}
+		})
+	}
+}
+
 // TestFaultCrash: a crash makes the agent answer PLUGIN_SHUTDOWN from the
 // crashing call on, stops its engine, and drops its leases, so a peer's
 // transfers into its memory end REMOTE_DISCONNECT (fence of incoming).

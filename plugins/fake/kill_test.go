@@ -77,3 +77,32 @@ func TestKillBeforeOpen(t *testing.T) {
 	a.Kill()
 	require.ErrorIs(t, a.Open(ctx, sdk.OpenRequest{Agent: "a", Params: map[string]string{"dir": t.TempDir()}}), sdk.ErrPluginShutdown)
 }
+
+// TestKillOpenChecksStateFirst: after Kill, Open is PLUGIN_SHUTDOWN whatever
+// the request, a bad one included: the state is checked before the
+// request, as for every other call.
+func TestKillOpenChecksStateFirst(t *testing.T) {
+	reqs := map[string]sdk.OpenRequest{
+		"valid":         {Agent: "a", Params: map[string]string{"dir": t.TempDir()}},
+		"empty agent":   {Agent: "", Params: map[string]string{"dir": t.TempDir()}},
+		"unknown param": {Agent: "a", Params: map[string]string{"no-such-key": "1"}},
+		"bad fault":     {Agent: "a", Params: map[string]string{"fault": "nonsense"}},
+	}
+	agents := map[string]func(t *testing.T) *Transport{
+		"killed new": func(t *testing.T) *Transport { return New() },
+		"killed open": func(t *testing.T) *Transport {
+			a := New()
+			require.NoError(t, a.Open(ctx, sdk.OpenRequest{Agent: "a", Params: map[string]string{"dir": t.TempDir()}}))
+			return a
+		},
+	}
+	for an, agent := range agents {
+		for rn, req := range reqs {
+			t.Run(an+"/"+rn, func(t *testing.T) {
+				a := agent(t)
+				a.Kill()
+				require.ErrorIs(t, a.Open(ctx, req), sdk.ErrPluginShutdown)
+			})
+		}
+	}
+}

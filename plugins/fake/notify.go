@@ -9,7 +9,6 @@ import (
 	"net"
 	"os"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/custody-dev/custody/sdk"
@@ -92,18 +91,38 @@ func (t *Transport) receive(conn *net.UnixConn) {
 	}
 }
 
-// send writes one notification to its peer's socket, signed with this
-// agent's name, waiting at most sendTimeout for room in the peer's queue.
-func (t *Transport) send(n note) error {
-	b := make([]byte, 2, 2+len(t.agent)+len(n.msg))
+// encode builds the datagram of a notification: the length of this agent's
+// name, the name, then the message.
+func (t *Transport) encode(msg []byte) []byte {
+	b := make([]byte, 2, 2+len(t.agent)+len(msg))
 	binary.BigEndian.PutUint16(b, uint16(len(t.agent)))
-	b = append(append(b, t.agent...), n.msg...)
+	return append(append(b, t.agent...), msg...)
+}
+
+// errSendDeadline is the error of a send that the caller's context ended
+// before it found room; nothing was queued.
+var errSendDeadline = errors.New("the call's deadline passed (or its context ended) before the peer's queue had room; nothing queued")
+
+// send writes one notification to its peer's socket, signed with this
+// agent's name, waiting for room in the peer's queue at most sendTimeout
+// and never past ctx's deadline. It fails with errSendDeadline when ctx
+// ended first, with the write's error (os.ErrDeadlineExceeded when
+// sendTimeout ran out) otherwise; a failed send queued nothing.
+func (t *Transport) send(ctx context.Context, n note) error {
+	if ctx.Err() != nil {
+		return errSendDeadline
+	}
+	b := t.encode(n.msg)
 	if t.sendFault != nil {
 		if err := t.sendFault(n.msg); err != nil {
 			return err
 		}
 	}
 	end := time.Now().Add(sendTimeout)
+	byCtx := false
+	if d, ok := ctx.Deadline(); ok && d.Before(end) {
+		end, byCtx = d, true
+	}
 	for {
 		try := time.Now().Add(sendRetry)
 		if try.After(end) {
@@ -113,7 +132,13 @@ func (t *Transport) send(n note) error {
 		// its own before each try, so a try is at most a little shorter.
 		_ = t.conn.SetWriteDeadline(try)
 		_, err := t.conn.WriteToUnix(b, n.to)
-		if err == nil || !errors.Is(err, os.ErrDeadlineExceeded) || !time.Now().Before(end) {
+		if err == nil || !errors.Is(err, os.ErrDeadlineExceeded) {
+			return err
+		}
+		if ctx.Err() != nil || !time.Now().Before(end) {
+			if byCtx || ctx.Err() != nil {
+				return errSendDeadline
+			}
 			return err
 		}
 		if t.sendRetryHook != nil {
@@ -153,9 +178,15 @@ func (t *Transport) dueNotes(now time.Time) (due []note, wait time.Duration) {
 // SendNotifications sends each message to a loaded peer. An unknown peer or
 // a message over Limits.MaxNotificationBytes is INVALID_ARGUMENT; a peer
 // whose socket is gone is REMOTE_DISCONNECT; one whose queue stayed full
-// for sendTimeout is BACKEND. Once a message to a peer failed, the call's
-// later messages to that peer are not sent (BACKEND), so that a caller who
-// sends the failed ones again, in order, keeps them in order. A notif-drop
+// for sendTimeout is BACKEND; a message the call's context ended before
+// (its deadline passed, or it was canceled, while waiting for room or
+// before its turn) is TIMEOUT: nothing of it was queued, and the call never
+// waits past the deadline. Once a message to a peer failed, the call's
+// later messages to that peer are not sent (BACKEND, or TIMEOUT once the
+// context ended), so that a caller who sends the failed ones again, in
+// order, keeps them in order. A message to a peer that has a post's
+// notification still waiting in the outbox (its queue was full) goes
+// behind it there and is OK: queued for delivery, in order. A notif-drop
 // fault drops the message silently, a notif-delay fault delivers it late.
 func (t *Transport) SendNotifications(ctx context.Context, msgs []sdk.OutboundNotification) ([]error, error) {
 	if err := t.lock(ctx, ""); err != nil {
@@ -178,6 +209,11 @@ func (t *Transport) SendNotifications(ctx context.Context, msgs []sdk.OutboundNo
 				t.kick()
 				continue
 			}
+			if t.queuedFor(n.to) {
+				t.outbox = append(t.outbox, n)
+				t.kick()
+				continue
+			}
 			sends[i] = n
 		}
 	}
@@ -187,11 +223,15 @@ func (t *Transport) SendNotifications(ctx context.Context, msgs []sdk.OutboundNo
 		if n.to == nil {
 			continue
 		}
+		if err := ctx.Err(); err != nil {
+			out[i] = sdk.Errorf(sdk.CodeTimeout, "fake: notification to %s not sent: the call's context ended (%v) before its turn; nothing queued, send it again", n.to.Name, err)
+			continue
+		}
 		if first, ok := failed[n.to.Name]; ok {
 			out[i] = sdk.Errorf(sdk.CodeBackend, "fake: notification to %s not sent: message %d of this call to that peer failed first; send from that one again, in order", n.to.Name, first)
 			continue
 		}
-		if err := t.send(n); err != nil {
+		if err := t.send(ctx, n); err != nil {
 			out[i] = sendError(n, err)
 			failed[n.to.Name] = i
 		}
@@ -201,8 +241,11 @@ func (t *Transport) SendNotifications(ctx context.Context, msgs []sdk.OutboundNo
 
 // sendError classifies a failed send.
 func sendError(n note, err error) error {
-	if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ENOENT) {
+	switch {
+	case peerSocketGone(err):
 		return sdk.Errorf(sdk.CodeRemoteDisconnect, "fake: notification to %s: peer's socket is gone: %v", n.to.Name, err)
+	case errors.Is(err, errSendDeadline):
+		return sdk.Errorf(sdk.CodeTimeout, "fake: notification to %s: %v; send it again", n.to.Name, err)
 	}
 	return sdk.Errorf(sdk.CodeBackend, "fake: notification to %s: %v; retry", n.to.Name, err)
 }

@@ -1,6 +1,7 @@
 package fake
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"os"
@@ -281,4 +282,78 @@ func TestManySendersExactlyOnceInOrder(t *testing.T) {
 	more, err := rx.Notifications(ctx, 0)
 	require.NoError(t, err)
 	require.Empty(t, more)
+}
+
+// TestSendStopsAtContextEnd: a send never waits past the call's context.
+// Two peers' queues are full and stay full; each would cost sendTimeout
+// (and BACKEND) if the send ignored the context. Every message the context
+// ended before is TIMEOUT, including the later one to the first peer
+// (still refused, so order holds), and nothing of them was queued: once
+// the receivers drain, each gets its fillers and then the next message.
+func TestSendStopsAtContextEnd(t *testing.T) {
+	cases := []struct {
+		name string
+		// ctx returns the call's context and the sender's sendRetryHook
+		// (nil for none).
+		ctx func(t *testing.T) (context.Context, func())
+	}{
+		{"deadline passes", func(t *testing.T) (context.Context, func()) {
+			c, cancel := context.WithTimeout(ctx, 300*time.Millisecond) // well inside sendTimeout
+			t.Cleanup(cancel)
+			return c, nil
+		}},
+		{"canceled while waiting", func(t *testing.T) (context.Context, func()) {
+			c, cancel := context.WithCancel(ctx)
+			t.Cleanup(cancel)
+			return c, cancel // the first try that found no room cancels
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			require.Greater(t, sendTimeout, 300*time.Millisecond)
+			call, retry := c.ctx(t)
+			rx1, rx2 := open(t, "rx1", nil), open(t, "rx2", nil)
+			s := New()
+			s.sendRetryHook = retry
+			require.NoError(t, s.Open(ctx, sdk.OpenRequest{Agent: "s", Params: map[string]string{"dir": t.TempDir()}}))
+			t.Cleanup(func() { _ = s.Close(ctx) })
+			p1, p2 := loadPeer(t, s, rx1), loadPeer(t, s, rx2)
+			defer func() { _, _ = s.UnloadPeers(ctx, []sdk.PeerID{p1, p2}) }()
+
+			var fillers []int
+			var resumes []func()
+			for _, rx := range []*Transport{rx1, rx2} {
+				rx.mu.Lock() // hold the receiver: its queue stays full
+				resume := sync.OnceFunc(rx.mu.Unlock)
+				t.Cleanup(resume)
+				resumes = append(resumes, resume)
+				fillers = append(fillers, fillQueue(t, rx))
+			}
+			errs, err := s.SendNotifications(call, []sdk.OutboundNotification{
+				{Peer: p1, Message: []byte("1a")},
+				{Peer: p2, Message: []byte("2a")},
+				{Peer: p1, Message: []byte("1b")},
+			})
+			require.NoError(t, err)
+			for i, e := range errs {
+				require.ErrorIs(t, e, sdk.ErrTimeout, "message %d", i)
+			}
+
+			for _, resume := range resumes {
+				resume()
+			}
+			for i, rx := range []*Transport{rx1, rx2} {
+				peer := []sdk.PeerID{p1, p2}[i]
+				errs, err := s.SendNotifications(ctx, []sdk.OutboundNotification{{Peer: peer, Message: []byte("next")}})
+				require.NoError(t, err)
+				require.NoError(t, errs[0])
+				got := drainNotes(t, rx, fillers[i]+1)
+				require.Len(t, got, fillers[i]+1, "nothing of the timed-out messages was queued")
+				for _, n := range got[:fillers[i]] {
+					require.Equal(t, "filler", n.From)
+				}
+				require.Equal(t, sdk.Notification{From: "s", Message: []byte("next")}, got[fillers[i]])
+			}
+		})
+	}
 }

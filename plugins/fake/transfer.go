@@ -55,12 +55,21 @@ func (x *transfer) hold(m *mapping) {
 }
 
 // applyFaults selects, in rule order, the first rule of each transfer kind
-// that applies to x, the t.posts-th transfer, to peer agent peer.
+// that applies to x, the t.posts-th transfer, to peer agent peer. Of fail
+// and disconnect only the first that selects x applies: once one did, no
+// rule of either kind is tried, so none spends its times= budget (or a
+// random draw) on a transfer it does not affect.
 func (t *Transport) applyFaults(x *transfer, peer string, now time.Time) {
 	seen := map[faultKind]bool{}
 	for i := range t.p.faults {
 		r := &t.p.faults[i]
-		if seen[r.kind] || !isTransferFault(r.kind) || !r.selects(t.rng, t.posts, peer, -1) {
+		if seen[r.kind] || !isTransferFault(r.kind) {
+			continue
+		}
+		if (r.kind == faultFail || r.kind == faultDisconnect) && x.failAfter >= 0 {
+			continue // the other of fail and disconnect applies already
+		}
+		if !r.selects(t.rng, t.posts, peer, -1) {
 			continue
 		}
 		seen[r.kind] = true
@@ -71,9 +80,6 @@ func (t *Transport) applyFaults(x *transfer, peer string, now time.Time) {
 				x.stallUntil = now.Add(r.dur)
 			}
 		case faultFail, faultDisconnect:
-			if x.failAfter >= 0 {
-				continue // fail and disconnect both selected: the first wins
-			}
 			x.failAfter, x.failCode, x.failRule = r.after, r.code, r.text
 			if r.kind == faultDisconnect {
 				x.failCode = sdk.CodeRemoteDisconnect

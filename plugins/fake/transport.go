@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/custody-dev/custody/sdk"
@@ -45,7 +46,9 @@ type Transport struct {
 	// it before Open).
 	watch time.Duration
 	// sendRetryHook, when set (by tests, before Open), runs after each try
-	// of a notification send that timed out and will be tried again.
+	// of a notification send that timed out and will be tried again, and
+	// after each outbox try that found the peer's queue full (on the
+	// engine goroutine, with t.mu held).
 	sendRetryHook func()
 	// sendFault, when set (by tests, before Open), runs before each
 	// notification send; an error it returns is that send's, and nothing
@@ -74,10 +77,12 @@ type Transport struct {
 	events  []sdk.Event
 	inbox   []sdk.Notification
 	delayed []delayedNote
+	outbox  []note // notifications the engine still has to deliver, in order
 
 	life *lease // held from Open until Close or death: peers watch it
 	conn *net.UnixConn
 	addr string
+	out  int // the engine's non-blocking sending socket (outbox.go)
 	stop chan struct{}
 	wake chan struct{}
 	wg   sync.WaitGroup
@@ -150,10 +155,22 @@ func (t *Transport) Describe(ctx context.Context) (sdk.Description, error) {
 
 // Open starts the agent: it parses the parameters, takes the agent's life
 // lease, opens the notification socket and starts the DMA engine. It is
-// refused unless the agent is new (PLUGIN_SHUTDOWN once killed).
+// refused unless the agent is new (PLUGIN_SHUTDOWN once killed), and that
+// is checked before the request, so a killed agent answers PLUGIN_SHUTDOWN
+// to any Open, a bad one included.
 func (t *Transport) Open(ctx context.Context, req sdk.OpenRequest) error {
 	if err := ctxError(ctx); err != nil {
 		return err
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	// The agent's state first: a crashed agent answers PLUGIN_SHUTDOWN
+	// whatever the request, an opened one refuses any.
+	if t.state == stateCrashed {
+		return shutdownError()
+	}
+	if t.state != stateNew {
+		return sdk.Errorf(sdk.CodeInvalidArgument, "fake: Open: agent %q was opened before; an agent opens once, make a new one", t.agent)
 	}
 	if req.Agent == "" {
 		return sdk.Errorf(sdk.CodeInvalidArgument, "fake: Open: agent name is empty; name the agent")
@@ -161,14 +178,6 @@ func (t *Transport) Open(ctx context.Context, req sdk.OpenRequest) error {
 	p, err := parseParams(req.Params)
 	if err != nil {
 		return err
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.state == stateCrashed {
-		return shutdownError()
-	}
-	if t.state != stateNew {
-		return sdk.Errorf(sdk.CodeInvalidArgument, "fake: Open: agent %q was opened before; an agent opens once, make a new one", t.agent)
 	}
 	life, err := acquireLease(p.dir)
 	if err != nil {
@@ -179,7 +188,13 @@ func (t *Transport) Open(ctx context.Context, req sdk.OpenRequest) error {
 		life.release()
 		return sdk.Errorf(sdk.CodeBackend, "fake: Open: notification socket: %v", err)
 	}
-	t.life = life
+	out, err := openOutSocket()
+	if err != nil {
+		conn.Close()
+		life.release()
+		return sdk.Errorf(sdk.CodeBackend, "fake: Open: sending socket: %v", err)
+	}
+	t.life, t.out = life, out
 	t.state, t.agent, t.p = stateOpen, req.Agent, p
 	t.rng = rand.New(rand.NewPCG(p.seed, p.seed))
 	t.regions = map[sdk.RegionID]*region{}
@@ -342,8 +357,9 @@ func (t *Transport) teardown() {
 		x.peer.life.close()
 	}
 	t.life.close()
+	_ = syscall.Close(t.out)
 	t.regions, t.peers, t.dlists, t.handles, t.maps = nil, nil, nil, nil, nil
-	t.active, t.delayed, t.inbox, t.events = nil, nil, nil, nil
+	t.active, t.delayed, t.outbox, t.inbox, t.events = nil, nil, nil, nil, nil
 }
 
 // kick wakes the DMA engine.
