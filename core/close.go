@@ -12,9 +12,12 @@ import (
 // is removed, so its transfers are canceled, retained and retired, and
 // requests waiting for a handshake fail), then handshake leftovers, then
 // the pools' dlists and registrations, and only then the transport. Sends
-// are abandoned and receives fail: the engine is going away (a receive's
-// blocks come back once its pool is deregistered, or are quarantined; see
-// ExpectReceive). If anything is still held, Close
+// and receives fail: the engine is going away. Their blocks come back only
+// once no peer can reach them: a send's once its pools are deregistered
+// where the fence scope is FenceInitiatedAndIncoming, else at its lease; a
+// receive's as ExpectReceive says. With no transport attached (its epoch
+// fenced and none attached again) Close only fails the requests waiting
+// for a handshake. If anything is still held, Close
 // releases what it can and returns an error wrapping ErrHeld; keep calling
 // Poll (the hold cap bounds the wait) and call Close again. Reports Close
 // produced are returned by the next Poll.
@@ -24,6 +27,11 @@ func (c *Core) Close(ctx context.Context, now time.Time) error {
 		return nil
 	}
 	if c.tr == nil {
+		// Fenced and not attached again: nothing native is left, but requests
+		// waiting for a handshake would never be reported otherwise.
+		for name := range c.waiting {
+			c.failWaiting(name, fmt.Errorf("core closing: %w", ErrPeerRemoved))
+		}
 		c.closed = true
 		return nil
 	}
@@ -33,8 +41,11 @@ func (c *Core) Close(ctx context.Context, now time.Time) error {
 	for name := range c.waiting {
 		c.failWaiting(name, fmt.Errorf("core closing: %w", ErrPeerRemoved))
 	}
+	// Sends fail, but a consumer may read their blocks while their pool is
+	// registered: they are abandoned (reported without their lease) only
+	// once releasePools below deregistered it and the fence covers incoming
+	// transfers; otherwise they wait for their lease.
 	for _, r := range c.sends {
-		r.flags |= rAbandoned
 		c.fail(r, fmt.Errorf("core closing: %w", ErrPeerRemoved))
 	}
 	// Receives fail too; deregistering their pool below is what stops their
@@ -57,6 +68,14 @@ func (c *Core) Close(ctx context.Context, now time.Time) error {
 	for _, rv := range c.recvs {
 		c.markDirty(rv.r) // reported by the next Poll, now that their pool may be deregistered
 	}
+	if c.desc.FenceScope == sdk.FenceInitiatedAndIncoming {
+		for _, r := range c.sends {
+			if c.deregistered(r) {
+				r.flags |= rAbandoned
+				c.markDirty(r)
+			}
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("core: close epoch %d: %w", c.epoch, err)
 	}
@@ -65,6 +84,17 @@ func (c *Core) Close(ctx context.Context, now time.Time) error {
 	}
 	c.tr, c.events, c.closed = nil, nil, true
 	return nil
+}
+
+// deregistered reports whether every pool r's blocks live in is registered
+// in no epoch any more, so no consumer can reach them.
+func (c *Core) deregistered(r *request) bool {
+	for i := range r.xs {
+		if c.pool(r.xs[i].pool).region != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // releasePools releases every pool's local dlist, then its registration;

@@ -60,8 +60,17 @@ type Config struct {
 	// sends (a consumer may notify before the producer's ExpectSend) and
 	// written ones for push receives (a producer may finish before the
 	// consumer's ExpectReceive); zero means 4096. Past it, notifications of
-	// further requests are dropped with an Alert.
+	// further requests are dropped with an Alert. It also bounds how many
+	// reported sends and receives core remembers so as to drop their late or
+	// duplicated notifications (an id reused for a new request within that
+	// many reports gets no early notifications: they count only once it is
+	// registered).
 	MaxEarlyNotifications int
+	// EarlyNotificationAge bounds how long a notification whose request is
+	// not registered yet is kept; zero means DefaultEarlyNotificationAge.
+	// Older ones are dropped, so stale ones neither fill
+	// MaxEarlyNotifications nor finish a later request under the same id.
+	EarlyNotificationAge time.Duration
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -79,6 +88,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.MaxEarlyNotifications < 0 {
 		return c, fmt.Errorf("core: Config.MaxEarlyNotifications is %d; it must be positive, or zero for 4096", c.MaxEarlyNotifications)
+	}
+	if c.EarlyNotificationAge < 0 {
+		return c, fmt.Errorf("core: Config.EarlyNotificationAge is %v; it must be positive, or zero for the default %v", c.EarlyNotificationAge, DefaultEarlyNotificationAge)
+	}
+	if c.EarlyNotificationAge == 0 {
+		c.EarlyNotificationAge = DefaultEarlyNotificationAge
 	}
 	if c.MaxEarlyNotifications == 0 {
 		c.MaxEarlyNotifications = 4096

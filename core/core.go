@@ -32,11 +32,14 @@ type Core struct {
 	journal map[string][]entry
 	waiting map[string][]*request
 
-	reqs   reqIndex                    // every request not yet reported
-	sends  map[RequestID]*request      // sends awaiting consumer notifications
-	early  map[RequestID]int           // consumer notifications that came before their send
-	recvs  map[RequestID]*recv         // push receives awaiting written notifications
-	earlyW map[RequestID]*earlyWritten // written notifications that came before their receive
+	reqs      reqIndex                 // every request not yet reported
+	sends     map[RequestID]*request   // sends awaiting consumer notifications
+	early     map[RequestID]*earlyNote // consumer notifications that came before their send
+	recvs     map[RequestID]*recv      // push receives awaiting written notifications
+	earlyW    map[RequestID]*earlyNote // written notifications that came before their receive
+	earlyQ    []earlyRef               // early and earlyW entries by age, from earlyHead on
+	earlyHead int
+	recent    recentIDs // sends and receives reported lately: their notifications are late
 
 	live     handleIndex // every handle of the attached epoch not yet released
 	releaseQ []*xfer
@@ -72,9 +75,10 @@ func New(cfg Config) (*Core, error) {
 		waiting:   map[string][]*request{},
 		reqs:      newReqIndex(),
 		sends:     map[RequestID]*request{},
-		early:     map[RequestID]int{},
+		early:     map[RequestID]*earlyNote{},
 		recvs:     map[RequestID]*recv{},
-		earlyW:    map[RequestID]*earlyWritten{},
+		earlyW:    map[RequestID]*earlyNote{},
+		recent:    newRecentIDs(cfg.MaxEarlyNotifications),
 		live:      newHandleIndex(),
 		leaked:    map[Ref]*xfer{},
 		fenceWant: map[Epoch]bool{},
@@ -97,6 +101,12 @@ func (c *Core) Epoch() Epoch {
 // again on it; peers must be connected again (their metadata changed with the
 // process). Attach is refused while another epoch is attached: fence it
 // (Fenced) or Close first.
+//
+// If Describe fails nothing changes. If registering a pool again fails, the
+// transport stays attached as epoch, with some pools registered on it and
+// the others not: the caller must fence it (kill the process, then report
+// Fenced(epoch)) and Attach a new transport with a larger epoch; the error
+// says which pool failed.
 func (c *Core) Attach(ctx context.Context, tr sdk.Transport, epoch Epoch) error {
 	switch {
 	case tr == nil:
@@ -127,7 +137,7 @@ func (c *Core) Attach(ctx context.Context, tr sdk.Transport, epoch Epoch) error 
 	c.resync = false
 	for _, p := range c.pools {
 		if err := c.registerPool(ctx, p); err != nil {
-			return fmt.Errorf("core: attach epoch %d: %w", epoch, err)
+			return fmt.Errorf("core: attach epoch %d: %w; epoch %d stays attached: fence it (kill its process, then Fenced) and attach a new transport", epoch, err, epoch)
 		}
 	}
 	return nil

@@ -2,7 +2,12 @@
 // descriptor list and transfer handle of one engine rank and decides when
 // each may be let go, so that no block is reused, no handle released and no
 // peer removed while a transfer may still touch it (DESIGN section 4, rules
-// 1–8 and 12–16).
+// 1–8, 12–14 and 16).
+//
+// Rule 15 (resend a peer's metadata when the first notification to it never
+// arrived) is not implemented: core sends each notification once and only
+// alerts when the transport reports the send failed; a notification lost
+// silently is noticed only by the lease of the request waiting for it.
 //
 // core is a pure state machine in the manner of etcd's raft. It has no
 // goroutines, reads no clock and does no I/O of its own: it reaches the
@@ -62,6 +67,17 @@
 // message ConsumedMessage(id) ("custody/1 consumed " + id). A Read with
 // NotifyProducer sends it to each rank read from once every part is DONE and
 // released, never after a failure. A producer counts them against its sends.
+//
+// A request counts each sending agent (sdk.Notification.From) once, and a
+// request tied to a peer counts only the agents of its ranks
+// (RankSpec.Agent). Notifications of a request not registered yet are kept
+// for Config.EarlyNotificationAge at most, bounded in number by
+// Config.MaxEarlyNotifications; those of a send or receive reported lately
+// (the last MaxEarlyNotifications of them) are late or duplicated and are
+// dropped. An id reused for a new request before such a late notification
+// arrives is the one case core cannot tell apart: once the new request is
+// registered, a late notification from one of its peer's ranks counts for
+// it, so engines should not reuse request ids.
 //
 // Push mode (vLLM's push connector): the producer's Write sends
 // WrittenMessage(id) ("custody/1 written " + id) to each rank it wrote to

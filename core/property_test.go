@@ -63,7 +63,7 @@ func TestOwnershipProperties(t *testing.T) {
 		if noEvents {
 			r.c.events = nil // the fallback: poll every live handle
 		}
-		m := &model{r: r, issued: map[RequestID]bool{}, pdl: map[int][2]sdk.DlistID{}}
+		m := &model{r: r, issued: map[RequestID]bool{}, inc: map[RequestID]*incarnation{}, pdl: map[int][2]sdk.DlistID{}}
 		done := false
 		defer func() {
 			if !done {
@@ -81,15 +81,17 @@ func TestOwnershipProperties(t *testing.T) {
 		m.connected = true
 		steps := rapid.IntRange(1, 40).Draw(rt, "steps")
 		for i := 0; i < steps; i++ {
-			switch op := rapid.IntRange(0, 10).Draw(rt, "op"); op {
+			switch op := rapid.IntRange(0, 11).Draw(rt, "op"); op {
+			case 11:
+				m.reuse(rt)
 			case 10:
-				m.receive(rt)
+				m.receive(rt, m.id("v"))
 			case 0, 1:
 				m.read(rt, rapid.IntRange(1, 2).Draw(rt, "parts"), rapid.Bool().Draw(rt, "notify"))
 			case 2:
 				m.write(rt, rapid.IntRange(1, 2).Draw(rt, "parts"))
 			case 3:
-				m.expectSend(rt)
+				m.expectSend(rt, m.id("s"))
 			case 4:
 				m.notify(rt)
 			case 5:
@@ -119,6 +121,24 @@ type model struct {
 	connected bool
 	pushes    []push                 // producers' writes into our pool, until released
 	pdl       map[int][2]sdk.DlistID // per remote rank: its local dlist, its dlist of our pool
+	inc       map[RequestID]*incarnation
+}
+
+// incarnation is what the model knows of a send or receive not reported
+// yet: when it was registered, how many distinct ranks must notify it, and
+// which did since it was registered (for a receive: which producers
+// posted their write). Notifications from before (late ones of an earlier
+// request under the same id) must not count.
+type incarnation struct {
+	at   time.Time
+	need int
+	from map[int]bool
+}
+
+func (m *model) registered(id RequestID, need int) *incarnation {
+	inc := &incarnation{at: m.r.now, need: need, from: map[int]bool{}}
+	m.inc[id] = inc
+	return inc
 }
 
 // push is one write a remote rank posted into our pool for a receive.
@@ -129,11 +149,10 @@ type push struct {
 	blocks []uint32
 }
 
+// id names a new request; it is issued once registered.
 func (m *model) id(kind string) RequestID {
 	m.n++
-	id := RequestID(fmt.Sprintf("%s%d", kind, m.n))
-	m.issued[id] = true
-	return id
+	return RequestID(fmt.Sprintf("%s%d", kind, m.n))
 }
 
 // blocks takes n engine blocks, or reports that too few are free.
@@ -159,7 +178,9 @@ func (m *model) read(t *rapid.T, n int, notify bool) {
 	if !ok {
 		return
 	}
-	require.NoError(t, m.r.c.Read(m.r.ctx, m.r.now, ReadSpec{Request: m.id("r"), Peer: "p", Parts: parts, NotifyProducer: notify}))
+	id := m.id("r")
+	require.NoError(t, m.r.c.Read(m.r.ctx, m.r.now, ReadSpec{Request: id, Peer: "p", Parts: parts, NotifyProducer: notify}))
+	m.issued[id] = true
 }
 
 func (m *model) write(t *rapid.T, n int) {
@@ -169,34 +190,39 @@ func (m *model) write(t *rapid.T, n int) {
 	}
 	id := m.id("w")
 	require.NoError(t, m.r.c.Write(m.r.ctx, m.r.now, WriteSpec{Request: id, Peer: "p", Parts: parts, Consumers: n, Lease: 10 * time.Second}))
+	m.issued[id] = true
+	m.registered(id, n)
 	m.sends = append(m.sends, id)
 }
 
-func (m *model) expectSend(t *rapid.T) {
+func (m *model) expectSend(t *rapid.T, id RequestID) bool {
 	b, ok := m.blocks(rapid.IntRange(1, 2).Draw(t, "send blocks"))
 	if !ok {
-		return
+		return false
 	}
-	id := m.id("s")
 	require.NoError(t, m.r.c.ExpectSend(m.r.now, SendSpec{Request: id, Pool: m.r.pool, Blocks: b, Consumers: 1, Lease: 10 * time.Second}))
+	m.issued[id] = true
+	m.registered(id, 1)
 	m.sends = append(m.sends, id)
+	return true
 }
 
 // receive expects a push of one or two blocks from one or two producer
 // ranks, each of which writes (or, drawn, never does) its share and
 // notifies on DONE with the written notification.
-func (m *model) receive(t *rapid.T) {
+func (m *model) receive(t *rapid.T, id RequestID) bool {
 	if !m.connected {
-		return
+		return false
 	}
 	n := rapid.IntRange(1, 2).Draw(t, "producers")
 	b, ok := m.blocks(rapid.IntRange(1, 2).Draw(t, "receive blocks"))
 	if !ok {
-		return
+		return false
 	}
 	r := m.r
-	id := m.id("v")
 	require.NoError(t, r.c.ExpectReceive(r.now, RecvSpec{Request: id, Peer: "p", Pool: r.pool, Blocks: b, Producers: n, Lease: 10 * time.Second}))
+	m.issued[id] = true
+	inc := m.registered(id, n)
 	for k := 0; k < n; k++ {
 		if rapid.IntRange(0, 9).Draw(t, "producer lost") == 0 {
 			continue
@@ -211,6 +237,35 @@ func (m *model) receive(t *rapid.T) {
 		require.NoError(t, err)
 		require.NoError(t, res[0].Err)
 		m.pushes = append(m.pushes, push{id: id, k: k, h: res[0].ID, blocks: share})
+		inc.from[k] = true
+	}
+	return true
+}
+
+// reuse issues a send or receive again under the id of one already
+// reported, as an engine may: late notifications of the first (a consumed
+// one notify sends, a written one of a producer write that ended after the
+// receive failed) must not finish the second.
+func (m *model) reuse(t *rapid.T) {
+	var done []RequestID
+	for id := range m.issued {
+		if (id[0] == 's' || id[0] == 'v') && m.r.seen[id] == 1 {
+			done = append(done, id)
+		}
+	}
+	if len(done) == 0 {
+		return
+	}
+	slices.Sort(done)
+	id := done[rapid.IntRange(0, len(done)-1).Draw(t, "reused")]
+	var ok bool
+	if id[0] == 's' {
+		ok = m.expectSend(t, id)
+	} else {
+		ok = m.receive(t, id)
+	}
+	if ok {
+		m.r.seen[id] = 0 // reports come from Poll only: it gets exactly one again
 	}
 }
 
@@ -278,7 +333,11 @@ func (m *model) notify(t *rapid.T) {
 		return
 	}
 	id := m.sends[rapid.IntRange(0, len(m.sends)-1).Draw(t, "send")]
-	m.r.notifyBack(rapid.IntRange(0, 1).Draw(t, "consumer"), id)
+	k := rapid.IntRange(0, 1).Draw(t, "consumer")
+	m.r.notifyBack(k, id)
+	if inc := m.inc[id]; inc != nil {
+		inc.from[k] = true
+	}
 }
 
 // round runs one Poll and gives reported blocks back to the free set, so
@@ -288,7 +347,27 @@ func (m *model) round() {
 	m.recycle(rd)
 }
 
-func (m *model) recycle(Ready) {
+func (m *model) recycle(rd Ready) {
+	t := m.r.t
+	for _, id := range rd.FinishedSending {
+		if inc := m.inc[id]; inc != nil && m.r.now.Before(inc.at.Add(10*time.Second)) {
+			require.GreaterOrEqual(t, len(inc.from), inc.need, "send %q finished before its lease with notifications from %d distinct consumers of its own", id, len(inc.from))
+		}
+	}
+	for _, id := range rd.FinishedReceiving {
+		if inc := m.inc[id]; inc != nil {
+			require.GreaterOrEqual(t, len(inc.from), inc.need, "receive %q finished with writes from %d distinct producers of its own", id, len(inc.from))
+		}
+	}
+	for _, id := range rd.FinishedSending {
+		delete(m.inc, id)
+	}
+	for _, id := range rd.FinishedReceiving {
+		delete(m.inc, id)
+	}
+	for _, f := range rd.Failed {
+		delete(m.inc, f.Request)
+	}
 	var back []uint32
 	p := m.r.c.pools[m.r.pool-1]
 	for b, o := range p.owner {

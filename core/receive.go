@@ -26,30 +26,25 @@ type RecvSpec struct {
 	Lease time.Duration
 }
 
-// recv is what a push receive keeps besides its request: which agents sent
-// its written notifications (the consumed notification goes back to them),
-// and the fence scope of the epoch its blocks are registered in.
+// recv is what a push receive keeps besides its request: the fence scope
+// of the epoch its blocks are registered in. The agents that sent its
+// written notifications (the consumed notification goes back to them) are
+// its request's from.
 type recv struct {
 	r        *request
-	from     []string
 	incoming bool // FenceInitiatedAndIncoming: a fence of r.peer.epoch stops the producer's writes
-}
-
-// earlyWritten counts written notifications that came before their
-// ExpectReceive.
-type earlyWritten struct {
-	n    int32
-	from []string
 }
 
 // ExpectReceive pins blocks a producer will write into (its Write on the
 // producer's Core) until Producers written notifications arrived: then the
 // request is reported in FinishedReceiving, its blocks back with the engine
 // holding the bytes, and core sends the consumed notification to each rank
-// of the peer that sent a written one (to every rank of the peer when none
-// of the senders is one of its ranks), so the producer finishes sending.
+// of the peer that sent a written one, so the producer finishes sending.
+// Each producer counts once however many times it notifies, and only ranks
+// of Peer count: notifications from other agents are ignored with an Alert.
 // Written notifications that came before ExpectReceive count (bounded by
-// Config.MaxEarlyNotifications).
+// Config.MaxEarlyNotifications and Config.EarlyNotificationAge), except
+// while the id is among the recently reported ones: those are late.
 //
 // A receive fails when its lease expires first (ErrLeaseExpired), when its
 // peer is removed, when its epoch is fenced, or when the Core closes. Its
@@ -98,51 +93,11 @@ func (c *Core) ExpectReceive(now time.Time, spec RecvSpec) error {
 	p.setOwner(r.idx, OwnerTransfer)
 	c.reqs.add(r)
 	rv := &recv{r: r, incoming: c.desc.FenceScope == sdk.FenceInitiatedAndIncoming}
-	if e := c.earlyW[r.id]; e != nil {
-		r.notified, rv.from = e.n, e.from
-		delete(c.earlyW, r.id)
-	}
 	c.recvs[r.id] = rv
+	c.adoptEarly(r, true)
 	c.leases.push(r, c.now+int64(spec.Lease))
 	c.markDirty(r)
 	return nil
-}
-
-// noteWritten counts a written notification from agent for request id, or
-// keeps it (bounded) for a receive not expected yet.
-func (c *Core) noteWritten(id RequestID, from string) {
-	if rv := c.recvs[id]; rv != nil {
-		rv.r.notified++
-		rv.from = addName(rv.from, from)
-		c.markDirty(rv.r)
-		return
-	}
-	if c.reqs.get(id) != nil {
-		return // a request of ours under the same id: not a receive
-	}
-	e := c.earlyW[id]
-	if e == nil {
-		if c.earlyCount() >= c.cfg.MaxEarlyNotifications {
-			c.alert(Alert{Level: AlertWarn, Kind: "early_notification_dropped", Request: id, Err: sdk.Errorf(sdk.CodeBusy, "%d early notifications kept already", c.earlyCount())})
-			return
-		}
-		e = &earlyWritten{}
-		c.earlyW[id] = e
-	}
-	e.n++
-	e.from = addName(e.from, from)
-}
-
-func (c *Core) earlyCount() int { return len(c.early) + len(c.earlyW) }
-
-// addName adds name to a set kept as a short slice.
-func addName(set []string, name string) []string {
-	for _, s := range set {
-		if s == name {
-			return set
-		}
-	}
-	return append(set, name)
 }
 
 // recvSettled decides a drained receive's outcome: done reports whether it
@@ -194,7 +149,7 @@ func (c *Core) notifyConsumed(ctx context.Context, r *request, rv *recv) {
 	}
 	var msgs []sdk.OutboundNotification
 	for _, rk := range p.ranks {
-		for _, f := range rv.from {
+		for _, f := range r.from {
 			if rk.spec.Agent == f {
 				msgs = append(msgs, sdk.OutboundNotification{Peer: rk.id, Message: ConsumedMessage(r.id)})
 				break

@@ -36,7 +36,8 @@ type WriteSpec struct {
 	Peer    string
 	Parts   []Part
 	// Consumers is how many consumed notifications finish the send (one per
-	// consumer rank under heterogeneous TP); at least 1.
+	// consumer rank under heterogeneous TP; each agent counts once, and only
+	// ranks of Peer count); at least 1.
 	Consumers int
 	// Lease bounds the wait for those notifications; positive. A failed push
 	// keeps its blocks until the lease expires.
@@ -86,12 +87,13 @@ type request struct {
 	xs        []xfer   // one per part
 	idx       []uint32 // every part's local indices, then its remote ones
 	failed    error
+	from      []string  // sends and receives: the distinct agents that notified it
 	h         uint64    // hash of id (reqIndex)
 	next      *request  // next request of its reqIndex chain
 	pprev     **request // the pointer that points to it in its chain
 	pending   int32     // handles not yet released or forgotten
 	consumers int32
-	notified  int32
+	notified  int32 // len(from)
 	kind      reqKind
 	flags     uint8
 }
@@ -195,8 +197,10 @@ func (c *Core) Write(ctx context.Context, now time.Time, spec WriteSpec) error {
 
 // ExpectSend pins blocks that consumers will read until Consumers consumed
 // notifications arrived or the lease expired; then the request is finished
-// sending (or Failed, if its peer was removed meanwhile). Bad input is an
-// error that changes nothing.
+// sending (or Failed, if its peer was removed meanwhile). Each consumer agent
+// counts once; with Peer set, only the peer's ranks count. Notifications that
+// came before ExpectSend count as for ExpectReceive. Bad input is an error
+// that changes nothing.
 func (c *Core) ExpectSend(now time.Time, spec SendSpec) error {
 	c.setNow(now)
 	if spec.Consumers < 1 || spec.Lease <= 0 {
@@ -320,10 +324,7 @@ func (c *Core) checkRank(p *peer, i int, pool PoolID, rank int, remote []uint32)
 func (c *Core) startSend(r *request, consumers int, lease time.Duration) {
 	r.consumers = int32(consumers)
 	c.sends[r.id] = r
-	if n, ok := c.early[r.id]; ok {
-		r.notified = int32(n)
-		delete(c.early, r.id)
-	}
+	c.adoptEarly(r, false)
 	c.leases.push(r, c.now+int64(lease))
 	c.markDirty(r)
 }

@@ -60,13 +60,15 @@ func (c *Core) drainInbox(ctx context.Context) {
 }
 
 // drainNotifications counts consumed notifications against their sends and
-// written notifications against their receives. Notifications of unknown
-// requests are kept (bounded) for a send or receive not registered yet;
-// other messages are ignored.
+// written notifications against their receives (noteNotification).
+// Notifications of unknown requests are kept (bounded in number and age)
+// for a send or receive not registered yet; those of a send or receive
+// reported lately are dropped; other messages are ignored.
 func (c *Core) drainNotifications(ctx context.Context) {
 	if !c.desc.Capabilities.Notifications {
 		return
 	}
+	c.expireEarly()
 	ns, err := c.tr.Notifications(ctx, 0)
 	if err != nil {
 		c.alert(Alert{Level: AlertWarn, Kind: "notifications_failed", Err: err})
@@ -74,26 +76,10 @@ func (c *Core) drainNotifications(ctx context.Context) {
 	}
 	for _, n := range ns {
 		if id, ok := parseWritten(n.Message); ok {
-			c.noteWritten(id, n.From)
-			continue
+			c.noteNotification(id, n.From, true)
+		} else if id, ok := parseConsumed(n.Message); ok {
+			c.noteNotification(id, n.From, false)
 		}
-		id, ok := parseConsumed(n.Message)
-		if !ok {
-			continue
-		}
-		if r := c.sends[id]; r != nil {
-			r.notified++
-			c.markDirty(r)
-			continue
-		}
-		if c.reqs.get(id) != nil {
-			continue // a read of ours under the same id: not a send
-		}
-		if _, ok := c.early[id]; !ok && c.earlyCount() >= c.cfg.MaxEarlyNotifications {
-			c.alert(Alert{Level: AlertWarn, Kind: "early_notification_dropped", Request: id, Err: sdk.Errorf(sdk.CodeBusy, "%d early notifications kept already", c.earlyCount())})
-			continue
-		}
-		c.early[id]++
 	}
 }
 
@@ -276,8 +262,10 @@ func (c *Core) tryFinish(ctx context.Context, r *request) {
 	switch r.kind {
 	case kindWrite, kindSend:
 		delete(c.sends, r.id)
+		c.recent.add(recentKey{r.id, false})
 	case kindRecv:
 		defer delete(c.recvs, r.id)
+		c.recent.add(recentKey{r.id, true})
 	}
 	var quarantined []BlockRef
 	for i := range r.xs {

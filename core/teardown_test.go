@@ -149,3 +149,65 @@ func (r *rig) kill() {
 	_, err := r.tr.Transport.Release(r.ctx, nil)
 	require.ErrorIs(r.t, err, sdk.ErrPluginShutdown, "the rig needs fault crash,at=release,n=1 to kill")
 }
+
+// Rule 12 with DESIGN 4a: a send that Close fails keeps its blocks while a
+// consumer may still read them: until Close deregistered its pool where the
+// fence covers incoming transfers, else until its lease.
+func TestCloseHandsBackSendBlocksOnlyOnceUnreachable(t *testing.T) {
+	for _, tc := range []struct {
+		name, fence string
+		lease       bool
+	}{
+		{"incoming fence: once deregistered", "", false},
+		{"initiated fence: at its lease", "initiated", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t, rigOpts{local: "stall,post=1,for=300ms", setup: cancelNone, fence: tc.fence})
+			r.connect("p")
+			spec, _ := r.readSpec("read", "p", 1)
+			require.NoError(t, r.c.Read(r.ctx, r.now, spec))
+			b := r.alloc(1)
+			sb := BlockRef{r.pool, b[0]}
+			require.NoError(t, r.c.ExpectSend(r.now, SendSpec{Request: "s", Pool: r.pool, Blocks: b, Consumers: 1, Lease: time.Hour}))
+			require.ErrorIs(t, r.c.Close(r.ctx, r.now), ErrHeld, "the stalled read keeps Close refused")
+			deadline := time.Now().Add(wait)
+			for {
+				rd := r.poll()
+				require.NotContains(t, failedIDs(rd), RequestID("s"), "reported while its pool was registered")
+				require.Equal(t, OwnerTransfer, r.c.Owner(sb))
+				if r.c.Close(r.ctx, r.now) == nil {
+					break
+				}
+				require.True(t, time.Now().Before(deadline), "Close still refused")
+				time.Sleep(time.Millisecond) // pacing of the poll loop, not synchronisation
+			}
+			rd := r.poll()
+			if tc.lease {
+				assert.NotContains(t, failedIDs(rd), RequestID("s"), "reported before its lease where the fence does not stop readers")
+				assert.Equal(t, OwnerTransfer, r.c.Owner(sb))
+				r.now = r.now.Add(time.Hour)
+				rd = r.poll()
+			}
+			assert.Contains(t, failedIDs(rd), RequestID("s"))
+			assert.Equal(t, OwnerEngine, r.c.Owner(sb))
+		})
+	}
+}
+
+// Close with no transport attached (its epoch fenced, none attached again)
+// still fails the requests waiting for a handshake, so they are reported
+// and their blocks come back.
+func TestCloseWithoutTransportFailsWaitingRequests(t *testing.T) {
+	r := newRig(t, rigOpts{local: "crash,at=release,n=1"})
+	spec, blocks := r.readSpec("r", "q", 1) // q never connects
+	require.NoError(t, r.c.Read(r.ctx, r.now, spec))
+	r.kill()
+	r.c.Fenced(1)
+	require.NoError(t, r.c.Close(r.ctx, r.now))
+	rd := r.poll()
+	require.Equal(t, []RequestID{"r"}, failedIDs(rd))
+	assert.ErrorIs(t, rd.Failed[0].Reason, ErrPeerRemoved)
+	assert.Equal(t, blocks, rd.InvalidBlocks)
+	assert.Equal(t, OwnerEngine, r.c.Owner(blocks[0]))
+	assert.Zero(t, r.c.Stats().Requests)
+}
