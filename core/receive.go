@@ -172,19 +172,7 @@ func (c *Core) notifyWritten(ctx context.Context, r *request) {
 		return
 	}
 	r.flags |= rWritten
-	p := r.peer
-	if p == nil || p.retired || c.tr == nil || p.epoch != c.epoch {
-		return
-	}
-	var msgs []sdk.OutboundNotification
-	seen := make([]bool, len(p.ranks))
-	for i := range r.xs {
-		if rk := r.xs[i].rank; !seen[rk] {
-			seen[rk] = true
-			msgs = append(msgs, sdk.OutboundNotification{Peer: p.ranks[rk].id, Message: WrittenMessage(r.id)})
-		}
-	}
-	c.send(ctx, msgs, "written_notification_failed", p.name, r.id)
+	c.notifyRanks(ctx, r, WrittenMessage(r.id), "written_notification_failed")
 }
 
 // send sends msgs, alerting kind for each that failed.

@@ -305,8 +305,17 @@ func (c *Core) tryFinish(ctx context.Context, r *request) {
 
 // notifyProducer sends the consumed notification to each rank r read from.
 func (c *Core) notifyProducer(ctx context.Context, r *request) {
+	if r.flags&rNotify != 0 {
+		c.notifyRanks(ctx, r, ConsumedMessage(r.id), "consumed_notification_failed")
+	}
+}
+
+// notifyRanks sends msg once to each rank of r's peer that r's transfers
+// moved bytes with, if the peer is still connected in this epoch; kind is
+// the alert of a send that failed.
+func (c *Core) notifyRanks(ctx context.Context, r *request, msg []byte, kind string) {
 	p := r.peer
-	if r.flags&rNotify == 0 || p == nil || p.retired || c.tr == nil || p.epoch != c.epoch {
+	if p == nil || p.retired || c.tr == nil || p.epoch != c.epoch {
 		return
 	}
 	var msgs []sdk.OutboundNotification
@@ -314,10 +323,10 @@ func (c *Core) notifyProducer(ctx context.Context, r *request) {
 	for i := range r.xs {
 		if rk := r.xs[i].rank; !seen[rk] {
 			seen[rk] = true
-			msgs = append(msgs, sdk.OutboundNotification{Peer: p.ranks[rk].id, Message: ConsumedMessage(r.id)})
+			msgs = append(msgs, sdk.OutboundNotification{Peer: p.ranks[rk].id, Message: msg})
 		}
 	}
-	c.send(ctx, msgs, "consumed_notification_failed", p.name, r.id)
+	c.send(ctx, msgs, kind, p.name, r.id)
 }
 
 // shrink empties a reused buffer, dropping its array when a burst left it
