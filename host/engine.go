@@ -135,7 +135,7 @@ func (h *Host) ExpectReceive(ctx context.Context, spec core.RecvSpec) error {
 }
 
 // GetFinished returns what finished since the last call; every request
-// appears in exactly one Finished.
+// appears in exactly one report.
 func (h *Host) GetFinished(ctx context.Context) (Finished, error) {
 	var r Finished
 	err := h.do(ctx, func(context.Context) error {

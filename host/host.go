@@ -80,7 +80,7 @@ type poolEntry struct {
 	spec core.PoolSpec
 }
 
-// reqInfo is what the host remembers of an open request for its Finished.
+// reqInfo is what the host remembers of an open request for its metrics.
 type reqInfo struct {
 	peer  string
 	op    string
@@ -230,7 +230,7 @@ func (h *Host) round() {
 }
 
 // absorb logs a round's alerts, acts on its fence requests and adds its
-// finished Finished to the one the engine will fetch.
+// finished report to the one the engine will fetch.
 func (h *Host) absorb(rd core.Ready) {
 	for _, a := range rd.Alerts {
 		h.alert(a)

@@ -3,7 +3,7 @@ package host
 import "github.com/custody-dev/custody/core"
 
 // Finished accumulates core's finished reports until the engine fetches them
-// (GetFinished), so no round's Finished is lost between two fetches.
+// (GetFinished), so no round's report is lost between two fetches.
 type Finished struct {
 	FinishedSending   []core.RequestID
 	FinishedReceiving []core.RequestID
@@ -20,7 +20,7 @@ func (r *Finished) add(rd core.Ready) {
 	r.Quarantined = append(r.Quarantined, rd.Quarantined...)
 }
 
-// take returns the accumulated Finished and starts a new one.
+// take returns the accumulated report and starts a new one.
 func (r *Finished) take() Finished {
 	out := *r
 	*r = Finished{}
