@@ -23,6 +23,13 @@ type broken struct {
 	mu       sync.Mutex
 	canceled map[sdk.HandleID]bool
 	polled   map[sdk.HandleID]bool
+	// Kept by the modes that need them.
+	live        map[sdk.HandleID]bool                     // busy-needs-handle: unreleased handles
+	dlistPeer   map[sdk.DlistID]sdk.PeerID                // notify-canceled: each dlist's peer
+	postNote    map[sdk.HandleID]sdk.OutboundNotification // notify-canceled
+	released    []sdk.HandleID                            // ids-across-kinds: released handle ids
+	peerIn      map[sdk.PeerID]sdk.PeerID                 // ids-across-kinds: made-up peer id to the fake's
+	anyCanceled bool                                      // poll-hangs: Cancel was called
 }
 
 // transport is what broken wraps: the fake, in process or launched.
@@ -43,7 +50,9 @@ func brokenFactory(mode string, inner conformance.Factory) conformance.Factory {
 			return ag, err
 		}
 		ag.Transport = &broken{transport: ag.Transport.(transport), mode: mode,
-			canceled: map[sdk.HandleID]bool{}, polled: map[sdk.HandleID]bool{}}
+			canceled: map[sdk.HandleID]bool{}, polled: map[sdk.HandleID]bool{},
+			live: map[sdk.HandleID]bool{}, dlistPeer: map[sdk.DlistID]sdk.PeerID{},
+			postNote: map[sdk.HandleID]sdk.OutboundNotification{}, peerIn: map[sdk.PeerID]sdk.PeerID{}}
 		return ag, nil
 	}
 }
@@ -58,6 +67,8 @@ func (b *broken) Describe(ctx context.Context) (sdk.Description, error) {
 		d.Capabilities.Cancel = false
 	case "limit-unenforced":
 		d.Limits.MaxItemsPerCall = 8
+	case "fence-incoming-lie":
+		d.FenceScope = sdk.FenceInitiatedAndIncoming // run with fence=initiated: a lie
 	}
 	return d, err
 }
@@ -77,6 +88,8 @@ func (b *broken) Poll(ctx context.Context, ids []sdk.HandleID) ([]sdk.HandleStat
 			st[i].Reason = sdk.Errorf(sdk.CodeBackend, "broken: peer gone")
 		case b.mode == "canceled-early" && b.canceled[ids[i]] && st[i].Err == nil && !st[i].State.Terminal():
 			st[i] = sdk.HandleStatus{State: sdk.StateCanceled, Reason: sdk.ErrCanceled}
+		case b.mode == "disconnect-as-done" && st[i].Err == nil && st[i].State == sdk.StateFailed && errors.Is(st[i].Reason, sdk.ErrRemoteDisconnect):
+			st[i] = sdk.HandleStatus{State: sdk.StateDone}
 		}
 	}
 	return st, err
@@ -84,10 +97,21 @@ func (b *broken) Poll(ctx context.Context, ids []sdk.HandleID) ([]sdk.HandleStat
 
 func (b *broken) Cancel(ctx context.Context, ids []sdk.HandleID) ([]error, error) {
 	b.mu.Lock()
+	var notes []sdk.OutboundNotification
 	for _, id := range ids {
 		b.canceled[id] = true
+		if n, ok := b.postNote[id]; ok {
+			notes = append(notes, n)
+			delete(b.postNote, id)
+		}
 	}
 	b.mu.Unlock()
+	if b.mode == "notify-canceled" && len(notes) > 0 {
+		// Delivers the notification of a post it was asked to stop.
+		if _, err := b.transport.SendNotifications(ctx, notes); err != nil {
+			return nil, err
+		}
+	}
 	if b.mode == "canceled-early" {
 		return make([]error, len(ids)), nil // pretends; bytes keep moving
 	}
@@ -95,10 +119,21 @@ func (b *broken) Cancel(ctx context.Context, ids []sdk.HandleID) ([]error, error
 }
 
 func (b *broken) Release(ctx context.Context, ids []sdk.HandleID) ([]error, error) {
-	if b.mode == "canceled-early" {
-		b.settle(ctx, ids) // it said CANCELED: make that true before releasing
+	if b.mode == "canceled-early" || b.mode == "release-waits" {
+		// canceled-early said CANCELED: make that true before releasing;
+		// release-waits waits for running transfers, which Release must
+		// never do.
+		b.settle(ctx, ids)
 	}
 	errs, err := b.transport.Release(ctx, ids)
+	b.mu.Lock()
+	for i := range errs {
+		if errs[i] == nil && err == nil {
+			delete(b.live, ids[i])
+			b.released = append(b.released, ids[i])
+		}
+	}
+	b.mu.Unlock()
 	if b.mode == "release-unknown-ok" {
 		for i := range errs {
 			if errors.Is(errs[i], sdk.ErrNotFound) {
@@ -129,6 +164,16 @@ func (b *broken) settle(ctx context.Context, ids []sdk.HandleID) {
 
 func (b *broken) Post(ctx context.Context, posts []sdk.PostSpec) ([]sdk.PostResult, error) {
 	res, err := b.transport.Post(ctx, posts)
+	b.mu.Lock()
+	for i, r := range res {
+		if r.Err == nil && err == nil {
+			b.live[r.ID] = true
+			if peer, ok := b.dlistPeer[posts[i].Remote]; ok && len(posts[i].Notification) > 0 {
+				b.postNote[r.ID] = sdk.OutboundNotification{Peer: peer, Message: posts[i].Notification}
+			}
+		}
+	}
+	b.mu.Unlock()
 	if b.mode == "post-waits" && err == nil {
 		var ids []sdk.HandleID
 		for _, r := range res {
@@ -150,6 +195,9 @@ func (b *broken) Notifications(ctx context.Context, max int) ([]sdk.Notification
 }
 
 func (b *broken) Events(ctx context.Context, max int) ([]sdk.Event, error) {
+	if b.mode == "events-over-max" {
+		max = 0 // returns every event, however few were asked for
+	}
 	evs, err := b.transport.Events(ctx, max)
 	if b.mode == "events-twice" {
 		evs = double(evs)
@@ -167,6 +215,20 @@ func double[X any](xs []X) []X {
 
 func (b *broken) LoadPeers(ctx context.Context, peers []sdk.PeerSpec) ([]sdk.PeerResult, error) {
 	res, err := b.transport.LoadPeers(ctx, peers)
+	if b.mode == "ids-across-kinds" {
+		// Names a new peer by a released handle's id: an id of another
+		// kind, reused.
+		b.mu.Lock()
+		for i := range res {
+			if res[i].Err == nil && len(b.released) > 0 {
+				out := sdk.PeerID(b.released[0])
+				b.released = b.released[1:]
+				b.peerIn[out] = res[i].ID
+				res[i].ID = out
+			}
+		}
+		b.mu.Unlock()
+	}
 	if b.mode == "garbage-metadata-ok" {
 		for i := range res {
 			if errors.Is(res[i].Err, sdk.ErrInvalidArgument) {
@@ -178,22 +240,70 @@ func (b *broken) LoadPeers(ctx context.Context, peers []sdk.PeerSpec) ([]sdk.Pee
 }
 
 func (b *broken) UnloadPeers(ctx context.Context, ids []sdk.PeerID) ([]error, error) {
+	ids = b.peersIn(ids)
 	errs, err := b.transport.UnloadPeers(ctx, ids)
+	b.mu.Lock()
+	noHandle := len(b.live) == 0
+	b.mu.Unlock()
 	for i := range errs {
 		if b.mode == "garbage-metadata-ok" && ids[i] >= lieBase {
 			errs[i] = nil // one it made up
+		}
+		if b.mode == "busy-needs-handle" && noHandle && errors.Is(errs[i], sdk.ErrBusy) {
+			errs[i] = nil // pretends: only a handle would keep the peer
 		}
 	}
 	return errs, err
 }
 
+// peersIn maps the peer ids ids-across-kinds made up to the fake's.
+func (b *broken) peersIn(ids []sdk.PeerID) []sdk.PeerID {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := make([]sdk.PeerID, len(ids))
+	for i, id := range ids {
+		out[i] = id
+		if in, ok := b.peerIn[id]; ok {
+			out[i] = in
+		}
+	}
+	return out
+}
+
+func (b *broken) PrepareDescriptors(ctx context.Context, specs []sdk.DlistSpec) ([]sdk.DlistResult, error) {
+	in := make([]sdk.DlistSpec, len(specs))
+	for i, s := range specs {
+		in[i] = s
+		in[i].Peer = b.peersIn([]sdk.PeerID{s.Peer})[0]
+	}
+	res, err := b.transport.PrepareDescriptors(ctx, in)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for i, r := range res {
+		if r.Err == nil && in[i].Peer != 0 {
+			b.dlistPeer[r.ID] = in[i].Peer
+		}
+	}
+	return res, err
+}
+
+func (b *broken) SendNotifications(ctx context.Context, msgs []sdk.OutboundNotification) ([]error, error) {
+	in := make([]sdk.OutboundNotification, len(msgs))
+	for i, m := range msgs {
+		in[i] = m
+		in[i].Peer = b.peersIn([]sdk.PeerID{m.Peer})[0]
+	}
+	return b.transport.SendNotifications(ctx, in)
+}
+
 func (b *broken) DeregisterMemory(ctx context.Context, ids []sdk.RegionID) ([]error, error) {
 	errs, err := b.transport.DeregisterMemory(ctx, ids)
-	if b.mode == "deregister-busy-ok" {
-		for i := range errs {
-			if errors.Is(errs[i], sdk.ErrBusy) {
-				errs[i] = nil
-			}
+	b.mu.Lock()
+	noHandle := len(b.live) == 0
+	b.mu.Unlock()
+	for i := range errs {
+		if errors.Is(errs[i], sdk.ErrBusy) && (b.mode == "deregister-busy-ok" || b.mode == "busy-needs-handle" && noHandle) {
+			errs[i] = nil // pretends
 		}
 	}
 	return errs, err

@@ -46,7 +46,9 @@ func allChecks() []check {
 		checkCancelAsDescribed,
 		checkNotificationsOnce,
 		checkNotificationWithPost,
+		checkNotificationNotOnFailure,
 		checkPeerLoss,
+		checkFenceIncoming,
 		checkLimits,
 		checkEventsOnce,
 	}

@@ -10,7 +10,7 @@ import (
 var checkBusyInUse = check{
 	name: "contract/busy-in-use",
 	doc: "while a handle is unreleased, ReleaseDescriptors of its dlists is BUSY; while a dlist lives, UnloadPeers of its peer and DeregisterMemory of its region are BUSY; " +
-		"each refusal changes nothing, and the same calls succeed once the user is gone",
+		"both stay BUSY once the handle is released and only the dlists remain; each refusal changes nothing, and the same calls succeed once the user is gone",
 	needs: movesData,
 	run: func(e *env) {
 		l := e.link(bigTransfer)
@@ -53,6 +53,14 @@ var checkBusyInUse = check{
 		}
 		expectBytes(l.dst, 0, want, "after the refused calls and DONE")
 		l.a.release(h)
+		// No handle is left: the dlists alone still use the peer and the
+		// region.
+		refused("UnloadPeers(peer of a live dlist, no handle left)", func(ctx context.Context) ([]error, error) {
+			return l.a.tr.UnloadPeers(ctx, []sdk.PeerID{l.peer})
+		})
+		refused("DeregisterMemory(region of a live dlist, no handle left)", func(ctx context.Context) ([]error, error) {
+			return l.a.tr.DeregisterMemory(ctx, []sdk.RegionID{l.src.id})
+		})
 		l.a.releaseDlists(l.ld, l.rd)
 		l.a.unloadPeer(l.peer)
 		l.a.deregister(l.src.id)

@@ -18,7 +18,7 @@ func needsEvents(d sdk.Description) string {
 // once, with the state Poll reports.
 var checkEventsOnce = check{
 	name:  "events/terminal-once",
-	doc:   "with Events claimed, each of 32 handles has exactly one terminal event, with the state Poll reports, and none after it was drained",
+	doc:   "with Events claimed, each of 32 handles has exactly one terminal event, with the state Poll reports, and none after it was drained; Events(max) returns at most max",
 	needs: needsEvents,
 	run: func(e *env) {
 		l := e.link(1 << 20)
@@ -36,12 +36,15 @@ var checkEventsOnce = check{
 			final[ids[i]] = st.State
 		}
 		seen := map[sdk.HandleID]int{}
-		drain := func() {
+		drain := func(limit int) {
 			ctx, cancel := e.callCtx()
 			defer cancel()
-			evs, err := src.Events(ctx, 0)
+			evs, err := src.Events(ctx, limit)
 			if err != nil {
-				e.t.Fatalf("Events: %v", err)
+				e.t.Fatalf("Events(max %d): %v", limit, err)
+			}
+			if limit > 0 && len(evs) > limit {
+				e.t.Errorf("Events(max %d) returned %d events", limit, len(evs))
 			}
 			for _, ev := range evs {
 				want, mine := final[ev.Handle]
@@ -60,11 +63,18 @@ var checkEventsOnce = check{
 			if time.Now().After(deadline) {
 				e.t.Fatalf("terminal events for %d of %d terminal handles after %v", len(seen), len(ids), settleTimeout)
 			}
-			drain()
+			// Small batches first, so that a bounded drain is covered and
+			// an event split across calls is still reported once.
+			limit := 3
+			if len(seen) >= len(ids)/2 {
+				limit = 0
+			}
+			drain(limit)
 			b.wait()
 		}
 		barrier(e, l)
-		drain()
+		drain(1)
+		drain(0)
 		for id, n := range seen {
 			if n != 1 {
 				e.t.Errorf("handle %d: %d terminal events, want exactly one", id, n)

@@ -11,11 +11,28 @@ const idPosts = 100_000
 // it named was released, and none is zero.
 var checkIDsNeverReused = check{
 	name:  "contract/ids-never-reused",
-	doc:   "over 100k posts (each released before the next batch) and repeated dlist and region cycles, no id is zero and none is handed out twice",
+	doc:   "over 100k posts (each released before the next batch) and repeated dlist, region and peer cycles, no id is zero and none is handed out twice, whatever kind it named",
 	needs: movesData,
 	run: func(e *env) {
 		l := e.link(4096)
-		seen := make(map[sdk.HandleID]int, idPosts)
+		// One map for every kind: an id is never reused, whatever kind it
+		// named (sdk/doc.go), so a region may not take a released handle's
+		// id either.
+		seen := make(map[uint64]string, idPosts+1024)
+		issued := func(what string, id uint64) {
+			e.t.Helper()
+			if id == 0 {
+				e.t.Fatalf("%s returned id 0, which means none", what)
+			}
+			if prev, ok := seen[id]; ok {
+				e.t.Fatalf("%s returned id %d, already returned as %s: ids must never be reused, whatever kind they name", what, id, prev)
+			}
+			seen[id] = what
+		}
+		issued("RegisterMemory (link source region)", uint64(l.src.id))
+		issued("LoadPeers (link peer)", uint64(l.peer))
+		issued("PrepareDescriptors (link local dlist)", uint64(l.ld))
+		issued("PrepareDescriptors (link remote dlist)", uint64(l.rd))
 		batch := e.maxBatch()
 		specs := make([]sdk.PostSpec, batch)
 		for i := range specs {
@@ -25,43 +42,38 @@ var checkIDsNeverReused = check{
 			n := min(batch, idPosts-posted)
 			ids := l.a.post(specs[:n]...)
 			for i, id := range ids {
-				if id == 0 {
-					e.t.Fatalf("Post number %d returned handle id 0, which means none", posted+i+1)
-				}
-				if prev, ok := seen[id]; ok {
-					e.t.Fatalf("Post number %d returned handle id %d, already returned by post number %d: ids must never be reused", posted+i+1, id, prev)
-				}
-				seen[id] = posted + i + 1
+				issued("Post number "+itoa(uint64(posted+i+1))+" (handle)", uint64(id))
 			}
 			l.a.wait(ids...)
 			l.a.release(ids...)
 			posted += n
 		}
 
-		dlists := map[sdk.DlistID]bool{}
-		for range 8 {
+		for k := range 8 {
 			specs := make([]sdk.DlistSpec, 128)
 			for i := range specs {
 				specs[i] = sdk.DlistSpec{Descriptors: []sdk.Descriptor{l.src.desc(0, 1)}}
 			}
 			ids := l.a.dlists(specs...)
-			for _, id := range ids {
-				if id == 0 || dlists[id] {
-					e.t.Fatalf("PrepareDescriptors returned dlist id %d twice or zero: ids must never be reused", id)
-				}
-				dlists[id] = true
+			for i, id := range ids {
+				issued("PrepareDescriptors round "+itoa(uint64(k))+" item "+itoa(uint64(i))+" (dlist)", uint64(id))
 			}
 			l.a.releaseDlists(ids...)
 		}
 
-		regions := map[sdk.RegionID]bool{}
-		for range 16 {
+		for k := range 16 {
 			r := l.a.region(4096)
-			if r.id == 0 || regions[r.id] {
-				e.t.Fatalf("RegisterMemory returned region id %d twice or zero: ids must never be reused", r.id)
-			}
-			regions[r.id] = true
+			issued("RegisterMemory round "+itoa(uint64(k))+" (region)", uint64(r.id))
 			l.a.deregister(r.id)
+		}
+
+		// Peers last: the link's peer must be free to load b again.
+		l.a.releaseDlists(l.ld, l.rd)
+		l.a.unloadPeer(l.peer)
+		for k := range 8 {
+			p := l.a.loadPeer(l.b)
+			issued("LoadPeers round "+itoa(uint64(k))+" (peer)", uint64(p))
+			l.a.unloadPeer(p)
 		}
 	},
 }

@@ -181,3 +181,46 @@ var checkNotificationWithPost = check{
 		}
 	},
 }
+
+// checkNotificationNotOnFailure: a post that does not end DONE never
+// delivers its notification.
+var checkNotificationNotOnFailure = check{
+	name: "notifications/never-unless-done",
+	doc: "the notification of a WRITE canceled while running, which ends CANCELED or FAILED, is never delivered: it has not arrived after a barrier and a later message " +
+		"from the same sender (a WRITE that ended DONE anyway delivers it, and is tried again)",
+	needs: func(d sdk.Description) string {
+		if !d.Capabilities.Cancel {
+			return "transport does not claim Cancel, the suite's way to make a post end other than DONE"
+		}
+		return needsNotifications(d)
+	},
+	run: func(e *env) {
+		const attempts = 5
+		l := e.link(bigTransfer)
+		l.src.write(0, pattern(9, bigTransfer))
+		for n := range attempts {
+			msg := fmt.Sprintf("canceled post %d", n)
+			p := l.spec(sdk.OpWrite)
+			p.Notification = []byte(msg)
+			h := l.a.post(p)[0]
+			cancelAll(e, l.a, []sdk.HandleID{h})
+			st := l.a.wait(h)[0]
+			l.a.release(h)
+			if st.State == sdk.StateDone {
+				continue // its notification is due; try again
+			}
+			// Whatever was still on its way has landed once a barrier
+			// transfer and a later message from the same sender arrived.
+			barrier(e, l)
+			end := fmt.Sprintf("after canceled post %d", n)
+			l.a.send(l.peer, end)
+			got := l.b.drainUntil("the message sent after the canceled post", hasMessage(end))
+			if hasMessage(msg)(got) {
+				e.t.Errorf("handle %d ended %v (%v), yet its notification %q was delivered: a post's notification is delivered only once it is DONE, never if it is not",
+					h, st.State, st.Reason, msg)
+			}
+			return
+		}
+		e.t.Skipf("each of %d canceled WRITEs of %d bytes ended DONE: cannot observe a post that does not end DONE on this transport", attempts, bigTransfer)
+	},
+}

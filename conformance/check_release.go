@@ -22,14 +22,22 @@ var checkReleaseRunning = check{
 			want := pattern(uint64(100+n), bigTransfer)
 			l.src.write(0, want)
 			h := l.a.post(l.spec(sdk.OpWrite))[0]
+			// Just before Release: is the handle running, with at least
+			// half of its bytes still to land? Then an OK can only mean
+			// Release waited for the transfer, or freed a running handle.
+			running := l.a.poll(h)[0].State == sdk.StateInProgress && !landed(l.dst, want, bigTransfer/2) && !landed(l.dst, want, bigTransfer-4096)
 			ctx, cancel := e.callCtx()
 			errs, err := l.a.tr.Release(ctx, []sdk.HandleID{h})
 			cancel()
 			switch c := codeOf(errs, err); c {
 			case sdk.CodeOK:
+				untrack(l.a, &l.a.heldHandles, h)
+				if running {
+					e.t.Fatalf("Release(handle %d) returned OK, but Poll said IN_PROGRESS just before the call and at least half of its %d bytes had not landed: "+
+						"Release waited for the transfer, or released a running handle (Release never waits; a running handle is BUSY)", h, bigTransfer)
+				}
 				// Allowed only if the transfer had already ended: every
 				// byte must be in place now and stay so.
-				untrack(l.a, &l.a.heldHandles, h)
 				if !expectBytes(l.dst, 0, want, "right after Release of handle "+itoa(uint64(h))+" returned OK") {
 					e.t.Fatalf("Release(handle %d) returned OK while its bytes were still moving: a running handle must be refused with BUSY", h)
 				}
@@ -81,4 +89,10 @@ var checkReleaseTwice = check{
 			e.t.Errorf("Release of released or unknown handles changed Resources: %+v, then %+v", before, after)
 		}
 	},
+}
+
+// landed reports whether the 4096 bytes of r at off already hold want's.
+func landed(r *region, want []byte, off uint64) bool {
+	r.a.e.t.Helper()
+	return string(r.read(off, 4096)) == string(want[off:off+4096])
 }

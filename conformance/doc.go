@@ -23,7 +23,7 @@
 //
 // Each check is a subtest named group/name, where the group is the
 // capability it tests (contract, data, cancel, notifications, peer-loss,
-// limits, events). A check runs on fresh agents (two or more when the
+// fence, limits, events). A check runs on fresh agents (two or more when the
 // transport claims Remote, so that remote operations are real; one agent
 // and itself when it claims only Local), opened with Config.Params, with
 // fresh region files in a directory of its own. Every id it creates is

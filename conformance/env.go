@@ -35,6 +35,9 @@ type env struct {
 	prefix string
 	agents []*agent
 	files  int // region files created, to name the next
+	// tearingDown is set once the teardown starts: from then on calls get
+	// a fresh context (callCtx).
+	tearingDown bool
 }
 
 // newEnv makes the environment of one check. Its cleanup tears down every
@@ -74,11 +77,13 @@ func sanitize(name string) string {
 	return name
 }
 
-// callCtx bounds one transport call. The teardown runs after the check's
-// context is canceled, so it uses a fresh one.
+// callCtx bounds one transport call. During the check it is bounded by the
+// check's context too, so Config.CheckTimeout ends a check whose calls keep
+// it running; only the teardown, which runs after that context ended, uses
+// a fresh one so that it can still free what the check created.
 func (e *env) callCtx() (context.Context, context.CancelFunc) {
 	parent := e.ctx
-	if parent.Err() != nil {
+	if e.tearingDown {
 		parent = context.Background()
 	}
 	return context.WithTimeout(parent, callTimeout)

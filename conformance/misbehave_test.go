@@ -1,7 +1,9 @@
 package conformance_test
 
 import (
+	"maps"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -42,24 +44,36 @@ func TestSuiteCatchesMisbehaviour(t *testing.T) {
 // it holds (broken), and must fail, while the same check against the
 // unbroken wrapper passes.
 func TestEachCheckCanFail(t *testing.T) {
+	// slow makes a fake WRITE run long enough to kill its target under it.
+	slow := map[string]string{"chunk": "16384", "chunk_delay": "50us"}
 	for _, tc := range []struct {
 		mode   string
 		check  string
 		plugin bool // out of process: the check needs a killable agent
+		// params open both runs' agents; brokenParams are added to the
+		// broken run's.
+		params, brokenParams map[string]string
 	}{
-		{"describe-inconsistent", "contract/describe", false},
-		{"poll-error-with-state", "contract/poll-unknown", false},
-		{"release-unknown-ok", "contract/release-twice", false},
-		{"deregister-busy-ok", "contract/busy-in-use", false},
-		{"garbage-metadata-ok", "contract/bad-arguments", false},
-		{"resources-leak", "contract/close-and-teardown", false},
-		{"post-waits", "data/post-never-waits", false},
-		{"cancel-frees", "cancel/frees-nothing", false},
-		{"canceled-early", "cancel/as-described", false},
-		{"notify-twice", "notifications/exactly-once-in-order", false},
-		{"limit-unenforced", "limits/honoured", false},
-		{"events-twice", "events/terminal-once", false},
-		{"disconnect-as-backend", "peer-loss/bounded", true},
+		{"describe-inconsistent", "contract/describe", false, nil, nil},
+		{"poll-error-with-state", "contract/poll-unknown", false, nil, nil},
+		{"release-unknown-ok", "contract/release-twice", false, nil, nil},
+		{"deregister-busy-ok", "contract/busy-in-use", false, nil, nil},
+		{"garbage-metadata-ok", "contract/bad-arguments", false, nil, nil},
+		{"resources-leak", "contract/close-and-teardown", false, nil, nil},
+		{"post-waits", "data/post-never-waits", false, nil, nil},
+		{"cancel-frees", "cancel/frees-nothing", false, nil, nil},
+		{"canceled-early", "cancel/as-described", false, nil, nil},
+		{"notify-twice", "notifications/exactly-once-in-order", false, nil, nil},
+		{"limit-unenforced", "limits/honoured", false, nil, nil},
+		{"events-twice", "events/terminal-once", false, nil, nil},
+		{"disconnect-as-backend", "peer-loss/bounded", true, nil, nil},
+		{"disconnect-as-done", "peer-loss/bounded", true, nil, nil},
+		{"fence-incoming-lie", "fence/incoming", true, slow, map[string]string{"fence": "initiated"}},
+		{"release-waits", "contract/release-running-busy", false, nil, nil},
+		{"busy-needs-handle", "contract/busy-in-use", false, nil, nil},
+		{"notify-canceled", "notifications/never-unless-done", false, nil, nil},
+		{"ids-across-kinds", "contract/ids-never-reused", false, nil, nil},
+		{"events-over-max", "events/terminal-once", false, nil, nil},
 	} {
 		t.Run(tc.mode, func(t *testing.T) {
 			var inner conformance.Factory
@@ -70,9 +84,17 @@ func TestEachCheckCanFail(t *testing.T) {
 				inner = conformance.PluginFactory(fakePlugin(t), sdk.LaunchOptions{})
 			}
 			for _, mode := range []string{"", tc.mode} {
+				params := maps.Clone(tc.params)
+				if mode != "" && tc.brokenParams != nil {
+					if params == nil {
+						params = map[string]string{}
+					}
+					maps.Copy(params, tc.brokenParams)
+				}
 				rep, err := conformance.Execute(t.Context(), conformance.Config{
-					New:   brokenFactory(mode, inner),
-					Match: func(name string) bool { return name == tc.check },
+					New:    brokenFactory(mode, inner),
+					Params: params,
+					Match:  func(name string) bool { return name == tc.check },
 				})
 				require.NoError(t, err)
 				require.Len(t, rep.Results, 1)
@@ -85,5 +107,29 @@ func TestEachCheckCanFail(t *testing.T) {
 				t.Logf("%s caught %s: %s", tc.check, tc.mode, r.Message)
 			}
 		})
+	}
+}
+
+// TestCheckTimeoutEndsTheCheck: Config.CheckTimeout bounds the check's own
+// calls, not only the runner's patience: a transfer that never ends (the
+// fake's stall fault) keeps the check polling within its 60s settle bound,
+// yet once CheckTimeout passed its next Poll fails with the check's
+// deadline, well before the runner would abandon it, and the teardown
+// (with fresh contexts) still frees everything.
+func TestCheckTimeoutEndsTheCheck(t *testing.T) {
+	rep, err := conformance.Execute(t.Context(), conformance.Config{
+		New:          inProcess,
+		Params:       map[string]string{"fault": "stall"},
+		CheckTimeout: 2 * time.Second,
+		Match:        func(name string) bool { return name == "contract/release-twice" },
+	})
+	require.NoError(t, err)
+	require.Len(t, rep.Results, 1)
+	r := rep.Results[0]
+	require.Equal(t, conformance.StatusFail, r.Status, "a check whose transfer never ends passed: %s", r.Message)
+	assert.Contains(t, r.Message, "Poll(", "the check should end on the Poll its deadline cut short")
+	assert.NotContains(t, r.Message, "did not finish within", "the runner had to abandon the check: CheckTimeout did not bound its calls")
+	for _, l := range r.Log {
+		assert.NotContains(t, l, "teardown:", "the teardown should free everything once the check ended")
 	}
 }

@@ -14,6 +14,7 @@ import (
 // here fails the check unless it already failed (then it is only logged,
 // since a broken check may leave its transport in any state).
 func (e *env) teardown() {
+	e.tearingDown = true
 	report := func(format string, args ...any) {
 		if e.t.Failed() {
 			e.t.Logf("teardown: "+format, args...)

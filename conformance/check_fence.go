@@ -1,0 +1,108 @@
+package conformance
+
+import (
+	"time"
+
+	"github.com/custody-dev/custody/sdk"
+)
+
+// fenceSize is the WRITE the fence check has running into the agent it
+// kills: small enough to snapshot at once, large enough to run a while on a
+// slow transport.
+const fenceSize = 8 << 20
+
+// fenceRounds is how many agents the fence check kills, each under a
+// running WRITE: a round can only catch a late byte if the kill lands
+// while bytes are moving, so every round that observes one must hold.
+const fenceRounds = 5
+
+// fenceInFlight is how many bytes, in one contiguous run, a WRITE may
+// still land after its target's process exited: the one operation that was
+// already being copied at the kill. The fake copies 64 KiB chunks from the
+// initiator's process, and nothing can hold its copy back when the target
+// dies; RDMA drains what the target's NIC accepted before the kernel lets
+// the process be reaped. Anything more means the initiator went on writing
+// after the kill: the fence did not stop it.
+const fenceInFlight = 64 << 10
+
+// needsFenceIncoming runs on transports that claim their fence stops
+// incoming transfers too, which lets the host reuse a dead agent's blocks
+// at once (DESIGN 4a).
+func needsFenceIncoming(d sdk.Description) string {
+	if d.FenceScope != sdk.FenceInitiatedAndIncoming {
+		return "transport claims FenceScope " + string(d.FenceScope) + ", not " + string(sdk.FenceInitiatedAndIncoming) +
+			": the host never reuses memory a peer may still write into, so there is nothing to check"
+	}
+	return needsRemote(d)
+}
+
+// checkFenceIncoming: killing an agent's process stops a peer's WRITE into
+// its memory, as FenceScope initiated-and-incoming promises.
+var checkFenceIncoming = check{
+	name: "fence/incoming",
+	doc: "with FenceScope initiated-and-incoming claimed, a peer's WRITE running into an agent whose process was killed lands no byte after the process exited: " +
+		"the region's bytes, snapshot once the process is gone, do not change while the peer's handle turns terminal (but for one contiguous run of at most 64 KiB, the operation in flight at the kill)",
+	needs: needsFenceIncoming,
+	run: func(e *env) {
+		observed := 0
+		for n := range fenceRounds {
+			a, b := e.agent(), e.agent()
+			if a.ag.Kill == nil {
+				e.t.Skipf("the factory cannot kill one agent alone (Agent.Kill is nil: an in-process transport); run the suite out of process to check the fence")
+			}
+			if a.ag.Exited == nil {
+				e.t.Skipf("the factory gives no Agent.Exited: the suite cannot tell when the killed agent's process is gone, so it cannot check the fence")
+			}
+			// b WRITEs into a: l.src is b's region, l.dst a's.
+			l := e.linkBetween(b, a, fenceSize)
+			want := pattern(uint64(20+n), fenceSize)
+			l.src.write(0, want)
+			h := b.post(l.spec(sdk.OpWrite))[0]
+			if st := b.poll(h)[0]; st.State != sdk.StateInProgress {
+				b.wait(h)
+				b.release(h)
+				continue // over before the kill: this round cannot observe the fence
+			}
+			a.kill()
+			select {
+			case <-a.ag.Exited:
+			case <-time.After(callTimeout):
+				e.t.Fatalf("agent %q: Kill returned but its process has not exited %v later", a.name, callTimeout)
+			}
+			snap := l.dst.read(0, fenceSize)
+			if string(snap) == string(want) {
+				b.wait(h)
+				b.release(h)
+				continue // every byte landed before the exit: nothing left to fence
+			}
+			observed++
+			st := b.waitFor(e.lossBound()+e.lossBound()/2+2*time.Second, h)[0]
+			if got := l.dst.read(0, fenceSize); firstDiff(got, snap) >= 0 {
+				first, last := changed(got, snap)
+				if last-first < fenceInFlight {
+					e.t.Logf("round %d: bytes %d to %d landed after the exit: within the one operation in flight at the kill", n, first, last)
+					b.release(h)
+					continue
+				}
+				e.t.Errorf("round %d: a WRITE of handle %d (agent %q) into killed agent %q changed its region (bytes %d to %d of %d) after the process had exited (the handle ended %v, %v): "+
+					"FenceScope %q promises that a kill stops incoming transfers, so the host would reuse memory that is still being written",
+					n, h, b.name, a.name, first, last, fenceSize, st.State, st.Reason, e.desc.FenceScope)
+			}
+			b.release(h)
+		}
+		if observed == 0 {
+			e.t.Skipf("could not observe the fence: in each of %d rounds the WRITE of %d bytes was over before its target's process exited", fenceRounds, fenceSize)
+		}
+		e.t.Logf("%d of %d rounds killed an agent while a WRITE into it was running", observed, fenceRounds)
+	},
+}
+
+// changed returns the first and last index where a and b differ; the
+// caller knows they differ.
+func changed(a, b []byte) (first, last int) {
+	first, last = firstDiff(a, b), len(a)-1
+	for last > first && a[last] == b[last] {
+		last--
+	}
+	return first, last
+}
