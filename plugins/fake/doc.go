@@ -31,7 +31,12 @@
 //     chunk, and every few milliseconds for a stalled transfer, the DMA
 //     engine probes the remote region's lease; once the owner deregistered
 //     the region or died, no further chunk moves and the transfer ends
-//     FAILED with REMOTE_DISCONNECT.
+//     FAILED with REMOTE_DISCONNECT. Known limit: the probe and the copy
+//     are not atomic, so the one chunk whose probe passed just before the
+//     owner died can land after its death, up to chunk bytes (the
+//     conformance check fence/incoming allows one chunk of 64 KiB at most).
+//     A hardware fence has no such window; keep chunk small where it
+//     matters.
 //   - fence=initiated (FenceScope initiated): the initiator maps the peer's
 //     memory directly, as UCX's shared-memory transports do, so neither a
 //     deregistration nor the owner's death revokes anything: chunks keep
