@@ -1,22 +1,11 @@
 package conformance_test
 
 import (
-	"os"
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/custody-dev/custody/internal/testbin"
 )
 
 func TestMain(m *testing.M) {
-	code := m.Run()
-	if buildDir != "" {
-		_ = os.RemoveAll(buildDir)
-	}
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			os.Stderr.WriteString("goleak: " + err.Error() + "\n")
-			code = 1
-		}
-	}
-	os.Exit(code)
+	testbin.Main(m, func(dir string) { binDir = dir }, "custody-transport-fake")
 }
