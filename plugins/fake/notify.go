@@ -228,7 +228,9 @@ func (t *Transport) SendNotifications(ctx context.Context, msgs []sdk.OutboundNo
 			continue
 		}
 		if first, ok := failed[n.to.Name]; ok {
-			out[i] = sdk.Errorf(sdk.CodeBackend, "fake: notification to %s not sent: message %d of this call to that peer failed first; send from that one again, in order", n.to.Name, first)
+			// Same code as the first failure: a later message is refused for
+			// the same reason (a full queue past the deadline is TIMEOUT).
+			out[i] = sdk.Errorf(sdk.CodeOf(out[first]), "fake: notification to %s not sent: message %d of this call to that peer failed first; send from that one again, in order", n.to.Name, first)
 			continue
 		}
 		if err := t.send(ctx, n); err != nil {
