@@ -91,14 +91,22 @@ func TestEachCheckCanFail(t *testing.T) {
 					}
 					maps.Copy(params, tc.brokenParams)
 				}
-				rep, err := conformance.Execute(t.Context(), conformance.Config{
-					New:    brokenFactory(mode, inner),
-					Params: params,
-					Match:  func(name string) bool { return name == tc.check },
-				})
-				require.NoError(t, err)
-				require.Len(t, rep.Results, 1)
-				r := rep.Results[0]
+				// A broken transport need be caught once; timing-bound ones
+				// (a fence race) get three tries on a loaded machine.
+				var r conformance.Result
+				for try := 0; try < 3; try++ {
+					rep, err := conformance.Execute(t.Context(), conformance.Config{
+						New:    brokenFactory(mode, inner),
+						Params: params,
+						Match:  func(name string) bool { return name == tc.check },
+					})
+					require.NoError(t, err)
+					require.Len(t, rep.Results, 1)
+					r = rep.Results[0]
+					if mode == "" || r.Status == conformance.StatusFail {
+						break
+					}
+				}
 				if mode == "" {
 					assert.Equal(t, conformance.StatusPass, r.Status, "check %s against the unbroken wrapper: %s", tc.check, r.Message)
 					continue
