@@ -74,9 +74,10 @@ func requireAllShutdown(t *testing.T, p *sdk.Plugin) {
 	}
 }
 
-// TestKillUnderPendingCall: a call blocked inside the plugin when the
-// process is killed with SIGKILL from outside returns ErrPluginShutdown.
-func TestKillUnderPendingCall(t *testing.T) {
+// pendingPoll launches the blocking helper plugin and starts a Poll that
+// blocks inside it; the Poll's error arrives on the channel.
+func pendingPoll(t *testing.T) (*sdk.Plugin, <-chan error) {
+	t.Helper()
 	t.Setenv(helperEnv, "blocking")
 	p := launch(t, helperBin, sdk.LaunchOptions{CallTimeout: longCallTimeout})
 	pending := make(chan error, 1)
@@ -89,6 +90,13 @@ func TestKillUnderPendingCall(t *testing.T) {
 		require.NoError(t, err)
 		return r.InFlight == 1
 	}, waitFor, tick, "the Poll never reached the plugin")
+	return p, pending
+}
+
+// TestKillUnderPendingCall: a call blocked inside the plugin when the
+// process is killed with SIGKILL from outside returns ErrPluginShutdown.
+func TestKillUnderPendingCall(t *testing.T) {
+	p, pending := pendingPoll(t)
 
 	require.NoError(t, syscall.Kill(p.Pid(), syscall.SIGKILL))
 	select {
@@ -184,18 +192,7 @@ func TestCrashDuringCall(t *testing.T) {
 // TestStopUnderPendingCall: a graceful Stop under a pending call ends that
 // call with ErrPluginShutdown too.
 func TestStopUnderPendingCall(t *testing.T) {
-	t.Setenv(helperEnv, "blocking")
-	p := launch(t, helperBin, sdk.LaunchOptions{CallTimeout: longCallTimeout})
-	pending := make(chan error, 1)
-	go func() {
-		_, err := p.Poll(context.Background(), []sdk.HandleID{1})
-		pending <- err
-	}()
-	require.Eventually(t, func() bool {
-		r, err := p.Resources(context.Background())
-		require.NoError(t, err)
-		return r.InFlight == 1
-	}, waitFor, tick, "the Poll never reached the plugin")
+	p, pending := pendingPoll(t)
 
 	p.Stop()
 	select {
