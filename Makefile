@@ -5,7 +5,7 @@ BIN := $(CURDIR)/bin
 PROTOC_GEN_GO_VERSION := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.5.1
 GOBIN_TOOLS := $(CURDIR)/.tools
-PROTO := sdk/proto/custody/transport/v1/transport.proto api/engine/v1/engine.proto
+PROTO := sdk/plugin/proto/custody/transport/v1/transport.proto api/engine/v1/engine.proto
 
 .PHONY: all build test demo proto bench lint deps clean
 

@@ -2,7 +2,7 @@
 // set of checks that holds a transport to the contract of DESIGN section 3
 // (package sdk), run by go test against the fake and by `custody
 // conformance --plugin PATH` against any transport binary built with
-// sdk.Serve.
+// plugin.Serve.
 //
 // # Use
 //
@@ -11,7 +11,7 @@
 //
 //	func TestMyTransport(t *testing.T) {
 //		conformance.Run(t, conformance.Config{
-//			New: conformance.PluginFactory("bin/custody-transport-x", sdk.LaunchOptions{}),
+//			New: conformance.PluginFactory("bin/custody-transport-x", plugin.LaunchOptions{}),
 //		})
 //	}
 //

@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/custody-dev/custody/conformance"
-	"github.com/custody-dev/custody/sdk"
+	"github.com/custody-dev/custody/sdk/plugin"
 )
 
 // TestSuiteCatchesMisbehaviour proves the suite can fail: the fake run in
@@ -81,7 +81,7 @@ func TestEachCheckCanFail(t *testing.T) {
 				if testing.Short() {
 					t.Skip("launches plugin processes")
 				}
-				inner = conformance.PluginFactory(fakePlugin(t), sdk.LaunchOptions{})
+				inner = conformance.PluginFactory(fakePlugin(t), plugin.LaunchOptions{})
 			}
 			for _, mode := range []string{"", tc.mode} {
 				params := maps.Clone(tc.params)

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/custody-dev/custody/conformance"
-	"github.com/custody-dev/custody/sdk"
+	"github.com/custody-dev/custody/sdk/plugin"
 )
 
 // binDir holds the fake transport binary, built by TestMain.
@@ -18,10 +18,10 @@ func fakePlugin(t *testing.T) string {
 }
 
 // TestFakeOutOfProcess holds the fake, run as a plugin process per agent
-// through sdk.Launch, to every check, peer loss included.
+// through plugin.Launch, to every check, peer loss included.
 func TestFakeOutOfProcess(t *testing.T) {
 	if testing.Short() {
 		t.Skip("launches dozens of plugin processes")
 	}
-	conformance.Run(t, conformance.Config{New: conformance.PluginFactory(fakePlugin(t), sdk.LaunchOptions{})})
+	conformance.Run(t, conformance.Config{New: conformance.PluginFactory(fakePlugin(t), plugin.LaunchOptions{})})
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/custody-dev/custody/core"
 	"github.com/custody-dev/custody/sdk"
+	"github.com/custody-dev/custody/sdk/plugin"
 )
 
 // Round intervals of the owner loop: busy while requests are open, idle
@@ -51,7 +52,7 @@ type Host struct {
 
 	// Owner goroutine state: touched only inside Run and the commands it runs.
 	core      *core.Core
-	tp        *sdk.Plugin
+	tp        *plugin.Plugin
 	epoch     core.Epoch
 	desc      sdk.Description
 	pools     []poolEntry // PoolID-1 indexes
@@ -325,7 +326,7 @@ func (h *Host) restart() {
 	if time.Now().Before(h.restartAt) {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), sdk.DefaultStartTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), plugin.DefaultStartTimeout)
 	defer cancel()
 	if err := h.start(ctx); err != nil {
 		h.restartAt = time.Now().Add(restartBackoff)

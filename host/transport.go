@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/custody-dev/custody/sdk"
+	"github.com/custody-dev/custody/sdk/plugin"
 )
 
 // PluginPath resolves the transport binary of a TransportConfig: its Path,
@@ -35,7 +36,7 @@ func PluginPath(tc TransportConfig) (string, error) {
 
 // startTransport launches the transport process and opens its agent. On any
 // error the process is killed: nothing is left running.
-func startTransport(ctx context.Context, tc TransportConfig, agent string, log hclog.Logger) (*sdk.Plugin, error) {
+func startTransport(ctx context.Context, tc TransportConfig, agent string, log hclog.Logger) (*plugin.Plugin, error) {
 	path, err := PluginPath(tc)
 	if err != nil {
 		return nil, err
@@ -44,7 +45,7 @@ func startTransport(ctx context.Context, tc TransportConfig, agent string, log h
 	if tc.SHA256 != "" {
 		sum, _ = hex.DecodeString(tc.SHA256) // validated at load
 	}
-	pl, err := sdk.Launch(ctx, path, sdk.LaunchOptions{Checksum: sum, Logger: log, CallTimeout: tc.CallTimeout})
+	pl, err := plugin.Launch(ctx, path, plugin.LaunchOptions{Checksum: sum, Logger: log, CallTimeout: tc.CallTimeout})
 	if err != nil {
 		return nil, err
 	}

@@ -1,7 +1,8 @@
 // Package sdk is custody's transport contract, version 1: the Go types and
-// the Transport interface every backend implements, the error codes, the
-// proto that carries them between processes, Serve for a plugin's main and
-// Launch for the host.
+// the Transport interface every backend implements, the error codes and the
+// promises of every call. It imports no gRPC: the process boundary (the
+// proto, Serve for a plugin's main, Launch for the host) is package
+// sdk/plugin.
 //
 // # Who calls what
 //

@@ -17,16 +17,17 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/custody-dev/custody/sdk"
+	"github.com/custody-dev/custody/sdk/plugin"
 )
 
 func init() {
 	var (
-		plugin   string
-		params   []string
-		sizes    []int
-		perftest string
-		minTime  time.Duration
-		repeat   int
+		pluginPath string
+		params     []string
+		sizes      []int
+		perftest   string
+		minTime    time.Duration
+		repeat     int
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -54,10 +55,10 @@ parameter) and size, prints a table, and for each size and op a line
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Minute)
 			defer cancel()
-			return runBench(ctx, cmd.OutOrStdout(), benchConfig{plugin: plugin, params: p, sizes: sizes, perftest: perftest, minTime: minTime, repeat: repeat})
+			return runBench(ctx, cmd.OutOrStdout(), benchConfig{plugin: pluginPath, params: p, sizes: sizes, perftest: perftest, minTime: minTime, repeat: repeat})
 		},
 	}
-	cmd.Flags().StringVar(&plugin, "plugin", defaultPlugin("ucx"), "transport plugin binary")
+	cmd.Flags().StringVar(&pluginPath, "plugin", defaultPlugin("ucx"), "transport plugin binary")
 	cmd.Flags().StringArrayVar(&params, "param", nil, "transport parameter k=v (repeatable), e.g. tls=tcp")
 	cmd.Flags().IntSliceVar(&sizes, "sizes", []int{4 << 10, 64 << 10, 1 << 20, 16 << 20}, "transfer sizes in bytes")
 	cmd.Flags().StringVar(&perftest, "perftest", "ucx_perftest", "ucx_perftest binary; empty skips the comparison")
@@ -161,14 +162,14 @@ func runBench(ctx context.Context, out io.Writer, cfg benchConfig) (err error) {
 // benchSide is one agent of the bench: its process and its region.
 type benchSide struct {
 	name   string
-	pl     *sdk.Plugin
+	pl     *plugin.Plugin
 	path   string
 	region sdk.RegionID
 	peer   sdk.PeerID
 }
 
-func (s *benchSide) start(ctx context.Context, plugin string, params map[string]string) error {
-	pl, err := sdk.Launch(ctx, plugin, sdk.LaunchOptions{})
+func (s *benchSide) start(ctx context.Context, path string, params map[string]string) error {
+	pl, err := plugin.Launch(ctx, path, plugin.LaunchOptions{})
 	if err != nil {
 		return err
 	}

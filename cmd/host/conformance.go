@@ -13,7 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/custody-dev/custody/conformance"
-	"github.com/custody-dev/custody/sdk"
+	"github.com/custody-dev/custody/sdk/plugin"
 )
 
 // newConformanceCmd returns `custody conformance`: the conformance suite
@@ -22,10 +22,10 @@ import (
 // and fails, naming the failed checks, when any check fails.
 func newConformanceCmd() *cobra.Command {
 	var (
-		plugin, run, junit, jsonOut, dir string
-		params                           []string
-		timeout                          time.Duration
-		list, verbose                    bool
+		pluginPath, run, junit, jsonOut, dir string
+		params                               []string
+		timeout                              time.Duration
+		list, verbose                        bool
 	)
 	cmd := &cobra.Command{
 		Use:   "conformance",
@@ -61,7 +61,7 @@ func newConformanceCmd() *cobra.Command {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
 			defer stop()
 			rep, err := conformance.Execute(ctx, conformance.Config{
-				New:          conformance.PluginFactory(plugin, sdk.LaunchOptions{Logger: logger}),
+				New:          conformance.PluginFactory(pluginPath, plugin.LaunchOptions{Logger: logger}),
 				Params:       p,
 				Dir:          dir,
 				CheckTimeout: timeout,
@@ -92,7 +92,7 @@ func newConformanceCmd() *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&plugin, "plugin", defaultPlugin("fake"), "transport plugin binary (built with sdk.Serve)")
+	f.StringVar(&pluginPath, "plugin", defaultPlugin("fake"), "transport plugin binary (built with plugin.Serve)")
 	f.StringArrayVar(&params, "param", nil, "transport parameter k=v passed to every agent's Open (repeatable)")
 	f.StringVar(&run, "run", "", "run only the checks whose group/name matches this regular expression")
 	f.StringVar(&junit, "junit", "", "also write the results as JUnit XML to this file")

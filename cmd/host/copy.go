@@ -13,14 +13,15 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/custody-dev/custody/sdk"
+	"github.com/custody-dev/custody/sdk/plugin"
 )
 
 func init() {
 	var (
-		plugin string
-		params []string
-		size   int
-		blocks int
+		pluginPath string
+		params     []string
+		size       int
+		blocks     int
 	)
 	cmd := &cobra.Command{
 		Use:   "copy",
@@ -35,10 +36,10 @@ func init() {
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), 5*time.Minute)
 			defer cancel()
-			return runCopy(ctx, cmd.OutOrStdout(), plugin, p, size, blocks)
+			return runCopy(ctx, cmd.OutOrStdout(), pluginPath, p, size, blocks)
 		},
 	}
-	cmd.Flags().StringVar(&plugin, "plugin", defaultPlugin("fake"), "transport plugin binary")
+	cmd.Flags().StringVar(&pluginPath, "plugin", defaultPlugin("fake"), "transport plugin binary")
 	cmd.Flags().StringArrayVar(&params, "param", nil, "transport parameter k=v (repeatable)")
 	cmd.Flags().IntVar(&size, "size", 16<<20, "bytes per region")
 	cmd.Flags().IntVar(&blocks, "blocks", 64, "descriptors per transfer")
@@ -48,7 +49,7 @@ func init() {
 // copyAgent is one side of the smoke test: a transport process and its region.
 type copyAgent struct {
 	name   string
-	pl     *sdk.Plugin
+	pl     *plugin.Plugin
 	path   string
 	region sdk.RegionID
 	peer   sdk.PeerID
@@ -56,11 +57,11 @@ type copyAgent struct {
 	remote sdk.DlistID
 }
 
-func runCopy(ctx context.Context, out io.Writer, plugin string, params map[string]string, size, blocks int) (err error) {
+func runCopy(ctx context.Context, out io.Writer, pluginPath string, params map[string]string, size, blocks int) (err error) {
 	a, b := &copyAgent{name: "copy-a"}, &copyAgent{name: "copy-b"}
 	for _, ag := range []*copyAgent{a, b} {
 		defer func() { err = errors.Join(err, ag.stop()) }()
-		if err := ag.start(ctx, plugin, params, size); err != nil {
+		if err := ag.start(ctx, pluginPath, params, size); err != nil {
 			return err
 		}
 	}
@@ -100,7 +101,7 @@ func runCopy(ctx context.Context, out io.Writer, plugin string, params map[strin
 	return nil
 }
 
-func (ag *copyAgent) start(ctx context.Context, plugin string, params map[string]string, size int) error {
+func (ag *copyAgent) start(ctx context.Context, path string, params map[string]string, size int) error {
 	f, err := os.CreateTemp(shmDir(), "custody-copy-*.region")
 	if err != nil {
 		return err
@@ -109,7 +110,7 @@ func (ag *copyAgent) start(ctx context.Context, plugin string, params map[string
 	if err := errors.Join(f.Truncate(int64(size)), f.Close()); err != nil {
 		return err
 	}
-	if ag.pl, err = sdk.Launch(ctx, plugin, sdk.LaunchOptions{}); err != nil {
+	if ag.pl, err = plugin.Launch(ctx, path, plugin.LaunchOptions{}); err != nil {
 		return err
 	}
 	if err := ag.pl.Open(ctx, sdk.OpenRequest{Agent: ag.name, Params: params}); err != nil {

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/custody-dev/custody/sdk"
+	"github.com/custody-dev/custody/sdk/plugin"
 )
 
 func init() {
@@ -42,7 +43,7 @@ func init() {
 // describePlugin launches the transport at path, opens it with params (what
 // a transport promises can depend on them) and returns its Description.
 func describePlugin(ctx context.Context, path string, params map[string]string) (sdk.Description, error) {
-	pl, err := sdk.Launch(ctx, path, sdk.LaunchOptions{})
+	pl, err := plugin.Launch(ctx, path, plugin.LaunchOptions{})
 	if err != nil {
 		return sdk.Description{}, err
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/custody-dev/custody/internal/testbin"
 	"github.com/custody-dev/custody/plugins/fake"
 	"github.com/custody-dev/custody/sdk"
+	"github.com/custody-dev/custody/sdk/plugin"
 )
 
 // BenchmarkFakeWriteProcesses measures 1 MiB WRITEs between two fake
@@ -29,12 +30,12 @@ func BenchmarkFakeWriteProcesses(b *testing.B) {
 	}
 	bin := filepath.Join(dir, "custody-transport-fake")
 	type agent struct {
-		pl     *sdk.Plugin
+		pl     *plugin.Plugin
 		region sdk.RegionID
 	}
 	var ag [2]agent
 	for i := range ag {
-		pl, err := sdk.Launch(ctx, bin, sdk.LaunchOptions{})
+		pl, err := plugin.Launch(ctx, bin, plugin.LaunchOptions{})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -98,7 +98,7 @@ type Option func(*Transport)
 
 // WithExitOnCrash makes a crash fault end the process with exit code 3, as
 // the plugin binary must, instead of shutting the agent down in-process.
-// The plugin main passes it: sdk.Serve(fake.New(fake.WithExitOnCrash())).
+// The plugin main passes it: plugin.Serve(fake.New(fake.WithExitOnCrash())).
 func WithExitOnCrash() Option {
 	return func(t *Transport) { t.exitOnCrash = true }
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/custody-dev/custody/sdk"
+	"github.com/custody-dev/custody/sdk/plugin"
 )
 
 // TestPeerKilledMidTransfer kills a peer process (SIGKILL) while 16 MiB
@@ -32,10 +33,10 @@ func TestPeerKilledMidTransfer(t *testing.T) {
 			ctx := t.Context()
 			const size = 16 << 20
 			dir := t.TempDir()
-			var pls [2]*sdk.Plugin
+			var pls [2]*plugin.Plugin
 			var regs [2]sdk.RegionID
 			for i, name := range []string{"survivor", "victim"} {
-				pl, err := sdk.Launch(ctx, path, sdk.LaunchOptions{})
+				pl, err := plugin.Launch(ctx, path, plugin.LaunchOptions{})
 				require.NoError(t, err)
 				t.Cleanup(func() { _ = pl.Kill() })
 				pls[i] = pl

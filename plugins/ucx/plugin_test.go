@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/custody-dev/custody/conformance"
-	"github.com/custody-dev/custody/sdk"
+	"github.com/custody-dev/custody/sdk/plugin"
 )
 
 var (
@@ -61,7 +61,7 @@ func TestConformancePlugin(t *testing.T) {
 			// The plugin's Describe runs before Open: it reads $UCX_TLS.
 			t.Setenv("UCX_TLS", tls)
 			conformance.Run(t, conformance.Config{
-				New:    conformance.PluginFactory(path, sdk.LaunchOptions{}),
+				New:    conformance.PluginFactory(path, plugin.LaunchOptions{}),
 				Params: map[string]string{"tls": tls},
 			})
 		})

@@ -7,7 +7,7 @@
 // versions:
 // - protoc-gen-go-grpc v1.5.1
 // - protoc             v3.21.12
-// source: sdk/proto/custody/transport/v1/transport.proto
+// source: sdk/plugin/proto/custody/transport/v1/transport.proto
 
 package transportv1
 
@@ -772,5 +772,5 @@ var Transport_ServiceDesc = grpc.ServiceDesc{
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
-	Metadata: "sdk/proto/custody/transport/v1/transport.proto",
+	Metadata: "sdk/plugin/proto/custody/transport/v1/transport.proto",
 }

@@ -1,4 +1,4 @@
-package sdk_test
+package plugin_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/custody-dev/custody/sdk"
+	"github.com/custody-dev/custody/sdk/plugin"
 )
 
 // Once the plugin process is gone, every pending and every later call must
@@ -21,7 +22,7 @@ const longCallTimeout = 5 * time.Minute
 
 // allCalls makes every call of the contract, Events included, and returns
 // each one's error by name.
-func allCalls(ctx context.Context, p *sdk.Plugin) map[string]error {
+func allCalls(ctx context.Context, p *plugin.Plugin) map[string]error {
 	one := []sdk.HandleID{1}
 	out := map[string]error{}
 	_, out["Describe"] = p.Describe(ctx)
@@ -46,7 +47,7 @@ func allCalls(ctx context.Context, p *sdk.Plugin) map[string]error {
 }
 
 // requireExited waits (bounded) for the process to be gone.
-func requireExited(t *testing.T, p *sdk.Plugin) {
+func requireExited(t *testing.T, p *plugin.Plugin) {
 	t.Helper()
 	select {
 	case <-p.Exited():
@@ -57,7 +58,7 @@ func requireExited(t *testing.T, p *sdk.Plugin) {
 
 // requireSignaled checks that the process ended by SIGKILL: killed at once,
 // not shut down gracefully.
-func requireSignaled(t *testing.T, p *sdk.Plugin) {
+func requireSignaled(t *testing.T, p *plugin.Plugin) {
 	t.Helper()
 	st := p.ExitState()
 	require.NotNil(t, st)
@@ -67,7 +68,7 @@ func requireSignaled(t *testing.T, p *sdk.Plugin) {
 	assert.Equal(t, syscall.SIGKILL, ws.Signal(), "%v", st)
 }
 
-func requireAllShutdown(t *testing.T, p *sdk.Plugin) {
+func requireAllShutdown(t *testing.T, p *plugin.Plugin) {
 	t.Helper()
 	for call, err := range allCalls(context.Background(), p) {
 		assert.ErrorIs(t, err, sdk.ErrPluginShutdown, call)
@@ -76,10 +77,10 @@ func requireAllShutdown(t *testing.T, p *sdk.Plugin) {
 
 // pendingPoll launches the blocking helper plugin and starts a Poll that
 // blocks inside it; the Poll's error arrives on the channel.
-func pendingPoll(t *testing.T) (*sdk.Plugin, <-chan error) {
+func pendingPoll(t *testing.T) (*plugin.Plugin, <-chan error) {
 	t.Helper()
 	t.Setenv(helperEnv, "blocking")
-	p := launch(t, helperBin, sdk.LaunchOptions{CallTimeout: longCallTimeout})
+	p := launch(t, helperBin, plugin.LaunchOptions{CallTimeout: longCallTimeout})
 	pending := make(chan error, 1)
 	go func() {
 		_, err := p.Poll(context.Background(), []sdk.HandleID{1})

@@ -1,4 +1,4 @@
-package sdk
+package plugin
 
 import (
 	"context"
@@ -14,6 +14,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/go-plugin"
 	"google.golang.org/grpc"
+
+	"github.com/custody-dev/custody/sdk"
 )
 
 // Default launch settings.
@@ -79,12 +81,12 @@ type Plugin struct {
 	client *plugin.Client
 	cmd    *exec.Cmd
 	proc   *os.Process
-	desc   Description
+	desc   sdk.Description
 }
 
 var (
-	_ Transport   = (*Plugin)(nil)
-	_ EventSource = (*Plugin)(nil)
+	_ sdk.Transport   = (*Plugin)(nil)
+	_ sdk.EventSource = (*Plugin)(nil)
 )
 
 // Launch starts the transport binary at path and connects to it: gRPC only,
@@ -122,7 +124,7 @@ func Launch(ctx context.Context, path string, opts LaunchOptions) (*Plugin, erro
 	cmd := exec.Command(path)
 	binding := &grpcPlugin{timeout: opts.CallTimeout}
 	client := plugin.NewClient(&plugin.ClientConfig{
-		HandshakeConfig:  handshake(ContractMajor),
+		HandshakeConfig:  handshake(sdk.ContractMajor),
 		Plugins:          plugin.PluginSet{pluginName: binding},
 		Cmd:              cmd,
 		SecureConfig:     secure,
@@ -161,9 +163,9 @@ func Launch(ctx context.Context, path string, opts LaunchOptions) (*Plugin, erro
 		abort()
 		return nil, fmt.Errorf("launch %s: %w", binding.name, err)
 	}
-	if p.desc.ContractMajor != ContractMajor {
+	if p.desc.ContractMajor != sdk.ContractMajor {
 		abort()
-		return nil, &ContractVersionError{Path: path, Plugin: uint64(p.desc.ContractMajor), Host: ContractMajor}
+		return nil, &ContractVersionError{Path: path, Plugin: uint64(p.desc.ContractMajor), Host: sdk.ContractMajor}
 	}
 	return p, nil
 }
@@ -176,7 +178,7 @@ func launchError(path string, err error) error {
 	if _, after, ok := strings.Cut(err.Error(), "Plugin version: "); ok {
 		v, _, _ := strings.Cut(after, ",")
 		if n, perr := strconv.ParseUint(strings.TrimSpace(v), 10, 32); perr == nil {
-			return &ContractVersionError{Path: path, Plugin: n, Host: ContractMajor}
+			return &ContractVersionError{Path: path, Plugin: n, Host: sdk.ContractMajor}
 		}
 	}
 	if errors.Is(err, plugin.ErrChecksumsDoNotMatch) {
@@ -187,7 +189,7 @@ func launchError(path string, err error) error {
 
 // Description is what the transport's Describe answered at launch. It does
 // not change while the process lives.
-func (p *Plugin) Description() Description { return p.desc }
+func (p *Plugin) Description() sdk.Description { return p.desc }
 
 // HasEvents reports whether the transport claims EventSource in Describe.
 // When it does not, Events returns CodeUnsupported and the host polls.
@@ -197,12 +199,12 @@ func (p *Plugin) HasEvents() bool { return p.desc.Capabilities.Events }
 // (HasEvents); otherwise it returns an error matching ErrUnsupported
 // without crossing to the process. Once the process is gone it returns
 // ErrPluginShutdown, like every call.
-func (p *Plugin) Events(ctx context.Context, max int) ([]Event, error) {
+func (p *Plugin) Events(ctx context.Context, max int) ([]sdk.Event, error) {
 	if p.done.Err() != nil {
 		return nil, p.shutdown("Events")
 	}
 	if !p.HasEvents() {
-		return nil, Errorf(CodeUnsupported, "Events: %s does not claim events in Describe; poll every live handle instead", p.name)
+		return nil, sdk.Errorf(sdk.CodeUnsupported, "Events: %s does not claim events in Describe; poll every live handle instead", p.name)
 	}
 	return p.grpcClient.Events(ctx, max)
 }

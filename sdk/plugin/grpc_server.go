@@ -1,4 +1,4 @@
-package sdk
+package plugin
 
 import (
 	"context"
@@ -6,7 +6,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	pb "github.com/custody-dev/custody/sdk/proto/custody/transport/v1"
+	"github.com/custody-dev/custody/sdk"
+	pb "github.com/custody-dev/custody/sdk/plugin/proto/custody/transport/v1"
 )
 
 // grpcServer serves a Transport over gRPC inside the plugin process. It
@@ -16,7 +17,7 @@ import (
 // Code and message (statusError); item errors travel in the response.
 type grpcServer struct {
 	pb.UnimplementedTransportServer
-	impl Transport
+	impl sdk.Transport
 }
 
 var _ pb.TransportServer = (*grpcServer)(nil)
@@ -52,7 +53,7 @@ func (s *grpcServer) RegisterMemory(ctx context.Context, req *pb.RegisterMemoryR
 }
 
 func (s *grpcServer) DeregisterMemory(ctx context.Context, req *pb.IDs) (*pb.Statuses, error) {
-	return statuses(s.impl.DeregisterMemory(ctx, idsFrom[RegionID](req)))
+	return statuses(s.impl.DeregisterMemory(ctx, idsFrom[sdk.RegionID](req)))
 }
 
 func (s *grpcServer) LocalMetadata(ctx context.Context, _ *pb.Empty) (*pb.LocalMetadataResponse, error) {
@@ -72,7 +73,7 @@ func (s *grpcServer) LoadPeers(ctx context.Context, req *pb.LoadPeersRequest) (*
 }
 
 func (s *grpcServer) UnloadPeers(ctx context.Context, req *pb.IDs) (*pb.Statuses, error) {
-	return statuses(s.impl.UnloadPeers(ctx, idsFrom[PeerID](req)))
+	return statuses(s.impl.UnloadPeers(ctx, idsFrom[sdk.PeerID](req)))
 }
 
 func (s *grpcServer) PrepareDescriptors(ctx context.Context, req *pb.PrepareDescriptorsRequest) (*pb.PrepareDescriptorsResponse, error) {
@@ -84,7 +85,7 @@ func (s *grpcServer) PrepareDescriptors(ctx context.Context, req *pb.PrepareDesc
 }
 
 func (s *grpcServer) ReleaseDescriptors(ctx context.Context, req *pb.IDs) (*pb.Statuses, error) {
-	return statuses(s.impl.ReleaseDescriptors(ctx, idsFrom[DlistID](req)))
+	return statuses(s.impl.ReleaseDescriptors(ctx, idsFrom[sdk.DlistID](req)))
 }
 
 func (s *grpcServer) Post(ctx context.Context, req *pb.PostRequest) (*pb.PostResponse, error) {
@@ -96,7 +97,7 @@ func (s *grpcServer) Post(ctx context.Context, req *pb.PostRequest) (*pb.PostRes
 }
 
 func (s *grpcServer) Poll(ctx context.Context, req *pb.IDs) (*pb.PollResponse, error) {
-	res, err := s.impl.Poll(ctx, idsFrom[HandleID](req))
+	res, err := s.impl.Poll(ctx, idsFrom[sdk.HandleID](req))
 	if err != nil {
 		return nil, statusError(err)
 	}
@@ -104,11 +105,11 @@ func (s *grpcServer) Poll(ctx context.Context, req *pb.IDs) (*pb.PollResponse, e
 }
 
 func (s *grpcServer) Cancel(ctx context.Context, req *pb.IDs) (*pb.Statuses, error) {
-	return statuses(s.impl.Cancel(ctx, idsFrom[HandleID](req)))
+	return statuses(s.impl.Cancel(ctx, idsFrom[sdk.HandleID](req)))
 }
 
 func (s *grpcServer) Release(ctx context.Context, req *pb.IDs) (*pb.Statuses, error) {
-	return statuses(s.impl.Release(ctx, idsFrom[HandleID](req)))
+	return statuses(s.impl.Release(ctx, idsFrom[sdk.HandleID](req)))
 }
 
 func (s *grpcServer) SendNotifications(ctx context.Context, req *pb.SendNotificationsRequest) (*pb.Statuses, error) {
@@ -134,7 +135,7 @@ func (s *grpcServer) Resources(ctx context.Context, _ *pb.Empty) (*pb.ResourcesR
 // Events answers UNIMPLEMENTED when the transport is no EventSource, so the
 // host falls back to polling.
 func (s *grpcServer) Events(ctx context.Context, req *pb.Max) (*pb.EventsResponse, error) {
-	es, ok := s.impl.(EventSource)
+	es, ok := s.impl.(sdk.EventSource)
 	if !ok {
 		return nil, status.Error(codes.Unimplemented, "transport does not implement sdk.EventSource; poll instead")
 	}

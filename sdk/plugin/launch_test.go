@@ -1,4 +1,4 @@
-package sdk_test
+package plugin_test
 
 import (
 	"context"
@@ -15,10 +15,11 @@ import (
 
 	"github.com/custody-dev/custody/plugins/fake"
 	"github.com/custody-dev/custody/sdk"
+	"github.com/custody-dev/custody/sdk/plugin"
 )
 
 func TestLaunchDescribesTheTransport(t *testing.T) {
-	p := launch(t, fakeBin, sdk.LaunchOptions{})
+	p := launch(t, fakeBin, plugin.LaunchOptions{})
 	want, err := fake.New().Describe(context.Background())
 	require.NoError(t, err)
 	assert.Equal(t, want, p.Description())
@@ -31,11 +32,11 @@ func TestLaunchDescribesTheTransport(t *testing.T) {
 }
 
 func TestLaunchRefusesAnotherContractMajor(t *testing.T) {
-	_, err := sdk.Launch(context.Background(), fakeV2Bin, sdk.LaunchOptions{Logger: hclog.NewNullLogger()})
+	_, err := plugin.Launch(context.Background(), fakeV2Bin, plugin.LaunchOptions{Logger: hclog.NewNullLogger()})
 	require.Error(t, err)
-	var verr *sdk.ContractVersionError
+	var verr *plugin.ContractVersionError
 	require.ErrorAs(t, err, &verr)
-	assert.Equal(t, &sdk.ContractVersionError{Path: fakeV2Bin, Plugin: 2, Host: sdk.ContractMajor}, verr)
+	assert.Equal(t, &plugin.ContractVersionError{Path: fakeV2Bin, Plugin: 2, Host: sdk.ContractMajor}, verr)
 	assert.Contains(t, err.Error(), "transport at "+fakeV2Bin+" speaks contract v2; this host speaks v1")
 }
 
@@ -44,10 +45,10 @@ func TestLaunchRefusesAnotherContractMajor(t *testing.T) {
 func TestLaunchRefusesAnotherMajorInDescribe(t *testing.T) {
 	t.Setenv(helperEnv, "blocking")
 	t.Setenv(describeMajorEnv, "2")
-	_, err := sdk.Launch(context.Background(), helperBin, sdk.LaunchOptions{Logger: hclog.NewNullLogger()})
-	var verr *sdk.ContractVersionError
+	_, err := plugin.Launch(context.Background(), helperBin, plugin.LaunchOptions{Logger: hclog.NewNullLogger()})
+	var verr *plugin.ContractVersionError
 	require.ErrorAs(t, err, &verr)
-	assert.Equal(t, &sdk.ContractVersionError{Path: helperBin, Plugin: 2, Host: sdk.ContractMajor}, verr)
+	assert.Equal(t, &plugin.ContractVersionError{Path: helperBin, Plugin: 2, Host: sdk.ContractMajor}, verr)
 }
 
 func TestLaunchChecksum(t *testing.T) {
@@ -56,14 +57,14 @@ func TestLaunchChecksum(t *testing.T) {
 	sum := sha256.Sum256(bin)
 
 	t.Run("matching binary starts", func(t *testing.T) {
-		p := launch(t, fakeBin, sdk.LaunchOptions{Checksum: sum[:]})
+		p := launch(t, fakeBin, plugin.LaunchOptions{Checksum: sum[:]})
 		_, err := p.Resources(context.Background())
 		require.NoError(t, err)
 	})
 	t.Run("other binary is refused", func(t *testing.T) {
 		other := sum
 		other[0] ^= 0xff
-		_, err := sdk.Launch(context.Background(), fakeBin, sdk.LaunchOptions{Checksum: other[:], Logger: hclog.NewNullLogger()})
+		_, err := plugin.Launch(context.Background(), fakeBin, plugin.LaunchOptions{Checksum: other[:], Logger: hclog.NewNullLogger()})
 		require.Error(t, err)
 		assert.ErrorContains(t, err, "SHA-256 differs")
 		assert.ErrorContains(t, err, fakeBin)
@@ -72,18 +73,18 @@ func TestLaunchChecksum(t *testing.T) {
 
 func TestLaunchBadPath(t *testing.T) {
 	missing := filepath.Join(t.TempDir(), "no-such-transport")
-	_, err := sdk.Launch(context.Background(), missing, sdk.LaunchOptions{Logger: hclog.NewNullLogger()})
+	_, err := plugin.Launch(context.Background(), missing, plugin.LaunchOptions{Logger: hclog.NewNullLogger()})
 	require.Error(t, err)
 	assert.ErrorContains(t, err, missing)
 
-	_, err = sdk.Launch(context.Background(), "", sdk.LaunchOptions{})
+	_, err = plugin.Launch(context.Background(), "", plugin.LaunchOptions{})
 	assert.ErrorContains(t, err, "empty path")
 }
 
 // TestLaunchNotAPlugin: a binary that does not speak the handshake is
 // refused, not hung on.
 func TestLaunchNotAPlugin(t *testing.T) {
-	_, err := sdk.Launch(context.Background(), "/bin/true", sdk.LaunchOptions{Logger: hclog.NewNullLogger(), StartTimeout: time.Minute})
+	_, err := plugin.Launch(context.Background(), "/bin/true", plugin.LaunchOptions{Logger: hclog.NewNullLogger(), StartTimeout: time.Minute})
 	require.Error(t, err)
 	assert.ErrorContains(t, err, "/bin/true")
 }
@@ -92,7 +93,7 @@ func TestEventsFollowDescribe(t *testing.T) {
 	t.Run("not claimed: refused without crossing", func(t *testing.T) {
 		t.Setenv(helperEnv, "blocking")
 		t.Setenv(claimEventsEnv, "0")
-		p := launch(t, helperBin, sdk.LaunchOptions{})
+		p := launch(t, helperBin, plugin.LaunchOptions{})
 		assert.False(t, p.HasEvents())
 		evs, err := p.Events(context.Background(), 0)
 		assert.Nil(t, evs)
@@ -102,7 +103,7 @@ func TestEventsFollowDescribe(t *testing.T) {
 	t.Run("claimed but not implemented: the plugin answers unimplemented", func(t *testing.T) {
 		t.Setenv(helperEnv, "blocking")
 		t.Setenv(claimEventsEnv, "1")
-		p := launch(t, helperBin, sdk.LaunchOptions{})
+		p := launch(t, helperBin, plugin.LaunchOptions{})
 		assert.True(t, p.HasEvents())
 		evs, err := p.Events(context.Background(), 0)
 		assert.Nil(t, evs)
@@ -110,7 +111,7 @@ func TestEventsFollowDescribe(t *testing.T) {
 		assert.ErrorContains(t, err, "sdk.EventSource")
 	})
 	t.Run("claimed and implemented", func(t *testing.T) {
-		p := launch(t, fakeBin, sdk.LaunchOptions{})
+		p := launch(t, fakeBin, plugin.LaunchOptions{})
 		require.NoError(t, p.Open(context.Background(), sdk.OpenRequest{Agent: "a", Params: map[string]string{"dir": t.TempDir()}}))
 		evs, err := p.Events(context.Background(), 0)
 		assert.NoError(t, err)
@@ -129,7 +130,7 @@ func TestPluginLogsReachTheHostLogger(t *testing.T) {
 		logs <- b
 	}()
 	logger := hclog.New(&hclog.LoggerOptions{Level: hclog.Debug, Output: w})
-	p, err := sdk.Launch(context.Background(), fakeBin, sdk.LaunchOptions{Logger: logger})
+	p, err := plugin.Launch(context.Background(), fakeBin, plugin.LaunchOptions{Logger: logger})
 	require.NoError(t, err)
 	p.Stop()
 	require.NoError(t, w.Close())
@@ -140,7 +141,7 @@ func TestPluginLogsReachTheHostLogger(t *testing.T) {
 
 // TestStop ends the plugin gracefully; calls after it are PLUGIN_SHUTDOWN.
 func TestStop(t *testing.T) {
-	p := launch(t, fakeBin, sdk.LaunchOptions{})
+	p := launch(t, fakeBin, plugin.LaunchOptions{})
 	p.Stop()
 	select {
 	case <-p.Exited():

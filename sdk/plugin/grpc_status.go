@@ -1,10 +1,11 @@
-package sdk
+package plugin
 
 import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	pb "github.com/custody-dev/custody/sdk/proto/custody/transport/v1"
+	"github.com/custody-dev/custody/sdk"
+	pb "github.com/custody-dev/custody/sdk/plugin/proto/custody/transport/v1"
 )
 
 // A call-level error crosses the process boundary as a gRPC status whose
@@ -15,21 +16,21 @@ import (
 
 // grpcCodes maps each sdk Code to the gRPC code a call-level error carries.
 var grpcCodes = [...]codes.Code{
-	CodeOK:               codes.OK,
-	CodeBusy:             codes.FailedPrecondition,
-	CodeNotFound:         codes.NotFound,
-	CodeInvalidArgument:  codes.InvalidArgument,
-	CodeRemoteDisconnect: codes.Aborted,
-	CodeCanceled:         codes.Canceled,
-	CodeBackend:          codes.Internal,
-	CodeUnsupported:      codes.Unimplemented,
-	CodeTimeout:          codes.DeadlineExceeded,
-	CodePluginShutdown:   codes.Unavailable,
+	sdk.CodeOK:               codes.OK,
+	sdk.CodeBusy:             codes.FailedPrecondition,
+	sdk.CodeNotFound:         codes.NotFound,
+	sdk.CodeInvalidArgument:  codes.InvalidArgument,
+	sdk.CodeRemoteDisconnect: codes.Aborted,
+	sdk.CodeCanceled:         codes.Canceled,
+	sdk.CodeBackend:          codes.Internal,
+	sdk.CodeUnsupported:      codes.Unimplemented,
+	sdk.CodeTimeout:          codes.DeadlineExceeded,
+	sdk.CodePluginShutdown:   codes.Unavailable,
 }
 
 // grpcCodeOf is the gRPC code for c; codes.Unknown for a code this version
 // does not know.
-func grpcCodeOf(c Code) codes.Code {
+func grpcCodeOf(c sdk.Code) codes.Code {
 	if int(c) < len(grpcCodes) {
 		return grpcCodes[c]
 	}
@@ -40,7 +41,7 @@ func grpcCodeOf(c Code) codes.Code {
 // call-level error err (non-nil).
 func statusError(err error) error {
 	s := statusOf(err)
-	st := status.New(grpcCodeOf(Code(s.Code)), err.Error())
+	st := status.New(grpcCodeOf(sdk.Code(s.Code)), err.Error())
 	if withDetails, derr := st.WithDetails(s); derr == nil {
 		st = withDetails
 	}

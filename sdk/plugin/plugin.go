@@ -1,4 +1,4 @@
-package sdk
+package plugin
 
 import (
 	"context"
@@ -9,7 +9,8 @@ import (
 	"github.com/hashicorp/go-plugin"
 	"google.golang.org/grpc"
 
-	pb "github.com/custody-dev/custody/sdk/proto/custody/transport/v1"
+	"github.com/custody-dev/custody/sdk"
+	pb "github.com/custody-dev/custody/sdk/plugin/proto/custody/transport/v1"
 )
 
 // This file is what the host and a transport plugin agree on before any
@@ -36,7 +37,7 @@ var servedContractMajor = ""
 // servedMajor is the major version Serve announces.
 func servedMajor() (uint, error) {
 	if servedContractMajor == "" {
-		return ContractMajor, nil
+		return sdk.ContractMajor, nil
 	}
 	v, err := strconv.ParseUint(servedContractMajor, 10, 32)
 	if err != nil || v == 0 {
@@ -64,7 +65,7 @@ const maxMessageBytes = 256 << 20
 type grpcPlugin struct {
 	plugin.NetRPCUnsupportedPlugin
 	// impl is the transport served (plugin side only).
-	impl Transport
+	impl sdk.Transport
 	// client settings (host side only).
 	timeout time.Duration
 	name    string

@@ -1,9 +1,10 @@
-package sdk
+package plugin
 
 import (
 	"fmt"
 
-	pb "github.com/custody-dev/custody/sdk/proto/custody/transport/v1"
+	"github.com/custody-dev/custody/sdk"
+	pb "github.com/custody-dev/custody/sdk/plugin/proto/custody/transport/v1"
 )
 
 // This file converts between the Go-native contract and its proto. The
@@ -18,11 +19,11 @@ func statusOf(err error) *pb.Status {
 	if err == nil {
 		return nil
 	}
-	c := CodeOf(err)
-	msg := MessageOf(err)
-	if c == CodeOK {
+	c := sdk.CodeOf(err)
+	msg := sdk.MessageOf(err)
+	if c == sdk.CodeOK {
 		// A non-nil error must never read as success on the other side.
-		c = CodeBackend
+		c = sdk.CodeBackend
 		msg = "transport returned an error with code OK: " + msg
 	}
 	return &pb.Status{Code: uint32(c), Message: msg}
@@ -35,9 +36,9 @@ func errOf(s *pb.Status) error {
 	}
 	c := s.GetCode()
 	if c > 0xff {
-		return &Error{Code: CodeBackend, Message: fmt.Sprintf("transport sent unknown code %d: %s", c, s.GetMessage())}
+		return &sdk.Error{Code: sdk.CodeBackend, Message: fmt.Sprintf("transport sent unknown code %d: %s", c, s.GetMessage())}
 	}
-	return FromCode(Code(c), s.GetMessage())
+	return sdk.FromCode(sdk.Code(c), s.GetMessage())
 }
 
 func statusesOf(errs []error) *pb.Statuses {
@@ -78,7 +79,7 @@ func idResultOf[T ~uint64](id T, err error) *pb.IDResult {
 	return &pb.IDResult{Id: uint64(id), Status: statusOf(err)}
 }
 
-func descriptionOf(d Description) *pb.DescribeResponse {
+func descriptionOf(d sdk.Description) *pb.DescribeResponse {
 	kinds := make([]string, len(d.MemoryKinds))
 	for i, k := range d.MemoryKinds {
 		kinds[i] = string(k)
@@ -111,32 +112,32 @@ func descriptionOf(d Description) *pb.DescribeResponse {
 	}
 }
 
-func descriptionFrom(r *pb.DescribeResponse) Description {
-	var kinds []MemoryKind
+func descriptionFrom(r *pb.DescribeResponse) sdk.Description {
+	var kinds []sdk.MemoryKind
 	if n := len(r.GetMemoryKinds()); n > 0 {
-		kinds = make([]MemoryKind, n)
+		kinds = make([]sdk.MemoryKind, n)
 		for i, k := range r.GetMemoryKinds() {
-			kinds[i] = MemoryKind(k)
+			kinds[i] = sdk.MemoryKind(k)
 		}
 	}
 	c, l := r.GetCapabilities(), r.GetLimits()
-	return Description{
+	return sdk.Description{
 		Name:          r.GetName(),
 		Version:       r.GetVersion(),
 		ContractMajor: r.GetContractMajor(),
 		ContractMinor: r.GetContractMinor(),
 		MemoryKinds:   kinds,
-		Capabilities: Capabilities{
+		Capabilities: sdk.Capabilities{
 			Remote:        c.GetRemote(),
 			Local:         c.GetLocal(),
 			Notifications: c.GetNotifications(),
 			Cancel:        c.GetCancel(),
 			Events:        c.GetEvents(),
 		},
-		CancelEffect: CancelEffect(r.GetCancelEffect()),
-		PeerLoss:     PeerLoss(r.GetPeerLoss()),
-		FenceScope:   FenceScope(r.GetFenceScope()),
-		Limits: Limits{
+		CancelEffect: sdk.CancelEffect(r.GetCancelEffect()),
+		PeerLoss:     sdk.PeerLoss(r.GetPeerLoss()),
+		FenceScope:   sdk.FenceScope(r.GetFenceScope()),
+		Limits: sdk.Limits{
 			MaxDescriptorsPerList: l.GetMaxDescriptorsPerList(),
 			MaxDescriptorsPerPost: l.GetMaxDescriptorsPerPost(),
 			MaxItemsPerCall:       l.GetMaxItemsPerCall(),
@@ -148,15 +149,15 @@ func descriptionFrom(r *pb.DescribeResponse) Description {
 	}
 }
 
-func openRequestOf(r OpenRequest) *pb.OpenRequest {
+func openRequestOf(r sdk.OpenRequest) *pb.OpenRequest {
 	return &pb.OpenRequest{Agent: r.Agent, Params: r.Params}
 }
 
-func openRequestFrom(r *pb.OpenRequest) OpenRequest {
-	return OpenRequest{Agent: r.GetAgent(), Params: r.GetParams()}
+func openRequestFrom(r *pb.OpenRequest) sdk.OpenRequest {
+	return sdk.OpenRequest{Agent: r.GetAgent(), Params: r.GetParams()}
 }
 
-func regionsOf(regions []Region) *pb.RegisterMemoryRequest {
+func regionsOf(regions []sdk.Region) *pb.RegisterMemoryRequest {
 	out := make([]*pb.Region, len(regions))
 	for i, r := range regions {
 		out[i] = &pb.Region{Path: r.Path, Offset: r.Offset, Length: r.Length, Kind: string(r.Kind)}
@@ -164,16 +165,16 @@ func regionsOf(regions []Region) *pb.RegisterMemoryRequest {
 	return &pb.RegisterMemoryRequest{Regions: out}
 }
 
-func regionsFrom(req *pb.RegisterMemoryRequest) []Region {
+func regionsFrom(req *pb.RegisterMemoryRequest) []sdk.Region {
 	in := req.GetRegions()
-	out := make([]Region, len(in))
+	out := make([]sdk.Region, len(in))
 	for i, r := range in {
-		out[i] = Region{Path: r.GetPath(), Offset: r.GetOffset(), Length: r.GetLength(), Kind: MemoryKind(r.GetKind())}
+		out[i] = sdk.Region{Path: r.GetPath(), Offset: r.GetOffset(), Length: r.GetLength(), Kind: sdk.MemoryKind(r.GetKind())}
 	}
 	return out
 }
 
-func registrationsOf(regs []Registration) *pb.RegisterMemoryResponse {
+func registrationsOf(regs []sdk.Registration) *pb.RegisterMemoryResponse {
 	out := make([]*pb.IDResult, len(regs))
 	for i, r := range regs {
 		out[i] = idResultOf(r.ID, r.Err)
@@ -181,15 +182,15 @@ func registrationsOf(regs []Registration) *pb.RegisterMemoryResponse {
 	return &pb.RegisterMemoryResponse{Items: out}
 }
 
-func registrationsFrom(items []*pb.IDResult) []Registration {
-	out := make([]Registration, len(items))
+func registrationsFrom(items []*pb.IDResult) []sdk.Registration {
+	out := make([]sdk.Registration, len(items))
 	for i, it := range items {
-		out[i] = Registration{ID: RegionID(it.GetId()), Err: errOf(it.GetStatus())}
+		out[i] = sdk.Registration{ID: sdk.RegionID(it.GetId()), Err: errOf(it.GetStatus())}
 	}
 	return out
 }
 
-func peerSpecsOf(peers []PeerSpec) *pb.LoadPeersRequest {
+func peerSpecsOf(peers []sdk.PeerSpec) *pb.LoadPeersRequest {
 	out := make([]*pb.PeerSpec, len(peers))
 	for i, p := range peers {
 		out[i] = &pb.PeerSpec{Name: p.Name, Metadata: p.Metadata}
@@ -197,16 +198,16 @@ func peerSpecsOf(peers []PeerSpec) *pb.LoadPeersRequest {
 	return &pb.LoadPeersRequest{Peers: out}
 }
 
-func peerSpecsFrom(req *pb.LoadPeersRequest) []PeerSpec {
+func peerSpecsFrom(req *pb.LoadPeersRequest) []sdk.PeerSpec {
 	in := req.GetPeers()
-	out := make([]PeerSpec, len(in))
+	out := make([]sdk.PeerSpec, len(in))
 	for i, p := range in {
-		out[i] = PeerSpec{Name: p.GetName(), Metadata: p.GetMetadata()}
+		out[i] = sdk.PeerSpec{Name: p.GetName(), Metadata: p.GetMetadata()}
 	}
 	return out
 }
 
-func peerResultsOf(results []PeerResult) *pb.LoadPeersResponse {
+func peerResultsOf(results []sdk.PeerResult) *pb.LoadPeersResponse {
 	out := make([]*pb.IDResult, len(results))
 	for i, r := range results {
 		out[i] = idResultOf(r.ID, r.Err)
@@ -214,15 +215,15 @@ func peerResultsOf(results []PeerResult) *pb.LoadPeersResponse {
 	return &pb.LoadPeersResponse{Items: out}
 }
 
-func peerResultsFrom(items []*pb.IDResult) []PeerResult {
-	out := make([]PeerResult, len(items))
+func peerResultsFrom(items []*pb.IDResult) []sdk.PeerResult {
+	out := make([]sdk.PeerResult, len(items))
 	for i, it := range items {
-		out[i] = PeerResult{ID: PeerID(it.GetId()), Err: errOf(it.GetStatus())}
+		out[i] = sdk.PeerResult{ID: sdk.PeerID(it.GetId()), Err: errOf(it.GetStatus())}
 	}
 	return out
 }
 
-func dlistSpecsOf(lists []DlistSpec) *pb.PrepareDescriptorsRequest {
+func dlistSpecsOf(lists []sdk.DlistSpec) *pb.PrepareDescriptorsRequest {
 	out := make([]*pb.DlistSpec, len(lists))
 	for i, l := range lists {
 		descs := make([]*pb.Descriptor, len(l.Descriptors))
@@ -234,23 +235,23 @@ func dlistSpecsOf(lists []DlistSpec) *pb.PrepareDescriptorsRequest {
 	return &pb.PrepareDescriptorsRequest{Lists: out}
 }
 
-func dlistSpecsFrom(req *pb.PrepareDescriptorsRequest) []DlistSpec {
+func dlistSpecsFrom(req *pb.PrepareDescriptorsRequest) []sdk.DlistSpec {
 	in := req.GetLists()
-	out := make([]DlistSpec, len(in))
+	out := make([]sdk.DlistSpec, len(in))
 	for i, l := range in {
-		var descs []Descriptor
+		var descs []sdk.Descriptor
 		if n := len(l.GetDescriptors()); n > 0 {
-			descs = make([]Descriptor, n)
+			descs = make([]sdk.Descriptor, n)
 			for j, d := range l.GetDescriptors() {
-				descs[j] = Descriptor{Region: RegionID(d.GetRegion()), Offset: d.GetOffset(), Length: d.GetLength()}
+				descs[j] = sdk.Descriptor{Region: sdk.RegionID(d.GetRegion()), Offset: d.GetOffset(), Length: d.GetLength()}
 			}
 		}
-		out[i] = DlistSpec{Peer: PeerID(l.GetPeer()), Descriptors: descs}
+		out[i] = sdk.DlistSpec{Peer: sdk.PeerID(l.GetPeer()), Descriptors: descs}
 	}
 	return out
 }
 
-func dlistResultsOf(results []DlistResult) *pb.PrepareDescriptorsResponse {
+func dlistResultsOf(results []sdk.DlistResult) *pb.PrepareDescriptorsResponse {
 	out := make([]*pb.IDResult, len(results))
 	for i, r := range results {
 		out[i] = idResultOf(r.ID, r.Err)
@@ -258,15 +259,15 @@ func dlistResultsOf(results []DlistResult) *pb.PrepareDescriptorsResponse {
 	return &pb.PrepareDescriptorsResponse{Items: out}
 }
 
-func dlistResultsFrom(items []*pb.IDResult) []DlistResult {
-	out := make([]DlistResult, len(items))
+func dlistResultsFrom(items []*pb.IDResult) []sdk.DlistResult {
+	out := make([]sdk.DlistResult, len(items))
 	for i, it := range items {
-		out[i] = DlistResult{ID: DlistID(it.GetId()), Err: errOf(it.GetStatus())}
+		out[i] = sdk.DlistResult{ID: sdk.DlistID(it.GetId()), Err: errOf(it.GetStatus())}
 	}
 	return out
 }
 
-func postSpecsOf(posts []PostSpec) *pb.PostRequest {
+func postSpecsOf(posts []sdk.PostSpec) *pb.PostRequest {
 	out := make([]*pb.PostSpec, len(posts))
 	for i, p := range posts {
 		out[i] = &pb.PostSpec{
@@ -281,9 +282,9 @@ func postSpecsOf(posts []PostSpec) *pb.PostRequest {
 	return &pb.PostRequest{Posts: out}
 }
 
-func postSpecsFrom(req *pb.PostRequest) []PostSpec {
+func postSpecsFrom(req *pb.PostRequest) []sdk.PostSpec {
 	in := req.GetPosts()
-	out := make([]PostSpec, len(in))
+	out := make([]sdk.PostSpec, len(in))
 	for i, p := range in {
 		op := p.GetOp()
 		if op > 0xff {
@@ -291,11 +292,11 @@ func postSpecsFrom(req *pb.PostRequest) []PostSpec {
 			// the transport answers INVALID_ARGUMENT for it.
 			op = 0
 		}
-		out[i] = PostSpec{
-			Op:            Op(op),
-			Local:         DlistID(p.GetLocal()),
+		out[i] = sdk.PostSpec{
+			Op:            sdk.Op(op),
+			Local:         sdk.DlistID(p.GetLocal()),
 			LocalIndices:  p.GetLocalIndices(),
-			Remote:        DlistID(p.GetRemote()),
+			Remote:        sdk.DlistID(p.GetRemote()),
 			RemoteIndices: p.GetRemoteIndices(),
 			Notification:  p.GetNotification(),
 		}
@@ -303,7 +304,7 @@ func postSpecsFrom(req *pb.PostRequest) []PostSpec {
 	return out
 }
 
-func postResultsOf(results []PostResult) *pb.PostResponse {
+func postResultsOf(results []sdk.PostResult) *pb.PostResponse {
 	out := make([]*pb.IDResult, len(results))
 	for i, r := range results {
 		out[i] = idResultOf(r.ID, r.Err)
@@ -311,17 +312,17 @@ func postResultsOf(results []PostResult) *pb.PostResponse {
 	return &pb.PostResponse{Items: out}
 }
 
-func postResultsFrom(items []*pb.IDResult) []PostResult {
-	out := make([]PostResult, len(items))
+func postResultsFrom(items []*pb.IDResult) []sdk.PostResult {
+	out := make([]sdk.PostResult, len(items))
 	for i, it := range items {
-		out[i] = PostResult{ID: HandleID(it.GetId()), Err: errOf(it.GetStatus())}
+		out[i] = sdk.PostResult{ID: sdk.HandleID(it.GetId()), Err: errOf(it.GetStatus())}
 	}
 	return out
 }
 
 // handleStatusesOf allocates the items of a poll answer in one slab: Poll
 // is the hot path, and its answer may hold thousands of them.
-func handleStatusesOf(sts []HandleStatus) *pb.PollResponse {
+func handleStatusesOf(sts []sdk.HandleStatus) *pb.PollResponse {
 	out := make([]*pb.HandleStatus, len(sts))
 	slab := make([]pb.HandleStatus, len(sts))
 	for i, s := range sts {
@@ -332,24 +333,24 @@ func handleStatusesOf(sts []HandleStatus) *pb.PollResponse {
 	return &pb.PollResponse{Items: out}
 }
 
-func handleStatusesFrom(items []*pb.HandleStatus) []HandleStatus {
-	out := make([]HandleStatus, len(items))
+func handleStatusesFrom(items []*pb.HandleStatus) []sdk.HandleStatus {
+	out := make([]sdk.HandleStatus, len(items))
 	for i, it := range items {
-		out[i] = HandleStatus{State: stateFrom(it.GetState()), Reason: errOf(it.GetReason()), Err: errOf(it.GetStatus())}
+		out[i] = sdk.HandleStatus{State: stateFrom(it.GetState()), Reason: errOf(it.GetReason()), Err: errOf(it.GetStatus())}
 	}
 	return out
 }
 
 // stateFrom keeps an out-of-range state out of range rather than letting
 // truncation turn it into a valid one: an unknown state is never terminal.
-func stateFrom(s uint32) State {
+func stateFrom(s uint32) sdk.State {
 	if s > 0xff {
 		return 0
 	}
-	return State(s)
+	return sdk.State(s)
 }
 
-func outboundOf(msgs []OutboundNotification) *pb.SendNotificationsRequest {
+func outboundOf(msgs []sdk.OutboundNotification) *pb.SendNotificationsRequest {
 	out := make([]*pb.OutboundNotification, len(msgs))
 	for i, m := range msgs {
 		out[i] = &pb.OutboundNotification{Peer: uint64(m.Peer), Message: m.Message}
@@ -357,16 +358,16 @@ func outboundOf(msgs []OutboundNotification) *pb.SendNotificationsRequest {
 	return &pb.SendNotificationsRequest{Messages: out}
 }
 
-func outboundFrom(req *pb.SendNotificationsRequest) []OutboundNotification {
+func outboundFrom(req *pb.SendNotificationsRequest) []sdk.OutboundNotification {
 	in := req.GetMessages()
-	out := make([]OutboundNotification, len(in))
+	out := make([]sdk.OutboundNotification, len(in))
 	for i, m := range in {
-		out[i] = OutboundNotification{Peer: PeerID(m.GetPeer()), Message: m.GetMessage()}
+		out[i] = sdk.OutboundNotification{Peer: sdk.PeerID(m.GetPeer()), Message: m.GetMessage()}
 	}
 	return out
 }
 
-func notificationsOf(ns []Notification) *pb.NotificationsResponse {
+func notificationsOf(ns []sdk.Notification) *pb.NotificationsResponse {
 	out := make([]*pb.Notification, len(ns))
 	for i, n := range ns {
 		out[i] = &pb.Notification{From: n.From, Message: n.Message}
@@ -374,27 +375,27 @@ func notificationsOf(ns []Notification) *pb.NotificationsResponse {
 	return &pb.NotificationsResponse{Messages: out}
 }
 
-func notificationsFrom(r *pb.NotificationsResponse) []Notification {
+func notificationsFrom(r *pb.NotificationsResponse) []sdk.Notification {
 	in := r.GetMessages()
 	if len(in) == 0 {
 		return nil
 	}
-	out := make([]Notification, len(in))
+	out := make([]sdk.Notification, len(in))
 	for i, n := range in {
-		out[i] = Notification{From: n.GetFrom(), Message: n.GetMessage()}
+		out[i] = sdk.Notification{From: n.GetFrom(), Message: n.GetMessage()}
 	}
 	return out
 }
 
-func resourcesOf(r Resources) *pb.ResourcesResponse {
+func resourcesOf(r sdk.Resources) *pb.ResourcesResponse {
 	return &pb.ResourcesResponse{Regions: r.Regions, Peers: r.Peers, Dlists: r.Dlists, Handles: r.Handles, InFlight: r.InFlight}
 }
 
-func resourcesFrom(r *pb.ResourcesResponse) Resources {
-	return Resources{Regions: r.GetRegions(), Peers: r.GetPeers(), Dlists: r.GetDlists(), Handles: r.GetHandles(), InFlight: r.GetInFlight()}
+func resourcesFrom(r *pb.ResourcesResponse) sdk.Resources {
+	return sdk.Resources{Regions: r.GetRegions(), Peers: r.GetPeers(), Dlists: r.GetDlists(), Handles: r.GetHandles(), InFlight: r.GetInFlight()}
 }
 
-func eventsOf(evs []Event) *pb.EventsResponse {
+func eventsOf(evs []sdk.Event) *pb.EventsResponse {
 	out := make([]*pb.Event, len(evs))
 	for i, e := range evs {
 		out[i] = &pb.Event{Handle: uint64(e.Handle), State: uint32(e.State), Reason: statusOf(e.Reason)}
@@ -402,14 +403,14 @@ func eventsOf(evs []Event) *pb.EventsResponse {
 	return &pb.EventsResponse{Events: out}
 }
 
-func eventsFrom(r *pb.EventsResponse) []Event {
+func eventsFrom(r *pb.EventsResponse) []sdk.Event {
 	in := r.GetEvents()
 	if len(in) == 0 {
 		return nil
 	}
-	out := make([]Event, len(in))
+	out := make([]sdk.Event, len(in))
 	for i, e := range in {
-		out[i] = Event{Handle: HandleID(e.GetHandle()), State: stateFrom(e.GetState()), Reason: errOf(e.GetReason())}
+		out[i] = sdk.Event{Handle: sdk.HandleID(e.GetHandle()), State: stateFrom(e.GetState()), Reason: errOf(e.GetReason())}
 	}
 	return out
 }

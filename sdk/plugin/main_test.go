@@ -1,4 +1,4 @@
-package sdk_test
+package plugin_test
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 
 	"github.com/custody-dev/custody/plugins/fake"
 	"github.com/custody-dev/custody/sdk"
+	"github.com/custody-dev/custody/sdk/plugin"
 )
 
 // The tests of this package launch real plugin processes: the fake
@@ -43,7 +44,7 @@ const (
 
 func TestMain(m *testing.M) {
 	if os.Getenv(helperEnv) == "blocking" {
-		sdk.Serve(&blockingTransport{Transport: fake.New()})
+		plugin.Serve(&blockingTransport{Transport: fake.New()})
 		os.Exit(0)
 	}
 	os.Exit(run(m))
@@ -64,7 +65,7 @@ func run(m *testing.M) int {
 	}
 	for _, b := range []struct{ out, ldflags string }{
 		{fakeBin, ""},
-		{fakeV2Bin, "-X github.com/custody-dev/custody/sdk.servedContractMajor=2"},
+		{fakeV2Bin, "-X github.com/custody-dev/custody/sdk/plugin.servedContractMajor=2"},
 	} {
 		cmd := exec.Command("go", "build", "-ldflags", b.ldflags, "-o", b.out, fakeMain)
 		if out, err := cmd.CombinedOutput(); err != nil {
@@ -84,14 +85,14 @@ func run(m *testing.M) int {
 
 // launch starts the plugin at path for one test or benchmark and kills it
 // when that ends.
-func launch(tb testing.TB, path string, opts sdk.LaunchOptions) *sdk.Plugin {
+func launch(tb testing.TB, path string, opts plugin.LaunchOptions) *plugin.Plugin {
 	tb.Helper()
 	if opts.Logger == nil {
 		opts.Logger = hclog.NewNullLogger()
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	p, err := sdk.Launch(ctx, path, opts)
+	p, err := plugin.Launch(ctx, path, opts)
 	require.NoError(tb, err)
 	tb.Cleanup(func() { require.NoError(tb, p.Kill()) })
 	return p

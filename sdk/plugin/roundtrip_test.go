@@ -1,4 +1,4 @@
-package sdk_test
+package plugin_test
 
 import (
 	"bytes"
@@ -12,6 +12,7 @@ import (
 
 	"github.com/custody-dev/custody/plugins/fake"
 	"github.com/custody-dev/custody/sdk"
+	"github.com/custody-dev/custody/sdk/plugin"
 )
 
 // These tests drive every call of the contract through a real fake plugin
@@ -39,7 +40,7 @@ func codes(errs []error) []sdk.Code {
 // dlist of one 4 KiB descriptor each: the local one at the start of the
 // file, the remote one at 64 KiB.
 type rig struct {
-	p            *sdk.Plugin
+	p            *plugin.Plugin
 	file         string
 	r1, r2       sdk.RegionID
 	peer         sdk.PeerID
@@ -52,7 +53,7 @@ func newRig(t testing.TB, faults string) *rig {
 	t.Helper()
 	ctx := context.Background()
 	dir := t.TempDir()
-	p := launch(t, fakeBin, sdk.LaunchOptions{})
+	p := launch(t, fakeBin, plugin.LaunchOptions{})
 	params := map[string]string{"dir": dir}
 	if faults != "" {
 		params["fault"] = faults
@@ -104,7 +105,7 @@ func (r *rig) waitTerminal(t *testing.T, h sdk.HandleID) sdk.HandleStatus {
 func TestContractRoundTrip(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	p := launch(t, fakeBin, sdk.LaunchOptions{})
+	p := launch(t, fakeBin, plugin.LaunchOptions{})
 
 	// Open: a call-level error keeps its code; the agent stays unopened.
 	err := p.Open(ctx, sdk.OpenRequest{Agent: "a", Params: map[string]string{"bogus": "1"}})

@@ -1,4 +1,4 @@
-package sdk
+package plugin
 
 import (
 	"context"
@@ -14,7 +14,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/test/bufconn"
 
-	pb "github.com/custody-dev/custody/sdk/proto/custody/transport/v1"
+	"github.com/custody-dev/custody/sdk"
+	pb "github.com/custody-dev/custody/sdk/plugin/proto/custody/transport/v1"
 )
 
 // These tests run the gRPC server and client of this package against each
@@ -61,7 +62,7 @@ func (s *stubTransport) wait(ctx context.Context) error {
 		case s.left <- struct{}{}:
 		default:
 		}
-		return Errorf(CodeTimeout, "stub: %v", ctx.Err())
+		return sdk.Errorf(sdk.CodeTimeout, "stub: %v", ctx.Err())
 	}
 	return s.callErr
 }
@@ -77,28 +78,28 @@ func (s *stubTransport) errs(ctx context.Context, k int) ([]error, error) {
 	return out, nil
 }
 
-func (s *stubTransport) Describe(ctx context.Context) (Description, error) {
+func (s *stubTransport) Describe(ctx context.Context) (sdk.Description, error) {
 	if err := s.wait(ctx); err != nil {
-		return Description{}, err
+		return sdk.Description{}, err
 	}
 	return testDescription, nil
 }
 
-func (s *stubTransport) Open(ctx context.Context, req OpenRequest) error { return s.wait(ctx) }
-func (s *stubTransport) Close(ctx context.Context) error                 { return s.wait(ctx) }
+func (s *stubTransport) Open(ctx context.Context, req sdk.OpenRequest) error { return s.wait(ctx) }
+func (s *stubTransport) Close(ctx context.Context) error                     { return s.wait(ctx) }
 
-func (s *stubTransport) RegisterMemory(ctx context.Context, regions []Region) ([]Registration, error) {
+func (s *stubTransport) RegisterMemory(ctx context.Context, regions []sdk.Region) ([]sdk.Registration, error) {
 	if err := s.wait(ctx); err != nil {
 		return nil, err
 	}
-	out := make([]Registration, s.n(len(regions)))
+	out := make([]sdk.Registration, s.n(len(regions)))
 	for i := range out {
-		out[i] = Registration{ID: RegionID(i + 1), Err: s.item(i)}
+		out[i] = sdk.Registration{ID: sdk.RegionID(i + 1), Err: s.item(i)}
 	}
 	return out, nil
 }
 
-func (s *stubTransport) DeregisterMemory(ctx context.Context, ids []RegionID) ([]error, error) {
+func (s *stubTransport) DeregisterMemory(ctx context.Context, ids []sdk.RegionID) ([]error, error) {
 	return s.errs(ctx, len(ids))
 }
 
@@ -109,114 +110,114 @@ func (s *stubTransport) LocalMetadata(ctx context.Context) ([]byte, error) {
 	return []byte("metadata"), nil
 }
 
-func (s *stubTransport) LoadPeers(ctx context.Context, peers []PeerSpec) ([]PeerResult, error) {
+func (s *stubTransport) LoadPeers(ctx context.Context, peers []sdk.PeerSpec) ([]sdk.PeerResult, error) {
 	if err := s.wait(ctx); err != nil {
 		return nil, err
 	}
-	out := make([]PeerResult, s.n(len(peers)))
+	out := make([]sdk.PeerResult, s.n(len(peers)))
 	for i := range out {
-		out[i] = PeerResult{ID: PeerID(i + 1), Err: s.item(i)}
+		out[i] = sdk.PeerResult{ID: sdk.PeerID(i + 1), Err: s.item(i)}
 	}
 	return out, nil
 }
 
-func (s *stubTransport) UnloadPeers(ctx context.Context, ids []PeerID) ([]error, error) {
+func (s *stubTransport) UnloadPeers(ctx context.Context, ids []sdk.PeerID) ([]error, error) {
 	return s.errs(ctx, len(ids))
 }
 
-func (s *stubTransport) PrepareDescriptors(ctx context.Context, lists []DlistSpec) ([]DlistResult, error) {
+func (s *stubTransport) PrepareDescriptors(ctx context.Context, lists []sdk.DlistSpec) ([]sdk.DlistResult, error) {
 	if err := s.wait(ctx); err != nil {
 		return nil, err
 	}
-	out := make([]DlistResult, s.n(len(lists)))
+	out := make([]sdk.DlistResult, s.n(len(lists)))
 	for i := range out {
-		out[i] = DlistResult{ID: DlistID(i + 1), Err: s.item(i)}
+		out[i] = sdk.DlistResult{ID: sdk.DlistID(i + 1), Err: s.item(i)}
 	}
 	return out, nil
 }
 
-func (s *stubTransport) ReleaseDescriptors(ctx context.Context, ids []DlistID) ([]error, error) {
+func (s *stubTransport) ReleaseDescriptors(ctx context.Context, ids []sdk.DlistID) ([]error, error) {
 	return s.errs(ctx, len(ids))
 }
 
-func (s *stubTransport) Post(ctx context.Context, posts []PostSpec) ([]PostResult, error) {
+func (s *stubTransport) Post(ctx context.Context, posts []sdk.PostSpec) ([]sdk.PostResult, error) {
 	if err := s.wait(ctx); err != nil {
 		return nil, err
 	}
-	out := make([]PostResult, s.n(len(posts)))
+	out := make([]sdk.PostResult, s.n(len(posts)))
 	for i := range out {
-		out[i] = PostResult{ID: HandleID(i + 1), Err: s.item(i)}
+		out[i] = sdk.PostResult{ID: sdk.HandleID(i + 1), Err: s.item(i)}
 	}
 	return out, nil
 }
 
 // Poll answers DONE for the first item, FAILED with itemErr as the reason
 // for the second, and itemErr as the poll's own error for the others.
-func (s *stubTransport) Poll(ctx context.Context, ids []HandleID) ([]HandleStatus, error) {
+func (s *stubTransport) Poll(ctx context.Context, ids []sdk.HandleID) ([]sdk.HandleStatus, error) {
 	if err := s.wait(ctx); err != nil {
 		return nil, err
 	}
-	out := make([]HandleStatus, s.n(len(ids)))
+	out := make([]sdk.HandleStatus, s.n(len(ids)))
 	for i := range out {
 		switch i {
 		case 0:
-			out[i] = HandleStatus{State: StateDone}
+			out[i] = sdk.HandleStatus{State: sdk.StateDone}
 		case 1:
-			out[i] = HandleStatus{State: StateFailed, Reason: s.itemErr}
+			out[i] = sdk.HandleStatus{State: sdk.StateFailed, Reason: s.itemErr}
 		default:
-			out[i] = HandleStatus{Err: s.itemErr}
+			out[i] = sdk.HandleStatus{Err: s.itemErr}
 		}
 	}
 	return out, nil
 }
 
-func (s *stubTransport) Cancel(ctx context.Context, ids []HandleID) ([]error, error) {
+func (s *stubTransport) Cancel(ctx context.Context, ids []sdk.HandleID) ([]error, error) {
 	return s.errs(ctx, len(ids))
 }
 
-func (s *stubTransport) Release(ctx context.Context, ids []HandleID) ([]error, error) {
+func (s *stubTransport) Release(ctx context.Context, ids []sdk.HandleID) ([]error, error) {
 	return s.errs(ctx, len(ids))
 }
 
-func (s *stubTransport) SendNotifications(ctx context.Context, msgs []OutboundNotification) ([]error, error) {
+func (s *stubTransport) SendNotifications(ctx context.Context, msgs []sdk.OutboundNotification) ([]error, error) {
 	return s.errs(ctx, len(msgs))
 }
 
-func (s *stubTransport) Notifications(ctx context.Context, max int) ([]Notification, error) {
+func (s *stubTransport) Notifications(ctx context.Context, max int) ([]sdk.Notification, error) {
 	if err := s.wait(ctx); err != nil {
 		return nil, err
 	}
-	return []Notification{{From: "peer", Message: []byte(fmt.Sprint(max))}}, nil
+	return []sdk.Notification{{From: "peer", Message: []byte(fmt.Sprint(max))}}, nil
 }
 
-func (s *stubTransport) Resources(ctx context.Context) (Resources, error) {
+func (s *stubTransport) Resources(ctx context.Context) (sdk.Resources, error) {
 	if err := s.wait(ctx); err != nil {
-		return Resources{}, err
+		return sdk.Resources{}, err
 	}
-	return Resources{Regions: 1, Peers: 2, Dlists: 3, Handles: 4, InFlight: 5}, nil
+	return sdk.Resources{Regions: 1, Peers: 2, Dlists: 3, Handles: 4, InFlight: 5}, nil
 }
 
 // eventStub is a stubTransport that is also an EventSource.
 type eventStub struct{ *stubTransport }
 
-func (s eventStub) Events(ctx context.Context, max int) ([]Event, error) {
+func (s eventStub) Events(ctx context.Context, max int) ([]sdk.Event, error) {
 	if err := s.wait(ctx); err != nil {
 		return nil, err
 	}
-	return []Event{{Handle: 1, State: StateDone}, {Handle: 2, State: StateFailed, Reason: s.itemErr}}, nil
+	return []sdk.Event{{Handle: 1, State: sdk.StateDone}, {Handle: 2, State: sdk.StateFailed, Reason: s.itemErr}}, nil
 }
 
-var testDescription = Description{
+var testDescription = sdk.Description{
 	Name:          "stub",
 	Version:       "0.1",
-	ContractMajor: ContractMajor,
-	ContractMinor: ContractMinor,
-	MemoryKinds:   []MemoryKind{MemoryHost},
-	Capabilities:  Capabilities{Remote: true, Local: true, Notifications: true, Cancel: true, Events: true},
-	CancelEffect:  CancelClosesPeer,
-	PeerLoss:      PeerLossProcessExits,
-	FenceScope:    FenceInitiatedAndIncoming,
-	Limits: Limits{
+	ContractMajor: sdk.ContractMajor,
+	ContractMinor: sdk.ContractMinor,
+	MemoryKinds:   []sdk.MemoryKind{sdk.MemoryHost},
+	Capabilities:  sdk.Capabilities{Remote: true, Local: true, Notifications: true, Cancel: true, Events: true},
+	CancelEffect:  sdk.CancelClosesPeer,
+	PeerLoss:      sdk.PeerLossProcessExits,
+	FenceScope:    sdk.FenceInitiatedAndIncoming,
+	Limits: sdk.Limits{
 		MaxDescriptorsPerList: 1, MaxDescriptorsPerPost: 2, MaxItemsPerCall: 3, MaxNotificationBytes: 4,
 		MaxMetadataBytes: 5, MaxTransferBytes: 6, PeerLossBoundMillis: 7,
 	},
@@ -224,7 +225,7 @@ var testDescription = Description{
 
 // connect serves impl over an in-memory gRPC connection and returns the
 // client for it, tied to done, with the given call timeout.
-func connect(t *testing.T, impl Transport, done context.Context, timeout time.Duration) *grpcClient {
+func connect(t *testing.T, impl sdk.Transport, done context.Context, timeout time.Duration) *grpcClient {
 	t.Helper()
 	c, _, _ := connectServer(t, impl, done, timeout)
 	return c
@@ -232,7 +233,7 @@ func connect(t *testing.T, impl Transport, done context.Context, timeout time.Du
 
 // connectServer is connect that also returns the server and the client's
 // connection.
-func connectServer(t *testing.T, impl Transport, done context.Context, timeout time.Duration) (*grpcClient, *grpc.Server, *grpc.ClientConn) {
+func connectServer(t *testing.T, impl sdk.Transport, done context.Context, timeout time.Duration) (*grpcClient, *grpc.Server, *grpc.ClientConn) {
 	t.Helper()
 	lis := bufconn.Listen(1 << 20)
 	srv := grpc.NewServer()
@@ -252,23 +253,23 @@ func connectServer(t *testing.T, impl Transport, done context.Context, timeout t
 // callAll makes every call of the contract once, with two items for each
 // batched call, and returns each call's error by name.
 func callAll(ctx context.Context, c *grpcClient) map[string]error {
-	two := []HandleID{1, 2}
+	two := []sdk.HandleID{1, 2}
 	out := map[string]error{}
 	_, out["Describe"] = c.Describe(ctx)
-	out["Open"] = c.Open(ctx, OpenRequest{Agent: "a"})
+	out["Open"] = c.Open(ctx, sdk.OpenRequest{Agent: "a"})
 	out["Close"] = c.Close(ctx)
-	_, out["RegisterMemory"] = c.RegisterMemory(ctx, make([]Region, 2))
-	_, out["DeregisterMemory"] = c.DeregisterMemory(ctx, []RegionID{1, 2})
+	_, out["RegisterMemory"] = c.RegisterMemory(ctx, make([]sdk.Region, 2))
+	_, out["DeregisterMemory"] = c.DeregisterMemory(ctx, []sdk.RegionID{1, 2})
 	_, out["LocalMetadata"] = c.LocalMetadata(ctx)
-	_, out["LoadPeers"] = c.LoadPeers(ctx, make([]PeerSpec, 2))
-	_, out["UnloadPeers"] = c.UnloadPeers(ctx, []PeerID{1, 2})
-	_, out["PrepareDescriptors"] = c.PrepareDescriptors(ctx, make([]DlistSpec, 2))
-	_, out["ReleaseDescriptors"] = c.ReleaseDescriptors(ctx, []DlistID{1, 2})
-	_, out["Post"] = c.Post(ctx, make([]PostSpec, 2))
+	_, out["LoadPeers"] = c.LoadPeers(ctx, make([]sdk.PeerSpec, 2))
+	_, out["UnloadPeers"] = c.UnloadPeers(ctx, []sdk.PeerID{1, 2})
+	_, out["PrepareDescriptors"] = c.PrepareDescriptors(ctx, make([]sdk.DlistSpec, 2))
+	_, out["ReleaseDescriptors"] = c.ReleaseDescriptors(ctx, []sdk.DlistID{1, 2})
+	_, out["Post"] = c.Post(ctx, make([]sdk.PostSpec, 2))
 	_, out["Poll"] = c.Poll(ctx, two)
 	_, out["Cancel"] = c.Cancel(ctx, two)
 	_, out["Release"] = c.Release(ctx, two)
-	_, out["SendNotifications"] = c.SendNotifications(ctx, make([]OutboundNotification, 2))
+	_, out["SendNotifications"] = c.SendNotifications(ctx, make([]sdk.OutboundNotification, 2))
 	_, out["Notifications"] = c.Notifications(ctx, 0)
 	_, out["Resources"] = c.Resources(ctx)
 	_, out["Events"] = c.Events(ctx, 0)
@@ -280,22 +281,22 @@ func callAll(ctx context.Context, c *grpcClient) map[string]error {
 type crossing struct {
 	name string
 	sent error
-	want *Error
+	want *sdk.Error
 }
 
 // everyError is every code, and the odd errors a transport may return.
 var everyError = func() []crossing {
 	var out []crossing
-	for c := CodeBusy; c <= CodePluginShutdown; c++ {
+	for c := sdk.CodeBusy; c <= sdk.CodePluginShutdown; c++ {
 		msg := fmt.Sprintf("id %d: what to do about %s", c, c)
-		out = append(out, crossing{c.String(), &Error{Code: c, Message: msg}, &Error{Code: c, Message: msg}})
+		out = append(out, crossing{c.String(), &sdk.Error{Code: c, Message: msg}, &sdk.Error{Code: c, Message: msg}})
 	}
 	return append(out,
-		crossing{"empty message", &Error{Code: CodeBusy}, &Error{Code: CodeBusy}},
-		crossing{"wrapped", fmt.Errorf("release handle 7: %w", ErrBusy), &Error{Code: CodeBusy, Message: "release handle 7: BUSY"}},
-		crossing{"not an sdk error", errors.New("disk on fire"), &Error{Code: CodeBackend, Message: "disk on fire"}},
-		crossing{"code unknown to this version", &Error{Code: 42, Message: "future"}, &Error{Code: 42, Message: "future"}},
-		crossing{"error with code OK", &Error{Code: CodeOK, Message: "odd"}, &Error{Code: CodeBackend, Message: "transport returned an error with code OK: odd"}},
+		crossing{"empty message", &sdk.Error{Code: sdk.CodeBusy}, &sdk.Error{Code: sdk.CodeBusy}},
+		crossing{"wrapped", fmt.Errorf("release handle 7: %w", sdk.ErrBusy), &sdk.Error{Code: sdk.CodeBusy, Message: "release handle 7: BUSY"}},
+		crossing{"not an sdk error", errors.New("disk on fire"), &sdk.Error{Code: sdk.CodeBackend, Message: "disk on fire"}},
+		crossing{"code unknown to this version", &sdk.Error{Code: 42, Message: "future"}, &sdk.Error{Code: 42, Message: "future"}},
+		crossing{"error with code OK", &sdk.Error{Code: sdk.CodeOK, Message: "odd"}, &sdk.Error{Code: sdk.CodeBackend, Message: "transport returned an error with code OK: odd"}},
 	)
 }()
 
@@ -305,15 +306,15 @@ func TestCallErrorsCrossUnchanged(t *testing.T) {
 			c := connect(t, eventStub{&stubTransport{callErr: tc.sent}}, context.Background(), time.Minute)
 			for call, err := range callAll(context.Background(), c) {
 				require.Error(t, err, call)
-				if tc.want.Code == CodePluginShutdown {
+				if tc.want.Code == sdk.CodePluginShutdown {
 					// Only the host knows the process is gone: a live
 					// transport saying so is a backend failure.
-					assert.Equal(t, CodeBackend, CodeOf(err), call)
+					assert.Equal(t, sdk.CodeBackend, sdk.CodeOf(err), call)
 					assert.Contains(t, err.Error(), "alive", call)
 					continue
 				}
 				assert.Equal(t, tc.want, err, call)
-				assert.ErrorIs(t, err, &Error{Code: tc.want.Code}, call)
+				assert.ErrorIs(t, err, &sdk.Error{Code: tc.want.Code}, call)
 			}
 		})
 	}
@@ -326,29 +327,29 @@ func TestItemErrorsCrossUnchanged(t *testing.T) {
 			c := connect(t, eventStub{&stubTransport{itemErr: tc.sent}}, ctx, time.Minute)
 			var want error = tc.want
 			batches := map[string]func() ([]error, error){
-				"DeregisterMemory":   func() ([]error, error) { return c.DeregisterMemory(ctx, []RegionID{1, 2}) },
-				"UnloadPeers":        func() ([]error, error) { return c.UnloadPeers(ctx, []PeerID{1, 2}) },
-				"ReleaseDescriptors": func() ([]error, error) { return c.ReleaseDescriptors(ctx, []DlistID{1, 2}) },
-				"Cancel":             func() ([]error, error) { return c.Cancel(ctx, []HandleID{1, 2}) },
-				"Release":            func() ([]error, error) { return c.Release(ctx, []HandleID{1, 2}) },
+				"DeregisterMemory":   func() ([]error, error) { return c.DeregisterMemory(ctx, []sdk.RegionID{1, 2}) },
+				"UnloadPeers":        func() ([]error, error) { return c.UnloadPeers(ctx, []sdk.PeerID{1, 2}) },
+				"ReleaseDescriptors": func() ([]error, error) { return c.ReleaseDescriptors(ctx, []sdk.DlistID{1, 2}) },
+				"Cancel":             func() ([]error, error) { return c.Cancel(ctx, []sdk.HandleID{1, 2}) },
+				"Release":            func() ([]error, error) { return c.Release(ctx, []sdk.HandleID{1, 2}) },
 				"SendNotifications": func() ([]error, error) {
-					return c.SendNotifications(ctx, make([]OutboundNotification, 2))
+					return c.SendNotifications(ctx, make([]sdk.OutboundNotification, 2))
 				},
 				"RegisterMemory": func() ([]error, error) {
-					r, err := c.RegisterMemory(ctx, make([]Region, 2))
-					return mapSlice(r, func(x Registration) error { return x.Err }), err
+					r, err := c.RegisterMemory(ctx, make([]sdk.Region, 2))
+					return mapSlice(r, func(x sdk.Registration) error { return x.Err }), err
 				},
 				"LoadPeers": func() ([]error, error) {
-					r, err := c.LoadPeers(ctx, make([]PeerSpec, 2))
-					return mapSlice(r, func(x PeerResult) error { return x.Err }), err
+					r, err := c.LoadPeers(ctx, make([]sdk.PeerSpec, 2))
+					return mapSlice(r, func(x sdk.PeerResult) error { return x.Err }), err
 				},
 				"PrepareDescriptors": func() ([]error, error) {
-					r, err := c.PrepareDescriptors(ctx, make([]DlistSpec, 2))
-					return mapSlice(r, func(x DlistResult) error { return x.Err }), err
+					r, err := c.PrepareDescriptors(ctx, make([]sdk.DlistSpec, 2))
+					return mapSlice(r, func(x sdk.DlistResult) error { return x.Err }), err
 				},
 				"Post": func() ([]error, error) {
-					r, err := c.Post(ctx, make([]PostSpec, 2))
-					return mapSlice(r, func(x PostResult) error { return x.Err }), err
+					r, err := c.Post(ctx, make([]sdk.PostSpec, 2))
+					return mapSlice(r, func(x sdk.PostResult) error { return x.Err }), err
 				},
 			}
 			for call, f := range batches {
@@ -357,17 +358,17 @@ func TestItemErrorsCrossUnchanged(t *testing.T) {
 				assert.Equal(t, []error{nil, want}, errs, call)
 			}
 
-			sts, err := c.Poll(ctx, []HandleID{1, 2, 3})
+			sts, err := c.Poll(ctx, []sdk.HandleID{1, 2, 3})
 			require.NoError(t, err)
-			assert.Equal(t, []HandleStatus{
-				{State: StateDone},
-				{State: StateFailed, Reason: want},
+			assert.Equal(t, []sdk.HandleStatus{
+				{State: sdk.StateDone},
+				{State: sdk.StateFailed, Reason: want},
 				{Err: want},
 			}, sts)
 
 			evs, err := c.Events(ctx, 0)
 			require.NoError(t, err)
-			assert.Equal(t, []Event{{Handle: 1, State: StateDone}, {Handle: 2, State: StateFailed, Reason: want}}, evs)
+			assert.Equal(t, []sdk.Event{{Handle: 1, State: sdk.StateDone}, {Handle: 2, State: sdk.StateFailed, Reason: want}}, evs)
 		})
 	}
 }
@@ -391,9 +392,9 @@ func TestValuesCrossUnchanged(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, testDescription, d)
 
-	regs, err := c.RegisterMemory(ctx, make([]Region, 3))
+	regs, err := c.RegisterMemory(ctx, make([]sdk.Region, 3))
 	require.NoError(t, err)
-	assert.Equal(t, []Registration{{ID: 1}, {ID: 2}, {ID: 3}}, regs)
+	assert.Equal(t, []sdk.Registration{{ID: 1}, {ID: 2}, {ID: 3}}, regs)
 
 	md, err := c.LocalMetadata(ctx)
 	require.NoError(t, err)
@@ -401,11 +402,11 @@ func TestValuesCrossUnchanged(t *testing.T) {
 
 	ns, err := c.Notifications(ctx, 7)
 	require.NoError(t, err)
-	assert.Equal(t, []Notification{{From: "peer", Message: []byte("7")}}, ns)
+	assert.Equal(t, []sdk.Notification{{From: "peer", Message: []byte("7")}}, ns)
 
 	r, err := c.Resources(ctx)
 	require.NoError(t, err)
-	assert.Equal(t, Resources{Regions: 1, Peers: 2, Dlists: 3, Handles: 4, InFlight: 5}, r)
+	assert.Equal(t, sdk.Resources{Regions: 1, Peers: 2, Dlists: 3, Handles: 4, InFlight: 5}, r)
 
 	empty, err := c.Release(ctx, nil)
 	require.NoError(t, err)
@@ -415,36 +416,36 @@ func TestValuesCrossUnchanged(t *testing.T) {
 // TestRequestsCrossUnchanged checks the request side of the conversion: what
 // the host sends is what the transport receives.
 func TestRequestsCrossUnchanged(t *testing.T) {
-	open := OpenRequest{Agent: "a", Params: map[string]string{"seed": "3", "fault": "stall"}}
+	open := sdk.OpenRequest{Agent: "a", Params: map[string]string{"seed": "3", "fault": "stall"}}
 	assert.Equal(t, open, openRequestFrom(openRequestOf(open)))
 
-	regions := []Region{{Path: "/dev/shm/x", Offset: 4096, Length: 1 << 20, Kind: MemoryHost}, {}}
+	regions := []sdk.Region{{Path: "/dev/shm/x", Offset: 4096, Length: 1 << 20, Kind: sdk.MemoryHost}, {}}
 	assert.Equal(t, regions, regionsFrom(regionsOf(regions)))
 
-	peers := []PeerSpec{{Name: "b", Metadata: []byte{1, 2, 3}}, {Name: "c"}}
+	peers := []sdk.PeerSpec{{Name: "b", Metadata: []byte{1, 2, 3}}, {Name: "c"}}
 	assert.Equal(t, peers, peerSpecsFrom(peerSpecsOf(peers)))
 
-	lists := []DlistSpec{{Descriptors: []Descriptor{{Region: 1, Offset: 2, Length: 3}}}, {Peer: 9, Descriptors: []Descriptor{{Region: 4, Offset: 5, Length: 6}, {Region: 7}}}}
+	lists := []sdk.DlistSpec{{Descriptors: []sdk.Descriptor{{Region: 1, Offset: 2, Length: 3}}}, {Peer: 9, Descriptors: []sdk.Descriptor{{Region: 4, Offset: 5, Length: 6}, {Region: 7}}}}
 	assert.Equal(t, lists, dlistSpecsFrom(dlistSpecsOf(lists)))
 
-	posts := []PostSpec{{Op: OpWrite, Local: 1, LocalIndices: []uint32{0, 2}, Remote: 3, RemoteIndices: []uint32{1, 4}, Notification: []byte("done")}, {Op: OpRead, Local: 5, Remote: 6}}
+	posts := []sdk.PostSpec{{Op: sdk.OpWrite, Local: 1, LocalIndices: []uint32{0, 2}, Remote: 3, RemoteIndices: []uint32{1, 4}, Notification: []byte("done")}, {Op: sdk.OpRead, Local: 5, Remote: 6}}
 	assert.Equal(t, posts, postSpecsFrom(postSpecsOf(posts)))
 
-	msgs := []OutboundNotification{{Peer: 2, Message: []byte("hi")}}
+	msgs := []sdk.OutboundNotification{{Peer: 2, Message: []byte("hi")}}
 	assert.Equal(t, msgs, outboundFrom(outboundOf(msgs)))
 
-	assert.Equal(t, []HandleID{1, 1 << 63}, idsFrom[HandleID](idsOf([]HandleID{1, 1 << 63})))
+	assert.Equal(t, []sdk.HandleID{1, 1 << 63}, idsFrom[sdk.HandleID](idsOf([]sdk.HandleID{1, 1 << 63})))
 }
 
 func TestOutOfRangeValuesStayInvalid(t *testing.T) {
 	// A state or op that does not fit in a byte must not wrap into a valid
 	// one: an unknown state is never terminal.
-	assert.False(t, stateFrom(uint32(StateDone)+256).Terminal())
-	posts := postSpecsFrom(&pb.PostRequest{Posts: []*pb.PostSpec{{Op: uint32(OpWrite) + 256}}})
+	assert.False(t, stateFrom(uint32(sdk.StateDone)+256).Terminal())
+	posts := postSpecsFrom(&pb.PostRequest{Posts: []*pb.PostSpec{{Op: uint32(sdk.OpWrite) + 256}}})
 	assert.False(t, posts[0].Op.Valid())
-	err := errOf(&pb.Status{Code: uint32(CodeBusy) + 256, Message: "m"})
-	assert.Equal(t, CodeBackend, CodeOf(err))
-	assert.NotErrorIs(t, err, ErrBusy)
+	err := errOf(&pb.Status{Code: uint32(sdk.CodeBusy) + 256, Message: "m"})
+	assert.Equal(t, sdk.CodeBackend, sdk.CodeOf(err))
+	assert.NotErrorIs(t, err, sdk.ErrBusy)
 }
 
 func TestShortAnswerIsRefused(t *testing.T) {
@@ -454,7 +455,7 @@ func TestShortAnswerIsRefused(t *testing.T) {
 		case "Describe", "Open", "Close", "LocalMetadata", "Notifications", "Resources", "Events":
 			assert.NoError(t, err, call)
 		default:
-			assert.ErrorIs(t, err, ErrBackend, call)
+			assert.ErrorIs(t, err, sdk.ErrBackend, call)
 			assert.ErrorContains(t, err, "answered 1 items for 2", call)
 		}
 	}
@@ -464,13 +465,13 @@ func TestEventsUnimplementedIsUnsupported(t *testing.T) {
 	c := connect(t, &stubTransport{}, context.Background(), time.Minute)
 	evs, err := c.Events(context.Background(), 0)
 	assert.Nil(t, evs)
-	assert.ErrorIs(t, err, ErrUnsupported)
+	assert.ErrorIs(t, err, sdk.ErrUnsupported)
 }
 
 func TestCallTimeoutIsTimeout(t *testing.T) {
 	c := connect(t, eventStub{&stubTransport{block: true}}, context.Background(), 20*time.Millisecond)
 	for call, err := range callAll(context.Background(), c) {
-		assert.ErrorIs(t, err, ErrTimeout, call)
+		assert.ErrorIs(t, err, sdk.ErrTimeout, call)
 	}
 }
 
@@ -479,7 +480,7 @@ func TestCallerCancelIsTimeout(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	for call, err := range callAll(ctx, c) {
-		assert.ErrorIs(t, err, ErrTimeout, call)
+		assert.ErrorIs(t, err, sdk.ErrTimeout, call)
 	}
 }
 
@@ -490,12 +491,12 @@ func TestProcessGoneIsPluginShutdown(t *testing.T) {
 		c := connect(t, eventStub{stub}, done, time.Hour)
 		errs := make(chan error)
 		go func() {
-			_, err := c.Poll(context.Background(), []HandleID{1})
+			_, err := c.Poll(context.Background(), []sdk.HandleID{1})
 			errs <- err
 		}()
 		<-stub.entered
 		exit()
-		assert.ErrorIs(t, <-errs, ErrPluginShutdown)
+		assert.ErrorIs(t, <-errs, sdk.ErrPluginShutdown)
 	})
 	t.Run("connection closed under a pending call, then the exit", func(t *testing.T) {
 		// go-plugin closes its connection while the process may still be
@@ -505,21 +506,21 @@ func TestProcessGoneIsPluginShutdown(t *testing.T) {
 		c, _, cc := connectServer(t, eventStub{stub}, done, time.Hour)
 		errs := make(chan error)
 		go func() {
-			_, err := c.Poll(context.Background(), []HandleID{1})
+			_, err := c.Poll(context.Background(), []sdk.HandleID{1})
 			errs <- err
 		}()
 		<-stub.entered
 		require.NoError(t, cc.Close())
 		<-stub.left
 		exit()
-		assert.ErrorIs(t, <-errs, ErrPluginShutdown)
+		assert.ErrorIs(t, <-errs, sdk.ErrPluginShutdown)
 	})
 	t.Run("later calls", func(t *testing.T) {
 		done, exit := context.WithCancel(context.Background())
 		exit()
 		c := connect(t, eventStub{&stubTransport{}}, done, time.Hour)
 		for call, err := range callAll(context.Background(), c) {
-			assert.ErrorIs(t, err, ErrPluginShutdown, call)
+			assert.ErrorIs(t, err, sdk.ErrPluginShutdown, call)
 		}
 	})
 }
@@ -532,6 +533,6 @@ func TestLostConnectionWhileAliveIsTimeout(t *testing.T) {
 	require.NoError(t, err)
 	srv.Stop()
 	_, err = c.Resources(context.Background())
-	assert.ErrorIs(t, err, ErrTimeout)
+	assert.ErrorIs(t, err, sdk.ErrTimeout)
 	assert.ErrorContains(t, err, "unreachable")
 }

@@ -7,7 +7,7 @@
 // versions:
 // 	protoc-gen-go v1.36.12
 // 	protoc        v3.21.12
-// source: sdk/proto/custody/transport/v1/transport.proto
+// source: sdk/plugin/proto/custody/transport/v1/transport.proto
 
 package transportv1
 
@@ -34,7 +34,7 @@ type Empty struct {
 
 func (x *Empty) Reset() {
 	*x = Empty{}
-	mi := &file_sdk_proto_custody_transport_v1_transport_proto_msgTypes[0]
+	mi := &file_sdk_plugin_proto_custody_transport_v1_transport_proto_msgTypes[0]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -46,7 +46,7 @@ func (x *Empty) String() string {
 func (*Empty) ProtoMessage() {}
 
 func (x *Empty) ProtoReflect() protoreflect.Message {
-	mi := &file_sdk_proto_custody_transport_v1_transport_proto_msgTypes[0]
+	mi := &file_sdk_plugin_proto_custody_transport_v1_transport_proto_msgTypes[0]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -59,7 +59,7 @@ func (x *Empty) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Empty.ProtoReflect.Descriptor instead.
 func (*Empty) Descriptor() ([]byte, []int) {
-	return file_sdk_proto_custody_transport_v1_transport_proto_rawDescGZIP(), []int{0}
+	return file_sdk_plugin_proto_custody_transport_v1_transport_proto_rawDescGZIP(), []int{0}
 }
 
 // Status is the outcome of a call or of one item: sdk.Code and a message.
@@ -73,7 +73,7 @@ type Status struct {
 
 func (x *Status) Reset() {
 	*x = Status{}
-	mi := &file_sdk_proto_custody_transport_v1_transport_proto_msgTypes[1]
+	mi := &file_sdk_plugin_proto_custody_transport_v1_transport_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -85,7 +85,7 @@ func (x *Status) String() string {
 func (*Status) ProtoMessage() {}
 
 func (x *Status) ProtoReflect() protoreflect.Message {
-	mi := &file_sdk_proto_custody_transport_v1_transport_proto_msgTypes[1]
+	mi := &file_sdk_plugin_proto_custody_transport_v1_transport_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -98,7 +98,7 @@ func (x *Status) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Status.ProtoReflect.Descriptor instead.
 func (*Status) Descriptor() ([]byte, []int) {
-	return file_sdk_proto_custody_transport_v1_transport_proto_rawDescGZIP(), []int{1}
+	return file_sdk_plugin_proto_custody_transport_v1_transport_proto_rawDescGZIP(), []int{1}
 }
 
 func (x *Status) GetCode() uint32 {
@@ -124,7 +124,7 @@ type IDs struct {
 
 func (x *IDs) Reset() {
 	*x = IDs{}
-	mi := &file_sdk_proto_custody_transport_v1_transport_proto_msgTypes[2]
+	mi := &file_sdk_plugin_proto_custody_transport_v1_transport_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -136,7 +136,7 @@ func (x *IDs) String() string {
 func (*IDs) ProtoMessage() {}
 
 func (x *IDs) ProtoReflect() protoreflect.Message {
-	mi := &file_sdk_proto_custody_transport_v1_transport_proto_msgTypes[2]
+	mi := &file_sdk_plugin_proto_custody_transport_v1_transport_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -149,7 +149,7 @@ func (x *IDs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IDs.ProtoReflect.Descriptor instead.
 func (*IDs) Descriptor() ([]byte, []int) {
-	return file_sdk_proto_custody_transport_v1_transport_proto_rawDescGZIP(), []int{2}
+	return file_sdk_plugin_proto_custody_transport_v1_transport_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *IDs) GetIds() []uint64 {
@@ -168,7 +168,7 @@ type Statuses struct {
 
 func (x *Statuses) Reset() {
 	*x = Statuses{}
-	mi := &file_sdk_proto_custody_transport_v1_transport_proto_msgTypes[3]
+	mi := &file_sdk_plugin_proto_custody_transport_v1_transport_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -180,7 +180,7 @@ func (x *Statuses) String() string {
 func (*Statuses) ProtoMessage() {}
 
 func (x *Statuses) ProtoReflect() protoreflect.Message {
-	mi := &file_sdk_proto_custody_transport_v1_transport_proto_msgTypes[3]
+	mi := &file_sdk_plugin_proto_custody_transport_v1_transport_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -193,7 +193,7 @@ func (x *Statuses) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Statuses.ProtoReflect.Descriptor instead.
 func (*Statuses) Descriptor() ([]byte, []int) {
-	return file_sdk_proto_custody_transport_v1_transport_proto_rawDescGZIP(), []int{3}
+	return file_sdk_plugin_proto_custody_transport_v1_transport_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Statuses) GetItems() []*Status {
@@ -212,7 +212,7 @@ type Max struct {
 
 func (x *Max) Reset() {
 	*x = Max{}
-	mi := &file_sdk_proto_custody_transport_v1_transport_proto_msgTypes[4]
+	mi := &file_sdk_plugin_proto_custody_transport_v1_transport_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -224,7 +224,7 @@ func (x *Max) String() string {
 func (*Max) ProtoMessage() {}
 
 func (x *Max) ProtoReflect() protoreflect.Message {
-	mi := &file_sdk_proto_custody_transport_v1_transport_proto_msgTypes[4]
+	mi := &file_sdk_plugin_proto_custody_transport_v1_transport_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -237,7 +237,7 @@ func (x *Max) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Max.ProtoReflect.Descriptor instead.
 func (*Max) Descriptor() ([]byte, []int) {
-	return file_sdk_proto_custody_transport_v1_transport_proto_rawDescGZIP(), []int{4}
+	return file_sdk_plugin_proto_custody_transport_v1_transport_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Max) GetMax() int64 {
@@ -255,7 +255,7 @@ type DescribeRequest struct {
 
 func (x *DescribeRequest) Reset() {
 	*x = DescribeRequest{}
-	mi := &file_sdk_proto_custody_transport_v1_transport_proto_msgTypes[5]
+	mi := &file_sdk_plugin_proto_custody_transport_v1_transport_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -267,7 +267,7 @@ func (x *DescribeRequest) String() string {
 func (*DescribeRequest) ProtoMessage() {}
 
 func (x *DescribeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sdk_proto_custody_transport_v1_transport_proto_msgTypes[5]
+	mi := &file_sdk_plugin_proto_custody_transport_v1_transport_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -280,7 +280,7 @@ func (x *DescribeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeRequest.ProtoReflect.Descriptor instead.
 func (*DescribeRequest) Descriptor() ([]byte, []int) {
-	return file_sdk_proto_custody_transport_v1_transport_proto_rawDescGZIP(), []int{5}
+	return file_sdk_plugin_proto_custody_transport_v1_transport_proto_rawDescGZIP(), []int{5}
 }
 
 type Capabilities struct {
@@ -296,7 +296,7 @@ type Capabilities struct {
 
 func (x *Capabilities) Reset() {
 	*x = Capabilities{}
-	mi := &file_sdk_proto_custody_transport_v1_transport_proto_msgTypes[6]
+	mi := &file_sdk_plugin_proto_custody_transport_v1_transport_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -308,7 +308,7 @@ func (x *Capabilities) String() string {
 func (*Capabilities) ProtoMessage() {}
 
 func (x *Capabilities) ProtoReflect() protoreflect.Message {
-	mi := &file_sdk_proto_custody_transport_v1_transport_proto_msgTypes[6]
+	mi := &file_sdk_plugin_proto_custody_transport_v1_transport_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -321,7 +321,7 @@ func (x *Capabilities) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Capabilities.ProtoReflect.Descriptor instead.
 func (*Capabilities) Descriptor() ([]byte, []int) {
-	return file_sdk_proto_custody_transport_v1_transport_proto_rawDescGZIP(), []int{6}
+	return file_sdk_plugin_proto_custody_transport_v1_transport_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Capabilities) GetRemote() bool {
@@ -374,7 +374,7 @@ type Limits struct {
 
 func (x *Limits) Reset() {
 	*x = Limits{}
-	mi := &file_sdk_proto_custody_transport_v1_transport_proto_msgTypes[7]
+	mi := &file_sdk_plugin_proto_custody_transport_v1_transport_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -386,7 +386,7 @@ func (x *Limits) String() string {
 func (*Limits) ProtoMessage() {}
 
 func (x *Limits) ProtoReflect() protoreflect.Message {
-	mi := &file_sdk_proto_custody_transport_v1_transport_proto_msgTypes[7]
+	mi := &file_sdk_plugin_proto_custody_transport_v1_transport_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -399,7 +399,7 @@ func (x *Limits) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Limits.ProtoReflect.Descriptor instead.
 func (*Limits) Descriptor() ([]byte, []int) {
-	return file_sdk_proto_custody_transport_v1_transport_proto_rawDescGZIP(), []int{7}
+	return file_sdk_plugin_proto_custody_transport_v1_transport_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Limits) GetMaxDescriptorsPerList() uint32 {
@@ -469,7 +469,7 @@ type DescribeResponse struct {
 
 func (x *DescribeResponse) Reset() {
 	*x = DescribeResponse{}
-	mi := &file_sdk_proto_custody_transport_v1_transport_proto_msgTypes[8]
+	mi := &file_sdk_plugin_proto_custody_transport_v1_transport_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -481,7 +481,7 @@ func (x *DescribeResponse) String() string {
 func (*DescribeResponse) ProtoMessage() {}
 
 func (x *DescribeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sdk_proto_custody_transport_v1_transport_proto_msgTypes[8]
+	mi := &file_sdk_plugin_proto_custody_transport_v1_transport_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -494,7 +494,7 @@ func (x *DescribeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeResponse.ProtoReflect.Descriptor instead.
 func (*DescribeResponse) Descriptor() ([]byte, []int) {
-	return file_sdk_proto_custody_transport_v1_transport_proto_rawDescGZIP(), []int{8}
+	return file_sdk_plugin_proto_custody_transport_v1_transport_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *DescribeResponse) GetName() string {
@@ -577,7 +577,7 @@ type OpenRequest struct {
 
 func (x *OpenRequest) Reset() {
 	*x = OpenRequest{}
-	mi := &file_sdk_proto_custody_transport_v1_transport_proto_msgTypes[9]
+	mi := &file_sdk_plugin_proto_custody_transport_v1_transport_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -589,7 +589,7 @@ func (x *OpenRequest) String() string {
 func (*OpenRequest) ProtoMessage() {}
 
 func (x *OpenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sdk_proto_custody_transport_v1_transport_proto_msgTypes[9]
+	mi := &file_sdk_plugin_proto_custody_transport_v1_transport_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -602,7 +602,7 @@ func (x *OpenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenRequest.ProtoReflect.Descriptor instead.
 func (*OpenRequest) Descriptor() ([]byte, []int) {
-	return file_sdk_proto_custody_transport_v1_transport_proto_rawDescGZIP(), []int{9}
+	return file_sdk_plugin_proto_custody_transport_v1_transport_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *OpenRequest) GetAgent() string {
@@ -631,7 +631,7 @@ type Region struct {
 
 func (x *Region) Reset() {
 	*x = Region{}
-	mi := &file_sdk_proto_custody_transport_v1_transport_proto_msgTypes[10]
+	mi := &file_sdk_plugin_proto_custody_transport_v1_transport_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -643,7 +643,7 @@ func (x *Region) String() string {
 func (*Region) ProtoMessage() {}
 
 func (x *Region) ProtoReflect() protoreflect.Message {
-	mi := &file_sdk_proto_custody_transport_v1_transport_proto_msgTypes[10]
+	mi := &file_sdk_plugin_proto_custody_transport_v1_transport_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -656,7 +656,7 @@ func (x *Region) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Region.ProtoReflect.Descriptor instead.
 func (*Region) Descriptor() ([]byte, []int) {
-	return file_sdk_proto_custody_transport_v1_transport_proto_rawDescGZIP(), []int{10}
+	return file_sdk_plugin_proto_custody_transport_v1_transport_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Region) GetPath() string {
@@ -696,7 +696,7 @@ type RegisterMemoryRequest struct {
 
 func (x *RegisterMemoryRequest) Reset() {
 	*x = RegisterMemoryRequest{}
-	mi := &file_sdk_proto_custody_transport_v1_transport_proto_msgTypes[11]
+	mi := &file_sdk_plugin_proto_custody_transport_v1_transport_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -708,7 +708,7 @@ func (x *RegisterMemoryRequest) String() string {
 func (*RegisterMemoryRequest) ProtoMessage() {}
 
 func (x *RegisterMemoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sdk_proto_custody_transport_v1_transport_proto_msgTypes[11]
+	mi := &file_sdk_plugin_proto_custody_transport_v1_transport_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -721,7 +721,7 @@ func (x *RegisterMemoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterMemoryRequest.ProtoReflect.Descriptor instead.
 func (*RegisterMemoryRequest) Descriptor() ([]byte, []int) {
-	return file_sdk_proto_custody_transport_v1_transport_proto_rawDescGZIP(), []int{11}
+	return file_sdk_plugin_proto_custody_transport_v1_transport_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *RegisterMemoryRequest) GetRegions() []*Region {
@@ -742,7 +742,7 @@ type IDResult struct {
 
 func (x *IDResult) Reset() {
 	*x = IDResult{}
-	mi := &file_sdk_proto_custody_transport_v1_transport_proto_msgTypes[12]
+	mi := &file_sdk_plugin_proto_custody_transport_v1_transport_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -754,7 +754,7 @@ func (x *IDResult) String() string {
 func (*IDResult) ProtoMessage() {}
 
 func (x *IDResult) ProtoReflect() protoreflect.Message {
-	mi := &file_sdk_proto_custody_transport_v1_transport_proto_msgTypes[12]
+	mi := &file_sdk_plugin_proto_custody_transport_v1_transport_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -767,7 +767,7 @@ func (x *IDResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IDResult.ProtoReflect.Descriptor instead.
 func (*IDResult) Descriptor() ([]byte, []int) {
-	return file_sdk_proto_custody_transport_v1_transport_proto_rawDescGZIP(), []int{12}
+	return file_sdk_plugin_proto_custody_transport_v1_transport_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *IDResult) GetId() uint64 {
@@ -793,7 +793,7 @@ type RegisterMemoryResponse struct {
 
 func (x *RegisterMemoryResponse) Reset() {
 	*x = RegisterMemoryResponse{}
-	mi := &file_sdk_proto_custody_transport_v1_transport_proto_msgTypes[13]
+	mi := &file_sdk_plugin_proto_custody_transport_v1_transport_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -805,7 +805,7 @@ func (x *RegisterMemoryResponse) String() string {
 func (*RegisterMemoryResponse) ProtoMessage() {}
 
 func (x *RegisterMemoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sdk_proto_custody_transport_v1_transport_proto_msgTypes[13]
+	mi := &file_sdk_plugin_proto_custody_transport_v1_transport_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -818,7 +818,7 @@ func (x *RegisterMemoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterMemoryResponse.ProtoReflect.Descriptor instead.
 func (*RegisterMemoryResponse) Descriptor() ([]byte, []int) {
-	return file_sdk_proto_custody_transport_v1_transport_proto_rawDescGZIP(), []int{13}
+	return file_sdk_plugin_proto_custody_transport_v1_transport_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RegisterMemoryResponse) GetItems() []*IDResult {
@@ -837,7 +837,7 @@ type LocalMetadataResponse struct {
 
 func (x *LocalMetadataResponse) Reset() {
 	*x = LocalMetadataResponse{}
-	mi := &file_sdk_proto_custody_transport_v1_transport_proto_msgTypes[14]
+	mi := &file_sdk_plugin_proto_custody_transport_v1_transport_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -849,7 +849,7 @@ func (x *LocalMetadataResponse) String() string {
 func (*LocalMetadataResponse) ProtoMessage() {}
 
 func (x *LocalMetadataResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sdk_proto_custody_transport_v1_transport_proto_msgTypes[14]
+	mi := &file_sdk_plugin_proto_custody_transport_v1_transport_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -862,7 +862,7 @@ func (x *LocalMetadataResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LocalMetadataResponse.ProtoReflect.Descriptor instead.
 func (*LocalMetadataResponse) Descriptor() ([]byte, []int) {
-	return file_sdk_proto_custody_transport_v1_transport_proto_rawDescGZIP(), []int{14}
+	return file_sdk_plugin_proto_custody_transport_v1_transport_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *LocalMetadataResponse) GetMetadata() []byte {
@@ -882,7 +882,7 @@ type PeerSpec struct {
 
 func (x *PeerSpec) Reset() {
 	*x = PeerSpec{}
-	mi := &file_sdk_proto_custody_transport_v1_transport_proto_msgTypes[15]
+	mi := &file_sdk_plugin_proto_custody_transport_v1_transport_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -894,7 +894,7 @@ func (x *PeerSpec) String() string {
 func (*PeerSpec) ProtoMessage() {}
 
 func (x *PeerSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_sdk_proto_custody_transport_v1_transport_proto_msgTypes[15]
+	mi := &file_sdk_plugin_proto_custody_transport_v1_transport_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -907,7 +907,7 @@ func (x *PeerSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeerSpec.ProtoReflect.Descriptor instead.
 func (*PeerSpec) Descriptor() ([]byte, []int) {
-	return file_sdk_proto_custody_transport_v1_transport_proto_rawDescGZIP(), []int{15}
+	return file_sdk_plugin_proto_custody_transport_v1_transport_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *PeerSpec) GetName() string {
@@ -933,7 +933,7 @@ type LoadPeersRequest struct {
 
 func (x *LoadPeersRequest) Reset() {
 	*x = LoadPeersRequest{}
-	mi := &file_sdk_proto_custody_transport_v1_transport_proto_msgTypes[16]
+	mi := &file_sdk_plugin_proto_custody_transport_v1_transport_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -945,7 +945,7 @@ func (x *LoadPeersRequest) String() string {
 func (*LoadPeersRequest) ProtoMessage() {}
 
 func (x *LoadPeersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sdk_proto_custody_transport_v1_transport_proto_msgTypes[16]
+	mi := &file_sdk_plugin_proto_custody_transport_v1_transport_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -958,7 +958,7 @@ func (x *LoadPeersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadPeersRequest.ProtoReflect.Descriptor instead.
 func (*LoadPeersRequest) Descriptor() ([]byte, []int) {
-	return file_sdk_proto_custody_transport_v1_transport_proto_rawDescGZIP(), []int{16}
+	return file_sdk_plugin_proto_custody_transport_v1_transport_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *LoadPeersRequest) GetPeers() []*PeerSpec {
@@ -977,7 +977,7 @@ type LoadPeersResponse struct {
 
 func (x *LoadPeersResponse) Reset() {
 	*x = LoadPeersResponse{}
-	mi := &file_sdk_proto_custody_transport_v1_transport_proto_msgTypes[17]
+	mi := &file_sdk_plugin_proto_custody_transport_v1_transport_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -989,7 +989,7 @@ func (x *LoadPeersResponse) String() string {
 func (*LoadPeersResponse) ProtoMessage() {}
 
 func (x *LoadPeersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sdk_proto_custody_transport_v1_transport_proto_msgTypes[17]
+	mi := &file_sdk_plugin_proto_custody_transport_v1_transport_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1002,7 +1002,7 @@ func (x *LoadPeersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadPeersResponse.ProtoReflect.Descriptor instead.
 func (*LoadPeersResponse) Descriptor() ([]byte, []int) {
-	return file_sdk_proto_custody_transport_v1_transport_proto_rawDescGZIP(), []int{17}
+	return file_sdk_plugin_proto_custody_transport_v1_transport_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *LoadPeersResponse) GetItems() []*IDResult {
@@ -1023,7 +1023,7 @@ type Descriptor struct {
 
 func (x *Descriptor) Reset() {
 	*x = Descriptor{}
-	mi := &file_sdk_proto_custody_transport_v1_transport_proto_msgTypes[18]
+	mi := &file_sdk_plugin_proto_custody_transport_v1_transport_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1035,7 +1035,7 @@ func (x *Descriptor) String() string {
 func (*Descriptor) ProtoMessage() {}
 
 func (x *Descriptor) ProtoReflect() protoreflect.Message {
-	mi := &file_sdk_proto_custody_transport_v1_transport_proto_msgTypes[18]
+	mi := &file_sdk_plugin_proto_custody_transport_v1_transport_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1048,7 +1048,7 @@ func (x *Descriptor) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Descriptor.ProtoReflect.Descriptor instead.
 func (*Descriptor) Descriptor() ([]byte, []int) {
-	return file_sdk_proto_custody_transport_v1_transport_proto_rawDescGZIP(), []int{18}
+	return file_sdk_plugin_proto_custody_transport_v1_transport_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Descriptor) GetRegion() uint64 {
@@ -1082,7 +1082,7 @@ type DlistSpec struct {
 
 func (x *DlistSpec) Reset() {
 	*x = DlistSpec{}
-	mi := &file_sdk_proto_custody_transport_v1_transport_proto_msgTypes[19]
+	mi := &file_sdk_plugin_proto_custody_transport_v1_transport_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1094,7 +1094,7 @@ func (x *DlistSpec) String() string {
 func (*DlistSpec) ProtoMessage() {}
 
 func (x *DlistSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_sdk_proto_custody_transport_v1_transport_proto_msgTypes[19]
+	mi := &file_sdk_plugin_proto_custody_transport_v1_transport_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1107,7 +1107,7 @@ func (x *DlistSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DlistSpec.ProtoReflect.Descriptor instead.
 func (*DlistSpec) Descriptor() ([]byte, []int) {
-	return file_sdk_proto_custody_transport_v1_transport_proto_rawDescGZIP(), []int{19}
+	return file_sdk_plugin_proto_custody_transport_v1_transport_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *DlistSpec) GetPeer() uint64 {
@@ -1133,7 +1133,7 @@ type PrepareDescriptorsRequest struct {
 
 func (x *PrepareDescriptorsRequest) Reset() {
 	*x = PrepareDescriptorsRequest{}
-	mi := &file_sdk_proto_custody_transport_v1_transport_proto_msgTypes[20]
+	mi := &file_sdk_plugin_proto_custody_transport_v1_transport_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1145,7 +1145,7 @@ func (x *PrepareDescriptorsRequest) String() string {
 func (*PrepareDescriptorsRequest) ProtoMessage() {}
 
 func (x *PrepareDescriptorsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sdk_proto_custody_transport_v1_transport_proto_msgTypes[20]
+	mi := &file_sdk_plugin_proto_custody_transport_v1_transport_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1158,7 +1158,7 @@ func (x *PrepareDescriptorsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrepareDescriptorsRequest.ProtoReflect.Descriptor instead.
 func (*PrepareDescriptorsRequest) Descriptor() ([]byte, []int) {
-	return file_sdk_proto_custody_transport_v1_transport_proto_rawDescGZIP(), []int{20}
+	return file_sdk_plugin_proto_custody_transport_v1_transport_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *PrepareDescriptorsRequest) GetLists() []*DlistSpec {
@@ -1177,7 +1177,7 @@ type PrepareDescriptorsResponse struct {
 
 func (x *PrepareDescriptorsResponse) Reset() {
 	*x = PrepareDescriptorsResponse{}
-	mi := &file_sdk_proto_custody_transport_v1_transport_proto_msgTypes[21]
+	mi := &file_sdk_plugin_proto_custody_transport_v1_transport_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1189,7 +1189,7 @@ func (x *PrepareDescriptorsResponse) String() string {
 func (*PrepareDescriptorsResponse) ProtoMessage() {}
 
 func (x *PrepareDescriptorsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sdk_proto_custody_transport_v1_transport_proto_msgTypes[21]
+	mi := &file_sdk_plugin_proto_custody_transport_v1_transport_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1202,7 +1202,7 @@ func (x *PrepareDescriptorsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrepareDescriptorsResponse.ProtoReflect.Descriptor instead.
 func (*PrepareDescriptorsResponse) Descriptor() ([]byte, []int) {
-	return file_sdk_proto_custody_transport_v1_transport_proto_rawDescGZIP(), []int{21}
+	return file_sdk_plugin_proto_custody_transport_v1_transport_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *PrepareDescriptorsResponse) GetItems() []*IDResult {
@@ -1226,7 +1226,7 @@ type PostSpec struct {
 
 func (x *PostSpec) Reset() {
 	*x = PostSpec{}
-	mi := &file_sdk_proto_custody_transport_v1_transport_proto_msgTypes[22]
+	mi := &file_sdk_plugin_proto_custody_transport_v1_transport_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1238,7 +1238,7 @@ func (x *PostSpec) String() string {
 func (*PostSpec) ProtoMessage() {}
 
 func (x *PostSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_sdk_proto_custody_transport_v1_transport_proto_msgTypes[22]
+	mi := &file_sdk_plugin_proto_custody_transport_v1_transport_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1251,7 +1251,7 @@ func (x *PostSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PostSpec.ProtoReflect.Descriptor instead.
 func (*PostSpec) Descriptor() ([]byte, []int) {
-	return file_sdk_proto_custody_transport_v1_transport_proto_rawDescGZIP(), []int{22}
+	return file_sdk_plugin_proto_custody_transport_v1_transport_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *PostSpec) GetOp() uint32 {
@@ -1305,7 +1305,7 @@ type PostRequest struct {
 
 func (x *PostRequest) Reset() {
 	*x = PostRequest{}
-	mi := &file_sdk_proto_custody_transport_v1_transport_proto_msgTypes[23]
+	mi := &file_sdk_plugin_proto_custody_transport_v1_transport_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1317,7 +1317,7 @@ func (x *PostRequest) String() string {
 func (*PostRequest) ProtoMessage() {}
 
 func (x *PostRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sdk_proto_custody_transport_v1_transport_proto_msgTypes[23]
+	mi := &file_sdk_plugin_proto_custody_transport_v1_transport_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1330,7 +1330,7 @@ func (x *PostRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PostRequest.ProtoReflect.Descriptor instead.
 func (*PostRequest) Descriptor() ([]byte, []int) {
-	return file_sdk_proto_custody_transport_v1_transport_proto_rawDescGZIP(), []int{23}
+	return file_sdk_plugin_proto_custody_transport_v1_transport_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *PostRequest) GetPosts() []*PostSpec {
@@ -1349,7 +1349,7 @@ type PostResponse struct {
 
 func (x *PostResponse) Reset() {
 	*x = PostResponse{}
-	mi := &file_sdk_proto_custody_transport_v1_transport_proto_msgTypes[24]
+	mi := &file_sdk_plugin_proto_custody_transport_v1_transport_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1361,7 +1361,7 @@ func (x *PostResponse) String() string {
 func (*PostResponse) ProtoMessage() {}
 
 func (x *PostResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sdk_proto_custody_transport_v1_transport_proto_msgTypes[24]
+	mi := &file_sdk_plugin_proto_custody_transport_v1_transport_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1374,7 +1374,7 @@ func (x *PostResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PostResponse.ProtoReflect.Descriptor instead.
 func (*PostResponse) Descriptor() ([]byte, []int) {
-	return file_sdk_proto_custody_transport_v1_transport_proto_rawDescGZIP(), []int{24}
+	return file_sdk_plugin_proto_custody_transport_v1_transport_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *PostResponse) GetItems() []*IDResult {
@@ -1397,7 +1397,7 @@ type HandleStatus struct {
 
 func (x *HandleStatus) Reset() {
 	*x = HandleStatus{}
-	mi := &file_sdk_proto_custody_transport_v1_transport_proto_msgTypes[25]
+	mi := &file_sdk_plugin_proto_custody_transport_v1_transport_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1409,7 +1409,7 @@ func (x *HandleStatus) String() string {
 func (*HandleStatus) ProtoMessage() {}
 
 func (x *HandleStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_sdk_proto_custody_transport_v1_transport_proto_msgTypes[25]
+	mi := &file_sdk_plugin_proto_custody_transport_v1_transport_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1422,7 +1422,7 @@ func (x *HandleStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HandleStatus.ProtoReflect.Descriptor instead.
 func (*HandleStatus) Descriptor() ([]byte, []int) {
-	return file_sdk_proto_custody_transport_v1_transport_proto_rawDescGZIP(), []int{25}
+	return file_sdk_plugin_proto_custody_transport_v1_transport_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *HandleStatus) GetState() uint32 {
@@ -1455,7 +1455,7 @@ type PollResponse struct {
 
 func (x *PollResponse) Reset() {
 	*x = PollResponse{}
-	mi := &file_sdk_proto_custody_transport_v1_transport_proto_msgTypes[26]
+	mi := &file_sdk_plugin_proto_custody_transport_v1_transport_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1467,7 +1467,7 @@ func (x *PollResponse) String() string {
 func (*PollResponse) ProtoMessage() {}
 
 func (x *PollResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sdk_proto_custody_transport_v1_transport_proto_msgTypes[26]
+	mi := &file_sdk_plugin_proto_custody_transport_v1_transport_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1480,7 +1480,7 @@ func (x *PollResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PollResponse.ProtoReflect.Descriptor instead.
 func (*PollResponse) Descriptor() ([]byte, []int) {
-	return file_sdk_proto_custody_transport_v1_transport_proto_rawDescGZIP(), []int{26}
+	return file_sdk_plugin_proto_custody_transport_v1_transport_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *PollResponse) GetItems() []*HandleStatus {
@@ -1500,7 +1500,7 @@ type OutboundNotification struct {
 
 func (x *OutboundNotification) Reset() {
 	*x = OutboundNotification{}
-	mi := &file_sdk_proto_custody_transport_v1_transport_proto_msgTypes[27]
+	mi := &file_sdk_plugin_proto_custody_transport_v1_transport_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1512,7 +1512,7 @@ func (x *OutboundNotification) String() string {
 func (*OutboundNotification) ProtoMessage() {}
 
 func (x *OutboundNotification) ProtoReflect() protoreflect.Message {
-	mi := &file_sdk_proto_custody_transport_v1_transport_proto_msgTypes[27]
+	mi := &file_sdk_plugin_proto_custody_transport_v1_transport_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1525,7 +1525,7 @@ func (x *OutboundNotification) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OutboundNotification.ProtoReflect.Descriptor instead.
 func (*OutboundNotification) Descriptor() ([]byte, []int) {
-	return file_sdk_proto_custody_transport_v1_transport_proto_rawDescGZIP(), []int{27}
+	return file_sdk_plugin_proto_custody_transport_v1_transport_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *OutboundNotification) GetPeer() uint64 {
@@ -1551,7 +1551,7 @@ type SendNotificationsRequest struct {
 
 func (x *SendNotificationsRequest) Reset() {
 	*x = SendNotificationsRequest{}
-	mi := &file_sdk_proto_custody_transport_v1_transport_proto_msgTypes[28]
+	mi := &file_sdk_plugin_proto_custody_transport_v1_transport_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1563,7 +1563,7 @@ func (x *SendNotificationsRequest) String() string {
 func (*SendNotificationsRequest) ProtoMessage() {}
 
 func (x *SendNotificationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sdk_proto_custody_transport_v1_transport_proto_msgTypes[28]
+	mi := &file_sdk_plugin_proto_custody_transport_v1_transport_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1576,7 +1576,7 @@ func (x *SendNotificationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendNotificationsRequest.ProtoReflect.Descriptor instead.
 func (*SendNotificationsRequest) Descriptor() ([]byte, []int) {
-	return file_sdk_proto_custody_transport_v1_transport_proto_rawDescGZIP(), []int{28}
+	return file_sdk_plugin_proto_custody_transport_v1_transport_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *SendNotificationsRequest) GetMessages() []*OutboundNotification {
@@ -1596,7 +1596,7 @@ type Notification struct {
 
 func (x *Notification) Reset() {
 	*x = Notification{}
-	mi := &file_sdk_proto_custody_transport_v1_transport_proto_msgTypes[29]
+	mi := &file_sdk_plugin_proto_custody_transport_v1_transport_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1608,7 +1608,7 @@ func (x *Notification) String() string {
 func (*Notification) ProtoMessage() {}
 
 func (x *Notification) ProtoReflect() protoreflect.Message {
-	mi := &file_sdk_proto_custody_transport_v1_transport_proto_msgTypes[29]
+	mi := &file_sdk_plugin_proto_custody_transport_v1_transport_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1621,7 +1621,7 @@ func (x *Notification) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Notification.ProtoReflect.Descriptor instead.
 func (*Notification) Descriptor() ([]byte, []int) {
-	return file_sdk_proto_custody_transport_v1_transport_proto_rawDescGZIP(), []int{29}
+	return file_sdk_plugin_proto_custody_transport_v1_transport_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Notification) GetFrom() string {
@@ -1647,7 +1647,7 @@ type NotificationsResponse struct {
 
 func (x *NotificationsResponse) Reset() {
 	*x = NotificationsResponse{}
-	mi := &file_sdk_proto_custody_transport_v1_transport_proto_msgTypes[30]
+	mi := &file_sdk_plugin_proto_custody_transport_v1_transport_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1659,7 +1659,7 @@ func (x *NotificationsResponse) String() string {
 func (*NotificationsResponse) ProtoMessage() {}
 
 func (x *NotificationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sdk_proto_custody_transport_v1_transport_proto_msgTypes[30]
+	mi := &file_sdk_plugin_proto_custody_transport_v1_transport_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1672,7 +1672,7 @@ func (x *NotificationsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NotificationsResponse.ProtoReflect.Descriptor instead.
 func (*NotificationsResponse) Descriptor() ([]byte, []int) {
-	return file_sdk_proto_custody_transport_v1_transport_proto_rawDescGZIP(), []int{30}
+	return file_sdk_plugin_proto_custody_transport_v1_transport_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *NotificationsResponse) GetMessages() []*Notification {
@@ -1695,7 +1695,7 @@ type ResourcesResponse struct {
 
 func (x *ResourcesResponse) Reset() {
 	*x = ResourcesResponse{}
-	mi := &file_sdk_proto_custody_transport_v1_transport_proto_msgTypes[31]
+	mi := &file_sdk_plugin_proto_custody_transport_v1_transport_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1707,7 +1707,7 @@ func (x *ResourcesResponse) String() string {
 func (*ResourcesResponse) ProtoMessage() {}
 
 func (x *ResourcesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sdk_proto_custody_transport_v1_transport_proto_msgTypes[31]
+	mi := &file_sdk_plugin_proto_custody_transport_v1_transport_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1720,7 +1720,7 @@ func (x *ResourcesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResourcesResponse.ProtoReflect.Descriptor instead.
 func (*ResourcesResponse) Descriptor() ([]byte, []int) {
-	return file_sdk_proto_custody_transport_v1_transport_proto_rawDescGZIP(), []int{31}
+	return file_sdk_plugin_proto_custody_transport_v1_transport_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ResourcesResponse) GetRegions() uint64 {
@@ -1769,7 +1769,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_sdk_proto_custody_transport_v1_transport_proto_msgTypes[32]
+	mi := &file_sdk_plugin_proto_custody_transport_v1_transport_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1781,7 +1781,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_sdk_proto_custody_transport_v1_transport_proto_msgTypes[32]
+	mi := &file_sdk_plugin_proto_custody_transport_v1_transport_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1794,7 +1794,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_sdk_proto_custody_transport_v1_transport_proto_rawDescGZIP(), []int{32}
+	return file_sdk_plugin_proto_custody_transport_v1_transport_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *Event) GetHandle() uint64 {
@@ -1827,7 +1827,7 @@ type EventsResponse struct {
 
 func (x *EventsResponse) Reset() {
 	*x = EventsResponse{}
-	mi := &file_sdk_proto_custody_transport_v1_transport_proto_msgTypes[33]
+	mi := &file_sdk_plugin_proto_custody_transport_v1_transport_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1839,7 +1839,7 @@ func (x *EventsResponse) String() string {
 func (*EventsResponse) ProtoMessage() {}
 
 func (x *EventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sdk_proto_custody_transport_v1_transport_proto_msgTypes[33]
+	mi := &file_sdk_plugin_proto_custody_transport_v1_transport_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1852,7 +1852,7 @@ func (x *EventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventsResponse.ProtoReflect.Descriptor instead.
 func (*EventsResponse) Descriptor() ([]byte, []int) {
-	return file_sdk_proto_custody_transport_v1_transport_proto_rawDescGZIP(), []int{33}
+	return file_sdk_plugin_proto_custody_transport_v1_transport_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *EventsResponse) GetEvents() []*Event {
@@ -1862,11 +1862,11 @@ func (x *EventsResponse) GetEvents() []*Event {
 	return nil
 }
 
-var File_sdk_proto_custody_transport_v1_transport_proto protoreflect.FileDescriptor
+var File_sdk_plugin_proto_custody_transport_v1_transport_proto protoreflect.FileDescriptor
 
-const file_sdk_proto_custody_transport_v1_transport_proto_rawDesc = "" +
+const file_sdk_plugin_proto_custody_transport_v1_transport_proto_rawDesc = "" +
 	"\n" +
-	".sdk/proto/custody/transport/v1/transport.proto\x12\x14custody.transport.v1\"\a\n" +
+	"5sdk/plugin/proto/custody/transport/v1/transport.proto\x12\x14custody.transport.v1\"\a\n" +
 	"\x05Empty\"6\n" +
 	"\x06Status\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\rR\x04code\x12\x18\n" +
@@ -2001,22 +2001,22 @@ const file_sdk_proto_custody_transport_v1_transport_proto_rawDesc = "" +
 	"\x11SendNotifications\x12..custody.transport.v1.SendNotificationsRequest\x1a\x1e.custody.transport.v1.Statuses\x12W\n" +
 	"\rNotifications\x12\x19.custody.transport.v1.Max\x1a+.custody.transport.v1.NotificationsResponse\x12Q\n" +
 	"\tResources\x12\x1b.custody.transport.v1.Empty\x1a'.custody.transport.v1.ResourcesResponse\x12I\n" +
-	"\x06Events\x12\x19.custody.transport.v1.Max\x1a$.custody.transport.v1.EventsResponseBKZIgithub.com/custody-dev/custody/sdk/proto/custody/transport/v1;transportv1b\x06proto3"
+	"\x06Events\x12\x19.custody.transport.v1.Max\x1a$.custody.transport.v1.EventsResponseBRZPgithub.com/custody-dev/custody/sdk/plugin/proto/custody/transport/v1;transportv1b\x06proto3"
 
 var (
-	file_sdk_proto_custody_transport_v1_transport_proto_rawDescOnce sync.Once
-	file_sdk_proto_custody_transport_v1_transport_proto_rawDescData []byte
+	file_sdk_plugin_proto_custody_transport_v1_transport_proto_rawDescOnce sync.Once
+	file_sdk_plugin_proto_custody_transport_v1_transport_proto_rawDescData []byte
 )
 
-func file_sdk_proto_custody_transport_v1_transport_proto_rawDescGZIP() []byte {
-	file_sdk_proto_custody_transport_v1_transport_proto_rawDescOnce.Do(func() {
-		file_sdk_proto_custody_transport_v1_transport_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_sdk_proto_custody_transport_v1_transport_proto_rawDesc), len(file_sdk_proto_custody_transport_v1_transport_proto_rawDesc)))
+func file_sdk_plugin_proto_custody_transport_v1_transport_proto_rawDescGZIP() []byte {
+	file_sdk_plugin_proto_custody_transport_v1_transport_proto_rawDescOnce.Do(func() {
+		file_sdk_plugin_proto_custody_transport_v1_transport_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_sdk_plugin_proto_custody_transport_v1_transport_proto_rawDesc), len(file_sdk_plugin_proto_custody_transport_v1_transport_proto_rawDesc)))
 	})
-	return file_sdk_proto_custody_transport_v1_transport_proto_rawDescData
+	return file_sdk_plugin_proto_custody_transport_v1_transport_proto_rawDescData
 }
 
-var file_sdk_proto_custody_transport_v1_transport_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
-var file_sdk_proto_custody_transport_v1_transport_proto_goTypes = []any{
+var file_sdk_plugin_proto_custody_transport_v1_transport_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
+var file_sdk_plugin_proto_custody_transport_v1_transport_proto_goTypes = []any{
 	(*Empty)(nil),                      // 0: custody.transport.v1.Empty
 	(*Status)(nil),                     // 1: custody.transport.v1.Status
 	(*IDs)(nil),                        // 2: custody.transport.v1.IDs
@@ -2053,7 +2053,7 @@ var file_sdk_proto_custody_transport_v1_transport_proto_goTypes = []any{
 	(*EventsResponse)(nil),             // 33: custody.transport.v1.EventsResponse
 	nil,                                // 34: custody.transport.v1.OpenRequest.ParamsEntry
 }
-var file_sdk_proto_custody_transport_v1_transport_proto_depIdxs = []int32{
+var file_sdk_plugin_proto_custody_transport_v1_transport_proto_depIdxs = []int32{
 	1,  // 0: custody.transport.v1.Statuses.items:type_name -> custody.transport.v1.Status
 	6,  // 1: custody.transport.v1.DescribeResponse.capabilities:type_name -> custody.transport.v1.Capabilities
 	7,  // 2: custody.transport.v1.DescribeResponse.limits:type_name -> custody.transport.v1.Limits
@@ -2118,26 +2118,26 @@ var file_sdk_proto_custody_transport_v1_transport_proto_depIdxs = []int32{
 	0,  // [0:21] is the sub-list for field type_name
 }
 
-func init() { file_sdk_proto_custody_transport_v1_transport_proto_init() }
-func file_sdk_proto_custody_transport_v1_transport_proto_init() {
-	if File_sdk_proto_custody_transport_v1_transport_proto != nil {
+func init() { file_sdk_plugin_proto_custody_transport_v1_transport_proto_init() }
+func file_sdk_plugin_proto_custody_transport_v1_transport_proto_init() {
+	if File_sdk_plugin_proto_custody_transport_v1_transport_proto != nil {
 		return
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
-			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sdk_proto_custody_transport_v1_transport_proto_rawDesc), len(file_sdk_proto_custody_transport_v1_transport_proto_rawDesc)),
+			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sdk_plugin_proto_custody_transport_v1_transport_proto_rawDesc), len(file_sdk_plugin_proto_custody_transport_v1_transport_proto_rawDesc)),
 			NumEnums:      0,
 			NumMessages:   35,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
-		GoTypes:           file_sdk_proto_custody_transport_v1_transport_proto_goTypes,
-		DependencyIndexes: file_sdk_proto_custody_transport_v1_transport_proto_depIdxs,
-		MessageInfos:      file_sdk_proto_custody_transport_v1_transport_proto_msgTypes,
+		GoTypes:           file_sdk_plugin_proto_custody_transport_v1_transport_proto_goTypes,
+		DependencyIndexes: file_sdk_plugin_proto_custody_transport_v1_transport_proto_depIdxs,
+		MessageInfos:      file_sdk_plugin_proto_custody_transport_v1_transport_proto_msgTypes,
 	}.Build()
-	File_sdk_proto_custody_transport_v1_transport_proto = out.File
-	file_sdk_proto_custody_transport_v1_transport_proto_goTypes = nil
-	file_sdk_proto_custody_transport_v1_transport_proto_depIdxs = nil
+	File_sdk_plugin_proto_custody_transport_v1_transport_proto = out.File
+	file_sdk_plugin_proto_custody_transport_v1_transport_proto_goTypes = nil
+	file_sdk_plugin_proto_custody_transport_v1_transport_proto_depIdxs = nil
 }

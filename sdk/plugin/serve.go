@@ -1,4 +1,4 @@
-package sdk
+package plugin
 
 import (
 	"os"
@@ -6,19 +6,21 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/go-plugin"
 	"google.golang.org/grpc"
+
+	"github.com/custody-dev/custody/sdk"
 )
 
 // Serve runs impl as a transport plugin: the whole of a transport binary's
 // main is
 //
-//	func main() { sdk.Serve(mytransport.New()) }
+//	func main() { plugin.Serve(mytransport.New()) }
 //
 // It speaks gRPC only, announces contract major version ContractMajor in
 // the handshake, and logs as JSON to stderr, which the host's logger
 // re-emits; CUSTODY_TRANSPORT_LOG_LEVEL (trace, debug, info, warn, error;
 // default info) sets the plugin's level. It returns when the host shuts the plugin down. Started by hand,
 // without the host, it says it is a plugin and exits with status 1.
-func Serve(impl Transport) {
+func Serve(impl sdk.Transport) {
 	logger := hclog.New(&hclog.LoggerOptions{
 		Name:       "custody-transport",
 		Level:      hclog.LevelFromString(os.Getenv("CUSTODY_TRANSPORT_LOG_LEVEL")),
@@ -26,7 +28,7 @@ func Serve(impl Transport) {
 		JSONFormat: true,
 	})
 	if impl == nil {
-		logger.Error("sdk.Serve called with a nil Transport; pass the transport to serve")
+		logger.Error("plugin.Serve called with a nil Transport; pass the transport to serve")
 		os.Exit(1)
 	}
 	major, err := servedMajor()

@@ -1,4 +1,4 @@
-package sdk
+package plugin
 
 import (
 	"context"
@@ -7,7 +7,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	pb "github.com/custody-dev/custody/sdk/proto/custody/transport/v1"
+	"github.com/custody-dev/custody/sdk"
+	pb "github.com/custody-dev/custody/sdk/plugin/proto/custody/transport/v1"
 )
 
 // grpcClient is the host's side of a transport plugin: it satisfies
@@ -27,8 +28,8 @@ type grpcClient struct {
 }
 
 var (
-	_ Transport   = (*grpcClient)(nil)
-	_ EventSource = (*grpcClient)(nil)
+	_ sdk.Transport   = (*grpcClient)(nil)
+	_ sdk.EventSource = (*grpcClient)(nil)
 )
 
 // call runs one RPC under the call's deadline and the process's lifetime.
@@ -51,10 +52,10 @@ func (c *grpcClient) call(ctx context.Context, method string, rpc func(context.C
 func (c *grpcClient) callError(ctx context.Context, method string, err error) error {
 	st := status.Convert(err)
 	if terr := transportError(st); terr != nil {
-		if CodeOf(terr) == CodePluginShutdown && c.done.Err() == nil {
+		if sdk.CodeOf(terr) == sdk.CodePluginShutdown && c.done.Err() == nil {
 			// Only the host can know the process is gone; a live transport
 			// claiming it would make the host treat its transfers as fenced.
-			return Errorf(CodeBackend, "%s: %s is alive but answered %v; treating it as a backend failure", method, c.name, terr)
+			return sdk.Errorf(sdk.CodeBackend, "%s: %s is alive but answered %v; treating it as a backend failure", method, c.name, terr)
 		}
 		return terr
 	}
@@ -72,19 +73,19 @@ func (c *grpcClient) callError(ctx context.Context, method string, err error) er
 			return c.shutdown(method)
 		case <-ctx.Done():
 		}
-		return Errorf(CodeTimeout, "%s: %s unreachable (%s) and still running after the call's deadline; whether the call took effect is unknown: poll or count resources to find out",
+		return sdk.Errorf(sdk.CodeTimeout, "%s: %s unreachable (%s) and still running after the call's deadline; whether the call took effect is unknown: poll or count resources to find out",
 			method, c.name, st.Message())
 	case code == codes.DeadlineExceeded, code == codes.Canceled:
-		return Errorf(CodeTimeout, "%s: %s did not answer before the call's deadline (%s, at most %s) or the caller canceled it; whether the call took effect is unknown: poll or count resources to find out",
+		return sdk.Errorf(sdk.CodeTimeout, "%s: %s did not answer before the call's deadline (%s, at most %s) or the caller canceled it; whether the call took effect is unknown: poll or count resources to find out",
 			method, c.name, st.Message(), c.timeout)
 	case code == codes.Unimplemented:
-		return Errorf(CodeUnsupported, "%s: %s does not implement it: %s", method, c.name, st.Message())
+		return sdk.Errorf(sdk.CodeUnsupported, "%s: %s does not implement it: %s", method, c.name, st.Message())
 	}
-	return Errorf(CodeBackend, "%s: %s failed outside the contract (gRPC %s: %s)", method, c.name, st.Code(), st.Message())
+	return sdk.Errorf(sdk.CodeBackend, "%s: %s failed outside the contract (gRPC %s: %s)", method, c.name, st.Code(), st.Message())
 }
 
 func (c *grpcClient) shutdown(method string) error {
-	return Errorf(CodePluginShutdown, "%s: %s exited; every transfer it initiated has stopped; launch it again under a new epoch", method, c.name)
+	return sdk.Errorf(sdk.CodePluginShutdown, "%s: %s exited; every transfer it initiated has stopped; launch it again under a new epoch", method, c.name)
 }
 
 // count checks that a batched call answered once per item; a transport that
@@ -93,12 +94,12 @@ func (c *grpcClient) count(method string, got, want int) error {
 	if got == want {
 		return nil
 	}
-	return Errorf(CodeBackend, "%s: %s answered %d items for %d; contract violation, results dropped", method, c.name, got, want)
+	return sdk.Errorf(sdk.CodeBackend, "%s: %s answered %d items for %d; contract violation, results dropped", method, c.name, got, want)
 }
 
 // Describe is Transport.Describe, across the process boundary.
-func (c *grpcClient) Describe(ctx context.Context) (Description, error) {
-	var d Description
+func (c *grpcClient) Describe(ctx context.Context) (sdk.Description, error) {
+	var d sdk.Description
 	err := c.call(ctx, "Describe", func(ctx context.Context) error {
 		r, err := c.rpc.Describe(ctx, &pb.DescribeRequest{})
 		if err == nil {
@@ -110,7 +111,7 @@ func (c *grpcClient) Describe(ctx context.Context) (Description, error) {
 }
 
 // Open is Transport.Open, across the process boundary.
-func (c *grpcClient) Open(ctx context.Context, req OpenRequest) error {
+func (c *grpcClient) Open(ctx context.Context, req sdk.OpenRequest) error {
 	return c.call(ctx, "Open", func(ctx context.Context) error {
 		_, err := c.rpc.Open(ctx, openRequestOf(req))
 		return err
@@ -126,7 +127,7 @@ func (c *grpcClient) Close(ctx context.Context) error {
 }
 
 // RegisterMemory is Transport.RegisterMemory, across the process boundary.
-func (c *grpcClient) RegisterMemory(ctx context.Context, regions []Region) ([]Registration, error) {
+func (c *grpcClient) RegisterMemory(ctx context.Context, regions []sdk.Region) ([]sdk.Registration, error) {
 	var items []*pb.IDResult
 	err := c.call(ctx, "RegisterMemory", func(ctx context.Context) error {
 		r, err := c.rpc.RegisterMemory(ctx, regionsOf(regions))
@@ -143,7 +144,7 @@ func (c *grpcClient) RegisterMemory(ctx context.Context, regions []Region) ([]Re
 }
 
 // DeregisterMemory is Transport.DeregisterMemory, across the process boundary.
-func (c *grpcClient) DeregisterMemory(ctx context.Context, ids []RegionID) ([]error, error) {
+func (c *grpcClient) DeregisterMemory(ctx context.Context, ids []sdk.RegionID) ([]error, error) {
 	return c.statuses(ctx, "DeregisterMemory", len(ids), func(ctx context.Context) (*pb.Statuses, error) {
 		return c.rpc.DeregisterMemory(ctx, idsOf(ids))
 	})
@@ -164,7 +165,7 @@ func (c *grpcClient) LocalMetadata(ctx context.Context) ([]byte, error) {
 }
 
 // LoadPeers is Transport.LoadPeers, across the process boundary.
-func (c *grpcClient) LoadPeers(ctx context.Context, peers []PeerSpec) ([]PeerResult, error) {
+func (c *grpcClient) LoadPeers(ctx context.Context, peers []sdk.PeerSpec) ([]sdk.PeerResult, error) {
 	var items []*pb.IDResult
 	err := c.call(ctx, "LoadPeers", func(ctx context.Context) error {
 		r, err := c.rpc.LoadPeers(ctx, peerSpecsOf(peers))
@@ -181,14 +182,14 @@ func (c *grpcClient) LoadPeers(ctx context.Context, peers []PeerSpec) ([]PeerRes
 }
 
 // UnloadPeers is Transport.UnloadPeers, across the process boundary.
-func (c *grpcClient) UnloadPeers(ctx context.Context, ids []PeerID) ([]error, error) {
+func (c *grpcClient) UnloadPeers(ctx context.Context, ids []sdk.PeerID) ([]error, error) {
 	return c.statuses(ctx, "UnloadPeers", len(ids), func(ctx context.Context) (*pb.Statuses, error) {
 		return c.rpc.UnloadPeers(ctx, idsOf(ids))
 	})
 }
 
 // PrepareDescriptors is Transport.PrepareDescriptors, across the process boundary.
-func (c *grpcClient) PrepareDescriptors(ctx context.Context, lists []DlistSpec) ([]DlistResult, error) {
+func (c *grpcClient) PrepareDescriptors(ctx context.Context, lists []sdk.DlistSpec) ([]sdk.DlistResult, error) {
 	var items []*pb.IDResult
 	err := c.call(ctx, "PrepareDescriptors", func(ctx context.Context) error {
 		r, err := c.rpc.PrepareDescriptors(ctx, dlistSpecsOf(lists))
@@ -205,14 +206,14 @@ func (c *grpcClient) PrepareDescriptors(ctx context.Context, lists []DlistSpec) 
 }
 
 // ReleaseDescriptors is Transport.ReleaseDescriptors, across the process boundary.
-func (c *grpcClient) ReleaseDescriptors(ctx context.Context, ids []DlistID) ([]error, error) {
+func (c *grpcClient) ReleaseDescriptors(ctx context.Context, ids []sdk.DlistID) ([]error, error) {
 	return c.statuses(ctx, "ReleaseDescriptors", len(ids), func(ctx context.Context) (*pb.Statuses, error) {
 		return c.rpc.ReleaseDescriptors(ctx, idsOf(ids))
 	})
 }
 
 // Post is Transport.Post, across the process boundary.
-func (c *grpcClient) Post(ctx context.Context, posts []PostSpec) ([]PostResult, error) {
+func (c *grpcClient) Post(ctx context.Context, posts []sdk.PostSpec) ([]sdk.PostResult, error) {
 	var items []*pb.IDResult
 	err := c.call(ctx, "Post", func(ctx context.Context) error {
 		r, err := c.rpc.Post(ctx, postSpecsOf(posts))
@@ -229,7 +230,7 @@ func (c *grpcClient) Post(ctx context.Context, posts []PostSpec) ([]PostResult, 
 }
 
 // Poll is Transport.Poll, across the process boundary.
-func (c *grpcClient) Poll(ctx context.Context, ids []HandleID) ([]HandleStatus, error) {
+func (c *grpcClient) Poll(ctx context.Context, ids []sdk.HandleID) ([]sdk.HandleStatus, error) {
 	var items []*pb.HandleStatus
 	err := c.call(ctx, "Poll", func(ctx context.Context) error {
 		r, err := c.rpc.Poll(ctx, idsOf(ids))
@@ -246,29 +247,29 @@ func (c *grpcClient) Poll(ctx context.Context, ids []HandleID) ([]HandleStatus, 
 }
 
 // Cancel is Transport.Cancel, across the process boundary.
-func (c *grpcClient) Cancel(ctx context.Context, ids []HandleID) ([]error, error) {
+func (c *grpcClient) Cancel(ctx context.Context, ids []sdk.HandleID) ([]error, error) {
 	return c.statuses(ctx, "Cancel", len(ids), func(ctx context.Context) (*pb.Statuses, error) {
 		return c.rpc.Cancel(ctx, idsOf(ids))
 	})
 }
 
 // Release is Transport.Release, across the process boundary.
-func (c *grpcClient) Release(ctx context.Context, ids []HandleID) ([]error, error) {
+func (c *grpcClient) Release(ctx context.Context, ids []sdk.HandleID) ([]error, error) {
 	return c.statuses(ctx, "Release", len(ids), func(ctx context.Context) (*pb.Statuses, error) {
 		return c.rpc.Release(ctx, idsOf(ids))
 	})
 }
 
 // SendNotifications is Transport.SendNotifications, across the process boundary.
-func (c *grpcClient) SendNotifications(ctx context.Context, msgs []OutboundNotification) ([]error, error) {
+func (c *grpcClient) SendNotifications(ctx context.Context, msgs []sdk.OutboundNotification) ([]error, error) {
 	return c.statuses(ctx, "SendNotifications", len(msgs), func(ctx context.Context) (*pb.Statuses, error) {
 		return c.rpc.SendNotifications(ctx, outboundOf(msgs))
 	})
 }
 
 // Notifications is Transport.Notifications, across the process boundary.
-func (c *grpcClient) Notifications(ctx context.Context, max int) ([]Notification, error) {
-	var ns []Notification
+func (c *grpcClient) Notifications(ctx context.Context, max int) ([]sdk.Notification, error) {
+	var ns []sdk.Notification
 	err := c.call(ctx, "Notifications", func(ctx context.Context) error {
 		r, err := c.rpc.Notifications(ctx, &pb.Max{Max: int64(max)})
 		ns = notificationsFrom(r)
@@ -281,22 +282,22 @@ func (c *grpcClient) Notifications(ctx context.Context, max int) ([]Notification
 }
 
 // Resources is Transport.Resources, across the process boundary.
-func (c *grpcClient) Resources(ctx context.Context) (Resources, error) {
-	var res Resources
+func (c *grpcClient) Resources(ctx context.Context) (sdk.Resources, error) {
+	var res sdk.Resources
 	err := c.call(ctx, "Resources", func(ctx context.Context) error {
 		r, err := c.rpc.Resources(ctx, &pb.Empty{})
 		res = resourcesFrom(r)
 		return err
 	})
 	if err != nil {
-		return Resources{}, err
+		return sdk.Resources{}, err
 	}
 	return res, nil
 }
 
 // Events returns CodeUnsupported when the transport is no EventSource.
-func (c *grpcClient) Events(ctx context.Context, max int) ([]Event, error) {
-	var evs []Event
+func (c *grpcClient) Events(ctx context.Context, max int) ([]sdk.Event, error) {
+	var evs []sdk.Event
 	err := c.call(ctx, "Events", func(ctx context.Context) error {
 		r, err := c.rpc.Events(ctx, &pb.Max{Max: int64(max)})
 		evs = eventsFrom(r)

@@ -1,0 +1,10 @@
+// Package plugin is the process boundary of custody's transport contract
+// (package sdk): the gRPC proto that carries the contract between processes,
+// Serve, which a transport binary's main calls, and Launch, which the host
+// uses to start a transport process, call it and fence it by killing it.
+//
+// A transport author implements sdk.Transport and calls Serve; nothing else
+// of this package is theirs to use. The host never imports a transport's
+// code: it launches the binary and talks to it through Plugin, which
+// implements sdk.Transport itself.
+package plugin
