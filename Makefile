@@ -4,6 +4,7 @@ GO ?= go
 BIN := $(CURDIR)/bin
 PROTOC_GEN_GO_VERSION := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.5.1
+STATICCHECK_VERSION := v0.8.2
 GOBIN_TOOLS := $(CURDIR)/.tools
 PROTO := sdk/plugin/proto/custody/transport/v1/transport.proto api/engine/v1/engine.proto
 
@@ -22,8 +23,7 @@ build: deps
 	$(GO) build -o $(BIN)/custody-transport-fake ./plugins/fake/cmd/custody-transport-fake
 	$(GO) build -o $(BIN)/custody-transport-ucx ./plugins/ucx/cmd/custody-transport-ucx
 
-test: build
-	$(GO) vet ./...
+test: build lint
 	CUSTODY_BIN=$(BIN) $(GO) test -race -count=1 -timeout 20m ./...
 
 demo: build
@@ -32,9 +32,14 @@ demo: build
 bench: build
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
+# lint: gofmt, go vet, staticcheck (pinned, installed into .tools) and a
+# tidy go.mod.
 lint: deps
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$'))" || { gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$'); echo 'gofmt: files above need formatting'; exit 1; }
 	$(GO) vet ./...
+	@test -x $(GOBIN_TOOLS)/staticcheck || GOBIN=$(GOBIN_TOOLS) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+	$(GOBIN_TOOLS)/staticcheck ./...
+	$(GO) mod tidy -diff
 
 # proto regenerates the checked-in gRPC code from $(PROTO).
 proto:

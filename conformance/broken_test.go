@@ -24,12 +24,11 @@ type broken struct {
 	canceled map[sdk.HandleID]bool
 	polled   map[sdk.HandleID]bool
 	// Kept by the modes that need them.
-	live        map[sdk.HandleID]bool                     // busy-needs-handle: unreleased handles
-	dlistPeer   map[sdk.DlistID]sdk.PeerID                // notify-canceled: each dlist's peer
-	postNote    map[sdk.HandleID]sdk.OutboundNotification // notify-canceled
-	released    []sdk.HandleID                            // ids-across-kinds: released handle ids
-	peerIn      map[sdk.PeerID]sdk.PeerID                 // ids-across-kinds: made-up peer id to the fake's
-	anyCanceled bool                                      // poll-hangs: Cancel was called
+	live      map[sdk.HandleID]bool                     // busy-needs-handle: unreleased handles
+	dlistPeer map[sdk.DlistID]sdk.PeerID                // notify-canceled: each dlist's peer
+	postNote  map[sdk.HandleID]sdk.OutboundNotification // notify-canceled
+	released  []sdk.HandleID                            // ids-across-kinds: released handle ids
+	peerIn    map[sdk.PeerID]sdk.PeerID                 // ids-across-kinds: made-up peer id to the fake's
 }
 
 // transport is what broken wraps: the fake, in process or launched.

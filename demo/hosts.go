@@ -2,7 +2,6 @@ package demo
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -185,5 +184,3 @@ func (h *hostProc) writeBlocks(blocks []uint32, data [][]byte, bs int) error {
 
 // faultParam joins fault rules into the fake's fault= parameter.
 func faultParam(rules ...string) string { return strings.Join(rules, ";") }
-
-var errStopped = errors.New("host stopped")

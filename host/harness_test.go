@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -198,8 +197,6 @@ func failedIDs(f client.Finished) []string {
 	}
 	return out
 }
-
-func reqID(t *testing.T, n int) string { return fmt.Sprintf("%s-%d", t.Name(), n) }
 
 // sameBlocks asserts that got holds want, block by block, naming the blocks
 // that differ instead of dumping them.

@@ -28,13 +28,6 @@ type remoteDesc struct {
 	rkey   cRkey
 }
 
-func (d *dlist) len() int {
-	if d.peer == nil {
-		return len(d.local)
-	}
-	return len(d.remote)
-}
-
 // PrepareDescriptors prepares local (Peer == 0) or remote dlists. Every
 // descriptor must lie inside its region; a bad list prepares nothing.
 func (t *Transport) PrepareDescriptors(ctx context.Context, lists []sdk.DlistSpec) ([]sdk.DlistResult, error) {
