@@ -86,6 +86,20 @@ type EventSource interface {
 	Events(ctx context.Context, max int) ([]Event, error)
 }
 
+// Waker is implemented by transports that can tell their caller when work
+// may be ready, so that a host sleeps until then instead of polling on a
+// timer. Its fallback, when a transport lacks it, is to poll while anything
+// is in flight or awaited.
+type Waker interface {
+	// Wake returns a channel that receives a value (sent without blocking;
+	// capacity 1, so wake-ups coalesce) whenever, since the last receive, a
+	// handle may have changed state, an event may be ready or a
+	// notification may have arrived. A wake-up may be spurious; a change is
+	// never left without one. The channel is the same for the transport's
+	// life and is never closed.
+	Wake() <-chan struct{}
+}
+
 // OpenRequest starts an agent.
 type OpenRequest struct {
 	// Agent names this agent among its peers; non-empty.
