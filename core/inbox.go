@@ -54,6 +54,12 @@ func (q *Inbox) push(in input) {
 	q.mu.Unlock()
 }
 
+func (q *Inbox) len() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.items)
+}
+
 // take moves the queued inputs into buf (reused) and returns them.
 func (q *Inbox) take(buf []input) []input {
 	q.mu.Lock()

@@ -58,13 +58,13 @@ func (h *Host) Free(ctx context.Context, pool core.PoolID, blocks []uint32) erro
 // ConnectPeer records how to reach a peer's ranks and starts its handshake
 // in the background; requests for the peer wait for it.
 func (h *Host) ConnectPeer(ctx context.Context, name string, ranks []RemoteRank) error {
-	return h.do(ctx, func(context.Context) error { return h.connectPeer(name, ranks) })
+	return h.doWork(ctx, func(context.Context) error { return h.connectPeer(name, ranks) })
 }
 
 // RemovePeer retires a peer: its running transfers are retained, its native
 // resources released once none uses them.
 func (h *Host) RemovePeer(ctx context.Context, name string) error {
-	return h.do(ctx, func(ctx context.Context) error {
+	return h.doWork(ctx, func(ctx context.Context) error {
 		if _, ok := h.links[name]; !ok {
 			return fmt.Errorf("remove peer %q: not connected", name)
 		}
@@ -77,7 +77,7 @@ func (h *Host) RemovePeer(ctx context.Context, name string) error {
 
 // Read pulls a request's blocks from a peer.
 func (h *Host) Read(ctx context.Context, spec core.ReadSpec) error {
-	return h.do(ctx, func(ctx context.Context) error {
+	return h.doWork(ctx, func(ctx context.Context) error {
 		if err := h.ensurePeer(spec.Peer); err != nil {
 			return fmt.Errorf("read request %q: %w", spec.Request, err)
 		}
@@ -91,7 +91,7 @@ func (h *Host) Read(ctx context.Context, spec core.ReadSpec) error {
 
 // Write pushes a request's blocks to a peer.
 func (h *Host) Write(ctx context.Context, spec core.WriteSpec) error {
-	return h.do(ctx, func(ctx context.Context) error {
+	return h.doWork(ctx, func(ctx context.Context) error {
 		if err := h.ensurePeer(spec.Peer); err != nil {
 			return fmt.Errorf("write request %q: %w", spec.Request, err)
 		}
@@ -106,7 +106,7 @@ func (h *Host) Write(ctx context.Context, spec core.WriteSpec) error {
 // ExpectSend pins blocks peers will read until they are consumed or the
 // lease expires.
 func (h *Host) ExpectSend(ctx context.Context, spec core.SendSpec) error {
-	return h.do(ctx, func(context.Context) error {
+	return h.doWork(ctx, func(context.Context) error {
 		if err := h.core.ExpectSend(time.Now(), spec); err != nil {
 			return err
 		}
@@ -119,7 +119,7 @@ func (h *Host) ExpectSend(ctx context.Context, spec core.SendSpec) error {
 // side) until its written notifications arrive or the lease expires. A peer
 // not connected yet is connected first: retry on ErrRestarting.
 func (h *Host) ExpectReceive(ctx context.Context, spec core.RecvSpec) error {
-	return h.do(ctx, func(context.Context) error {
+	return h.doWork(ctx, func(context.Context) error {
 		if !h.core.Connected(spec.Peer) {
 			if err := h.ensurePeer(spec.Peer); err != nil {
 				return fmt.Errorf("expect receive %q: %w", spec.Request, err)

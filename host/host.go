@@ -20,11 +20,13 @@ import (
 	"github.com/custody-dev/custody/sdk/plugin"
 )
 
-// Round intervals of the owner loop: busy while requests are open, idle
-// otherwise (notifications and leases still need rounds).
 const (
-	busyInterval = 1 * time.Millisecond
-	idleInterval = 20 * time.Millisecond
+	// maxPollBackoff caps the wait between rounds while something is in
+	// flight and the transport cannot wake the host (sdk.Waker): a round
+	// runs at once after a command or a round that made progress, and the
+	// wait doubles from minPollBackoff after each round that made none.
+	minPollBackoff = 10 * time.Microsecond
+	maxPollBackoff = time.Millisecond
 	// restartBackoff spaces attempts to start a transport after one failed.
 	restartBackoff = time.Second
 	// closeGrace bounds how long Run's shutdown waits for running transfers
@@ -66,6 +68,12 @@ type Host struct {
 	metaAddr  string // set by Serve before its ready callback
 	metrAddr  string // likewise, when metrics are served
 
+	// Round scheduling (owner goroutine): wake is the transport's wake-up
+	// channel when it has one (sdk.Waker); backoff the wait before the
+	// next round while something is in flight.
+	wake    <-chan struct{}
+	backoff time.Duration
+
 	cmds       chan command
 	handshakes chan handshake
 	done       chan struct{}
@@ -91,6 +99,9 @@ type reqInfo struct {
 type command struct {
 	fn    func(ctx context.Context) error
 	reply chan error
+	// kick: the command may have created transport work (a post, a cancel,
+	// a notification awaited), so a round runs at once after it.
+	kick bool
 }
 
 // New starts the configured transport, attaches it as epoch 1 and registers
@@ -157,11 +168,20 @@ func (h *Host) Info() (PeerInfo, bool) {
 
 // Run is the owner loop. It returns when ctx ends, after tearing down in
 // rule 12's order: sessions, then pools, then the transport.
+//
+// Rounds are event-driven: one runs at once after a command that may have
+// created transport work, after a handshake settles, after a fence, and
+// whenever the transport wakes the host (sdk.Waker). While something is in
+// flight and the transport cannot wake the host, rounds follow each other
+// with a backoff that starts at zero and doubles to maxPollBackoff while
+// they make no progress. An idle host runs a round only at the next lease
+// or hold-cap deadline, so it makes no transport call meanwhile.
 func (h *Host) Run(ctx context.Context) error {
 	defer close(h.done)
 	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
+		due := false
 		select {
 		case <-ctx.Done():
 			return h.shutdown()
@@ -169,15 +189,56 @@ func (h *Host) Run(ctx context.Context) error {
 			cctx, cancel := h.callCtx()
 			c.reply <- c.fn(cctx)
 			cancel()
+			due = c.kick
 		case hs := <-h.handshakes:
 			h.settle(hs)
+			due = true
 		case <-h.exited():
 			h.fence("transport process exited")
+			due = true
+		case <-h.wake:
+			due = true
 		case <-t.C:
-			h.round()
-			t.Reset(h.interval())
+			due = true
+		}
+		if !due {
+			continue
+		}
+		if !h.round() {
+			h.backoff = min(max(2*h.backoff, minPollBackoff), maxPollBackoff)
+		} else {
+			h.backoff = 0
+		}
+		h.schedule(t)
+	}
+}
+
+// schedule arms t for the next round: after the backoff while core has work
+// only a round can advance (with a waking transport, only work no wake-up
+// announces), else at the next deadline, else not at all.
+func (h *Host) schedule(t *time.Timer) {
+	if !t.Stop() {
+		select {
+		case <-t.C:
+		default:
 		}
 	}
+	poll := h.core.Retrying() || (h.wake == nil && h.core.Busy())
+	if poll {
+		t.Reset(h.backoff)
+		return
+	}
+	var at time.Time
+	if d, ok := h.core.NextDeadline(); ok {
+		at = d
+	}
+	if h.tp == nil && (at.IsZero() || h.restartAt.Before(at)) {
+		at = h.restartAt
+	}
+	if at.IsZero() {
+		return
+	}
+	t.Reset(max(time.Until(at), 0))
 }
 
 // do runs fn on the owner goroutine and returns its error. It gives up when
@@ -186,7 +247,16 @@ func (h *Host) Run(ctx context.Context) error {
 // it, so the caller never hears "failed" of something that took effect (a
 // report taken, a request recorded).
 func (h *Host) do(ctx context.Context, fn func(ctx context.Context) error) error {
-	c := command{fn: fn, reply: make(chan error, 1)}
+	return h.send(ctx, command{fn: fn, reply: make(chan error, 1)})
+}
+
+// doWork is do for a command that may create transport work: a round runs
+// at once after it.
+func (h *Host) doWork(ctx context.Context, fn func(ctx context.Context) error) error {
+	return h.send(ctx, command{fn: fn, reply: make(chan error, 1), kick: true})
+}
+
+func (h *Host) send(ctx context.Context, c command) error {
 	select {
 	case h.cmds <- c:
 	case <-h.done:
@@ -201,13 +271,6 @@ func (h *Host) callCtx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), h.cfg.Transport.CallTimeout)
 }
 
-func (h *Host) interval() time.Duration {
-	if len(h.reqs) > 0 {
-		return busyInterval
-	}
-	return idleInterval
-}
-
 func (h *Host) exited() <-chan struct{} {
 	if h.tp == nil {
 		return nil
@@ -215,8 +278,9 @@ func (h *Host) exited() <-chan struct{} {
 	return h.tp.Exited()
 }
 
-// round runs one core round and absorbs what it reports.
-func (h *Host) round() {
+// round runs one core round and absorbs what it reports; it reports
+// whether the round produced anything (progress).
+func (h *Host) round() bool {
 	if h.tp == nil {
 		h.restart()
 	}
@@ -228,6 +292,7 @@ func (h *Host) round() {
 		h.lastStats = now
 		h.metrics.observe(h.core.Stats())
 	}
+	return !rd.Empty()
 }
 
 // absorb logs a round's alerts, acts on its fence requests and adds its
@@ -306,7 +371,7 @@ func (h *Host) fence(why string) {
 			h.log.Error("kill transport", "failure_type", "transport_kill_failed", "epoch", uint64(e), "error", err.Error())
 			return
 		}
-		h.tp = nil
+		h.tp, h.wake = nil, nil
 	}
 	h.core.Fenced(e)
 	h.fences++
@@ -348,6 +413,10 @@ func (h *Host) start(ctx context.Context) error {
 		return err
 	}
 	h.tp, h.desc = pl, pl.Description()
+	h.wake = nil
+	if w, ok := any(pl).(sdk.Waker); ok {
+		h.wake = w.Wake()
+	}
 	if d, err := pl.Describe(ctx); err == nil {
 		h.desc = d
 	}
@@ -355,7 +424,7 @@ func (h *Host) start(ctx context.Context) error {
 		// Peers could never reach this epoch: end it, so restart retries.
 		_ = pl.Kill()
 		h.core.Fenced(next)
-		h.tp = nil
+		h.tp, h.wake = nil, nil
 		return err
 	}
 	return nil
@@ -403,8 +472,9 @@ func (h *Host) shutdown() error {
 		if err == nil || !errors.Is(err, core.ErrHeld) || time.Now().After(deadline) {
 			break
 		}
-		h.round()
-		time.Sleep(busyInterval) // pacing between rounds, as Run's timer does
+		if !h.round() {
+			time.Sleep(maxPollBackoff) // pacing between rounds that made no progress
+		}
 	}
 	h.info.Store(nil)
 	if h.tp == nil {
