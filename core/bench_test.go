@@ -108,24 +108,28 @@ func benchCore(tb testing.TB, blocks int, events bool) (*Core, *benchTransport, 
 	if err != nil {
 		tb.Fatal(err)
 	}
-	if err := c.Attach(ctx, tr, 1); err != nil {
+	desc, _ := tr.Describe(ctx)
+	if err := c.Attach(1, desc, true); err != nil {
 		tb.Fatal(err)
 	}
-	pool, err := c.RegisterPool(ctx, PoolSpec{Path: "bench", BlockSize: 64, Blocks: uint32(blocks)})
+	pool, err := c.RegisterPool(PoolSpec{Path: "bench", BlockSize: 64, Blocks: uint32(blocks)})
 	if err != nil {
 		tb.Fatal(err)
 	}
-	if err := c.ConnectPeer(ctx, PeerSpec{Name: "p", Ranks: []RankSpec{{Agent: "a", Metadata: []byte("m"), BlockSize: 64, Blocks: uint32(blocks)}}}); err != nil {
+	drive(ctx, c, one(tr), c.Ready())
+	if err := c.ConnectPeer(PeerSpec{Name: "p", Ranks: []RankSpec{{Agent: "a", Metadata: []byte("m"), BlockSize: 64, Blocks: uint32(blocks)}}}); err != nil {
 		tb.Fatal(err)
 	}
+	drive(ctx, c, one(tr), c.Ready())
 	return c, tr, pool
 }
 
 // read issues a one-block, one-part read of block b and returns its handle.
 func benchRead(tb testing.TB, c *Core, tr *benchTransport, pool PoolID, id RequestID, b uint32, now time.Time) sdk.HandleID {
-	if err := c.Read(context.Background(), now, ReadSpec{Request: id, Peer: "p", Parts: []Part{{Pool: pool, Local: []uint32{b}, Remote: []uint32{b}}}}); err != nil {
+	if err := c.Read(now, ReadSpec{Request: id, Peer: "p", Parts: []Part{{Pool: pool, Local: []uint32{b}, Remote: []uint32{b}}}}); err != nil {
 		tb.Fatal(err)
 	}
+	drive(context.Background(), c, one(tr), c.Ready())
 	return sdk.HandleID(tr.next)
 }
 
@@ -159,7 +163,7 @@ func BenchmarkPollRound(b *testing.B) {
 				for k := 0; k < changes; k++ {
 					tr.events = append(tr.events, sdk.Event{Handle: handles[base+k], State: sdk.StateDone})
 				}
-				rd := c.Poll(ctx, now)
+				rd := drive(ctx, c, one(tr), c.Poll(now))
 				if len(rd.FinishedReceiving) != changes {
 					b.Fatalf("round finished %d reads, want %d", len(rd.FinishedReceiving), changes)
 				}
@@ -194,7 +198,7 @@ func BenchmarkTrackedHandle(b *testing.B) {
 		for k := 0; k < handles; k++ {
 			benchRead(b, c, tr, pool, ids[k], blocks[k], t0)
 		}
-		c.Poll(context.Background(), t0) // the steady state: a round has run
+		drive(context.Background(), c, one(tr), c.Poll(t0)) // the steady state: a round has run
 		runtime.GC()
 		runtime.ReadMemStats(&after)
 		perHandle = float64(after.HeapAlloc-before.HeapAlloc) / handles

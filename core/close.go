@@ -1,8 +1,8 @@
 package core
 
 import (
-	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/custody-dev/custody/sdk"
@@ -21,12 +21,12 @@ import (
 // releases what it can and returns an error wrapping ErrHeld; keep calling
 // Poll (the hold cap bounds the wait) and call Close again. Reports Close
 // produced are returned by the next Poll.
-func (c *Core) Close(ctx context.Context, now time.Time) error {
+func (c *Core) Close(now time.Time) error {
 	c.setNow(now)
 	if c.closed {
 		return nil
 	}
-	if c.tr == nil {
+	if !c.attached {
 		// Fenced and not attached again: nothing native is left, but requests
 		// waiting for a handshake would never be reported otherwise.
 		for name := range c.waiting {
@@ -35,55 +35,82 @@ func (c *Core) Close(ctx context.Context, now time.Time) error {
 		c.closed = true
 		return nil
 	}
-	for _, p := range c.peers {
-		c.retire(ctx, p, fmt.Errorf("core closing: %w", ErrPeerRemoved))
-	}
-	for name := range c.waiting {
-		c.failWaiting(name, fmt.Errorf("core closing: %w", ErrPeerRemoved))
-	}
-	// Sends fail, but a consumer may read their blocks while their pool is
-	// registered: they are abandoned (reported without their lease) only
-	// once releasePools below deregistered it and the fence covers incoming
-	// transfers; otherwise they wait for their lease.
-	for _, r := range c.sends {
-		c.fail(r, fmt.Errorf("core closing: %w", ErrPeerRemoved))
-	}
-	// Receives fail too; deregistering their pool below is what stops their
-	// producers where the fence covers incoming transfers (ExpectReceive).
-	for _, rv := range c.recvs {
-		rv.r.flags |= rAbandoned
-		c.fail(rv.r, fmt.Errorf("core closing: %w", ErrPeerRemoved))
-	}
-	c.releaseTerminal(ctx)
-	c.releaseRetired(ctx)
-	for name := range c.journal {
-		_ = c.rollback(ctx, name, 0)
-	}
-	s := c.Stats()
-	if s.Live > 0 || s.RetiredPeers > 0 || s.Journal > 0 || s.Leaked > 0 {
-		return fmt.Errorf("core: close epoch %d: %d handles (%d retained), %d retired peers, %d journal entries and %d force-released handles still held: %w; keep calling Poll and call Close again (force-released handles go only with a fence)",
-			c.epoch, s.Live, s.Retained, s.RetiredPeers, s.Journal, s.Leaked, ErrHeld)
-	}
-	err := c.releasePools(ctx)
-	for _, rv := range c.recvs {
-		c.markDirty(rv.r) // reported by the next Poll, now that their pool may be deregistered
-	}
-	if c.desc.FenceScope == sdk.FenceInitiatedAndIncoming {
+	if !c.closing {
+		c.closing = true
+		reason := fmt.Errorf("core closing: %w", ErrPeerRemoved)
+		for _, name := range sortedKeys(c.peers) {
+			c.retire(c.peers[name], reason)
+		}
+		for _, hs := range c.shaking {
+			hs.removed = true
+		}
+		for name := range c.waiting {
+			c.failWaiting(name, reason)
+		}
+		// Sends fail, but a consumer may read their blocks while their pool
+		// is registered: they are abandoned (reported without their lease)
+		// only once releasePools below deregistered it and the fence covers
+		// incoming transfers; otherwise they wait for their lease.
 		for _, r := range c.sends {
-			if c.deregistered(r) {
-				r.flags |= rAbandoned
-				c.markDirty(r)
-			}
+			c.fail(r, reason)
+		}
+		// Receives fail too; deregistering their pool below is what stops
+		// their producers where the fence covers incoming transfers
+		// (ExpectReceive).
+		for _, rv := range c.recvs {
+			rv.r.flags |= rAbandoned
+			c.fail(rv.r, reason)
 		}
 	}
-	if err != nil {
+	for _, name := range sortedKeys(c.journal) {
+		if !c.rolling[name] && c.shaking[name] == nil {
+			c.rollback(name, 0, func(error) {})
+		}
+	}
+	s := c.Stats()
+	if s.Live > 0 || s.RetiredPeers > 0 || s.Journal > 0 || s.Leaked > 0 || len(c.shaking) > 0 || c.outstandingLive() > 0 {
+		return fmt.Errorf("core: close epoch %d: %d handles (%d retained), %d retired peers, %d journal entries, %d handshakes, %d calls under way and %d force-released handles still held: %w; keep calling Poll and call Close again (force-released handles go only with a fence)",
+			c.epoch, s.Live, s.Retained, s.RetiredPeers, s.Journal, len(c.shaking), c.outstandingLive(), s.Leaked, ErrHeld)
+	}
+	if err := c.closeErr; err != nil {
+		// The last attempt failed: say so once, and retry on the next Close.
+		c.closeErr = nil
 		return fmt.Errorf("core: close epoch %d: %w", c.epoch, err)
 	}
-	if err := c.tr.Close(ctx); err != nil {
-		return fmt.Errorf("core: close epoch %d: close the transport: %w", c.epoch, err)
+	if c.poolsHeld() {
+		c.releasePools()
+		return fmt.Errorf("core: close epoch %d: releasing the pools' dlists and registrations: %w; call Close again once the Work is done", c.epoch, ErrHeld)
 	}
-	c.tr, c.events, c.closed = nil, nil, true
-	return nil
+	c.emit(Work{Kind: WorkClose}, func(_ Result, err error) {
+		switch {
+		case err == errWorkFenced:
+		case err != nil:
+			c.closeErr = fmt.Errorf("close the transport: %w", err)
+		default:
+			c.attached, c.events, c.closed = false, false, true
+		}
+	})
+	return fmt.Errorf("core: close epoch %d: closing the transport: %w; call Close again once the Work is done", c.epoch, ErrHeld)
+}
+
+// poolsHeld reports whether a pool's dlist or registration, or a stray
+// registration, is still held.
+func (c *Core) poolsHeld() bool {
+	for _, p := range c.pools {
+		if p.local != 0 || p.region != 0 {
+			return true
+		}
+	}
+	return len(c.strayRg) > 0
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
 }
 
 // deregistered reports whether every pool r's blocks live in is registered
@@ -97,9 +124,10 @@ func (c *Core) deregistered(r *request) bool {
 	return true
 }
 
-// releasePools releases every pool's local dlist, then its registration;
-// what fails stays recorded for the next Close.
-func (c *Core) releasePools(ctx context.Context) error {
+// releasePools hands out the release of every pool's local dlist, then its
+// registration; what fails stays recorded for the next Close, which
+// returns the first failure (closeErr).
+func (c *Core) releasePools() {
 	var lists []sdk.DlistID
 	var listPool []*pool
 	for _, p := range c.pools {
@@ -109,45 +137,75 @@ func (c *Core) releasePools(ctx context.Context) error {
 		}
 	}
 	var firstErr error
-	if len(lists) > 0 {
-		errs, err := c.tr.ReleaseDescriptors(ctx, lists)
+	dereg := func() {
+		var regions []sdk.RegionID
+		var regPool []*pool
+		for _, p := range c.pools {
+			if p.local == 0 && p.region != 0 {
+				regions = append(regions, p.region)
+				regPool = append(regPool, p)
+			}
+		}
+		stray := slices.Clone(c.strayRg)
+		for _, s := range stray {
+			regions = append(regions, s.region)
+		}
+		done := func() {
+			c.closeErr = firstErr
+			for _, rv := range c.recvs {
+				c.markDirty(rv.r) // reported now that their pool may be deregistered
+			}
+			if c.desc.FenceScope == sdk.FenceInitiatedAndIncoming {
+				for _, r := range c.sends {
+					if c.deregistered(r) {
+						r.flags |= rAbandoned
+						c.markDirty(r)
+					}
+				}
+			}
+		}
+		if len(regions) == 0 {
+			done()
+			return
+		}
+		c.emit(Work{Kind: WorkDeregisterMemory, RegionIDs: regions}, func(res Result, err error) {
+			if err == errWorkFenced {
+				return
+			}
+			var keep []strayRegion
+			for k := range regions {
+				e := itemErr(res.Errs, k, err)
+				failed := e != nil && !isNotFound(e, err)
+				if failed {
+					firstErr = cmp(firstErr, fmt.Errorf("deregister region %d: %w", regions[k], e))
+				}
+				if k < len(regPool) {
+					if !failed {
+						regPool[k].region, regPool[k].epoch = 0, 0
+					}
+				} else if failed {
+					keep = append(keep, stray[k-len(regPool)])
+				}
+			}
+			c.strayRg = keep
+			done()
+		})
+	}
+	if len(lists) == 0 {
+		dereg()
+		return
+	}
+	c.emit(Work{Kind: WorkReleaseDescriptors, DlistIDs: lists}, func(res Result, err error) {
+		if err == errWorkFenced {
+			return
+		}
 		for k, p := range listPool {
-			if e := itemErr(errs, k, err); e != nil && !isNotFound(e, err) {
+			if e := itemErr(res.Errs, k, err); e != nil && !isNotFound(e, err) {
 				firstErr = cmp(firstErr, fmt.Errorf("release pool %d's local dlist: %w", p.id, e))
 				continue
 			}
 			p.local = 0
 		}
-	}
-	var regions []sdk.RegionID
-	var regPool []*pool
-	for _, p := range c.pools {
-		if p.local == 0 && p.region != 0 {
-			regions = append(regions, p.region)
-			regPool = append(regPool, p)
-		}
-	}
-	for _, s := range c.strayRg {
-		regions = append(regions, s.region)
-	}
-	if len(regions) > 0 {
-		errs, err := c.tr.DeregisterMemory(ctx, regions)
-		stray := c.strayRg[:0]
-		for k := range regions {
-			e := itemErr(errs, k, err)
-			failed := e != nil && !isNotFound(e, err)
-			if failed {
-				firstErr = cmp(firstErr, fmt.Errorf("deregister region %d: %w", regions[k], e))
-			}
-			if k < len(regPool) {
-				if !failed {
-					regPool[k].region, regPool[k].epoch = 0, 0
-				}
-			} else if failed {
-				stray = append(stray, c.strayRg[k-len(regPool)])
-			}
-		}
-		c.strayRg = stray
-	}
-	return firstErr
+		dereg()
+	})
 }

@@ -71,7 +71,15 @@ type Config struct {
 	// Older ones are dropped, so stale ones neither fill
 	// MaxEarlyNotifications nor finish a later request under the same id.
 	EarlyNotificationAge time.Duration
+	// WedgedAfter is how many consecutive transport calls may time out
+	// (sdk.CodeTimeout) before core asks for a fence of the transport's
+	// epoch (Ready.Fence): a wedged transport is fenced, never waited on;
+	// zero means DefaultWedgedAfter.
+	WedgedAfter int
 }
+
+// DefaultWedgedAfter is Config.WedgedAfter's default.
+const DefaultWedgedAfter = 3
 
 func (c Config) withDefaults() (Config, error) {
 	if c.HoldCap < 0 {
@@ -91,6 +99,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.EarlyNotificationAge < 0 {
 		return c, fmt.Errorf("core: Config.EarlyNotificationAge is %v; it must be positive, or zero for the default %v", c.EarlyNotificationAge, DefaultEarlyNotificationAge)
+	}
+	if c.WedgedAfter < 0 {
+		return c, fmt.Errorf("core: Config.WedgedAfter is %d; it must be positive, or zero for the default %d", c.WedgedAfter, DefaultWedgedAfter)
+	}
+	if c.WedgedAfter == 0 {
+		c.WedgedAfter = DefaultWedgedAfter
 	}
 	if c.EarlyNotificationAge == 0 {
 		c.EarlyNotificationAge = DefaultEarlyNotificationAge

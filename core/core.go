@@ -1,7 +1,6 @@
 package core
 
 import (
-	"context"
 	"fmt"
 	"time"
 
@@ -15,14 +14,23 @@ import (
 type Core struct {
 	cfg Config
 
-	// The attached transport; nil before Attach and after its epoch is fenced.
-	tr       sdk.Transport
-	events   sdk.EventSource
+	// The attached transport: attached is false before Attach, after its
+	// epoch is fenced and once closed. events: it has an EventSource.
+	attached bool
+	events   bool
 	desc     sdk.Description
 	epoch    Epoch
 	maxEpoch Epoch
 	batch    int
 	resync   bool // poll every live handle next round (an event batch may be lost)
+
+	// Work handed out and not yet reported (Done), by id.
+	pending  map[WorkID]*pendingWork
+	nextWork WorkID
+	roundOut int // pending Notifications, Events and Poll work
+	timeouts int // consecutive calls that timed out
+	closing  bool
+	closeErr error // the last pool release of Close that failed
 
 	pools   []*pool // PoolID-1 indexes
 	strayRg []strayRegion
@@ -30,6 +38,8 @@ type Core struct {
 	peers   map[string]*peer // connected (published) peers by name
 	retired []*peer          // removed peers whose native resources are still held
 	journal map[string][]entry
+	rolling map[string]bool       // peers whose journal rollback is under way
+	shaking map[string]*handshake // handshakes under way by peer name
 	waiting map[string][]*request
 
 	reqs      reqIndex                 // every request not yet reported
@@ -42,7 +52,8 @@ type Core struct {
 	recent    recentIDs // sends and receives reported lately: their notifications are late
 
 	live     handleIndex // every handle of the attached epoch not yet released
-	releaseQ []*xfer
+	releaseQ []*xfer     // terminal handles to release in the next Ready
+	retryQ   []*xfer     // handles whose Release failed: queued again next round
 	holdQ    []holdEntry
 	holdHead int
 	leases   leaseHeap
@@ -53,7 +64,6 @@ type Core struct {
 
 	inbox  Inbox
 	inBuf  []input
-	idBuf  []sdk.HandleID
 	xBuf   []*xfer
 	now    int64
 	closed bool
@@ -72,6 +82,9 @@ func New(cfg Config) (*Core, error) {
 		cfg:       cfg,
 		peers:     map[string]*peer{},
 		journal:   map[string][]entry{},
+		rolling:   map[string]bool{},
+		shaking:   map[string]*handshake{},
+		pending:   map[WorkID]*pendingWork{},
 		waiting:   map[string][]*request{},
 		reqs:      newReqIndex(),
 		sends:     map[RequestID]*request{},
@@ -90,43 +103,36 @@ func (c *Core) Inbox() *Inbox { return &c.inbox }
 
 // Epoch is the epoch of the attached transport, or zero when none is.
 func (c *Core) Epoch() Epoch {
-	if c.tr == nil {
+	if !c.attached {
 		return 0
 	}
 	return c.epoch
 }
 
 // Attach adopts an opened transport as epoch, which must be larger than every
-// epoch attached before. Pools registered under a fenced epoch are registered
-// again on it; peers must be connected again (their metadata changed with the
-// process). Attach is refused while another epoch is attached: fence it
-// (Fenced) or Close first.
+// epoch attached before; desc is what its Describe returned, and events says
+// whether it implements sdk.EventSource (used when desc claims events).
+// Pools registered under a fenced epoch are registered again on it (Work in
+// the next Ready; PoolState says when each is done); peers must be connected
+// again (their metadata changed with the process). Attach is refused while
+// another epoch is attached: fence it (Fenced) or Close first.
 //
-// If Describe fails nothing changes. If registering a pool again fails, the
-// transport stays attached as epoch, with some pools registered on it and
-// the others not: the caller must fence it (kill the process, then report
-// Fenced(epoch)) and Attach a new transport with a larger epoch; the error
-// says which pool failed.
-func (c *Core) Attach(ctx context.Context, tr sdk.Transport, epoch Epoch) error {
+// If registering a pool again fails, the transport stays attached as epoch,
+// with some pools registered on it and the others not, and core asks for a
+// fence of the epoch (Ready.Fence) with an Alert naming the pool: fence it
+// (kill the process, then report Fenced(epoch)) and Attach a new transport
+// with a larger epoch.
+func (c *Core) Attach(epoch Epoch, desc sdk.Description, events bool) error {
 	switch {
-	case tr == nil:
-		return fmt.Errorf("core: attach epoch %d: transport is nil", epoch)
 	case c.closed:
 		return fmt.Errorf("core: attach epoch %d: the Core is closed; make a new one", epoch)
-	case c.tr != nil:
+	case c.attached:
 		return fmt.Errorf("core: attach epoch %d: epoch %d is still attached; report it fenced (Fenced) or Close first", epoch, c.epoch)
 	case epoch <= c.maxEpoch:
 		return fmt.Errorf("core: attach epoch %d: epochs must grow and %d was already used; pass a larger one", epoch, c.maxEpoch)
 	}
-	desc, err := tr.Describe(ctx)
-	if err != nil {
-		return fmt.Errorf("core: attach epoch %d: describe the transport: %w", epoch, err)
-	}
-	c.tr, c.desc, c.epoch, c.maxEpoch = tr, desc, epoch, epoch
-	c.events = nil
-	if es, ok := tr.(sdk.EventSource); ok && desc.Capabilities.Events {
-		c.events = es
-	}
+	c.attached, c.desc, c.epoch, c.maxEpoch = true, desc, epoch, epoch
+	c.events = events && desc.Capabilities.Events
 	c.batch = c.cfg.Batch
 	if c.batch == 0 {
 		c.batch = DefaultBatch
@@ -134,10 +140,10 @@ func (c *Core) Attach(ctx context.Context, tr sdk.Transport, epoch Epoch) error 
 			c.batch = m
 		}
 	}
-	c.resync = false
+	c.resync, c.timeouts = false, 0
 	for _, p := range c.pools {
-		if err := c.registerPool(ctx, p); err != nil {
-			return fmt.Errorf("core: attach epoch %d: %w; epoch %d stays attached: fence it (kill its process, then Fenced) and attach a new transport", epoch, err, epoch)
+		if p.failed == nil {
+			c.registerPool(p, true)
 		}
 	}
 	return nil

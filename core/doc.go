@@ -10,29 +10,41 @@
 // silently is noticed only by the lease of the request waiting for it.
 //
 // core is a pure state machine in the manner of etcd's raft. It has no
-// goroutines, reads no clock and does no I/O of its own: it reaches the
-// transport only through sdk.Transport (and sdk.EventSource when the
-// transport has one), with the context its caller passes, and it learns the
-// time only from the now its caller passes.
+// goroutines, reads no clock and does no I/O: it never calls a transport.
+// Commands (Read, Write, ConnectPeer, ...) and rounds (Poll) record what
+// they decide and hand out what must be done as Work in a Ready: batched
+// transport calls (posts, polls, events, releases, cancels, notifications,
+// registrations, peer loads and unloads, descriptor lists, Close), each
+// with an id and the epoch of the transport it is for. The caller makes
+// each call and reports its outcome with Done; core acts on it at once and
+// the Work that follows (a release after a DONE) is in the next Ready. It
+// learns the time only from the now its caller passes. It imports sdk and
+// the standard library only.
 //
 // # The caller's obligations
 //
-//  1. Make a Core with New, open a transport, and Attach it with an epoch
-//     (a number that grows with every transport process started). Register
-//     pools (RegisterPool) and hand blocks to the engine (Alloc).
+//  1. Make a Core with New, open a transport, Describe it and Attach it with
+//     an epoch (a number that grows with every transport process started).
+//     Register pools (RegisterPool; PoolReady says when its Work is done)
+//     and hand blocks to the engine (Alloc).
 //  2. Call every method from one goroutine, the owner. Other goroutines
 //     never touch the Core; what they observe (a background handshake done or
 //     failed, a fence finished) they push into Inbox(), which the owner
-//     drains at the start of each Poll.
-//  3. Pass every call that may reach the transport a context with a deadline
-//     (rule 13): core waits for nothing else. Pass now values that never go
-//     backwards.
-//  4. Call Poll(ctx, now) in a loop while anything is in flight, a few
-//     milliseconds apart (the engine's step), and before any Close. Hand the
-//     finished report in each Ready to the engine (FinishedSending,
-//     FinishedReceiving, Failed, InvalidBlocks, Quarantined: the engine owns
-//     those blocks again, except the quarantined ones, which it must never
-//     use again), and log its Alerts.
+//     drains at the start of each Poll. The Work itself may run anywhere.
+//  3. After every command and every Done, take Ready and run its Work
+//     against the transport of its epoch, each call with a deadline (rule
+//     13), then report each with Done, exactly once, in any order; Work of
+//     an epoch fenced meanwhile may fail at once but must still be
+//     reported. A transport whose last Config.WedgedAfter calls timed out is
+//     fenced (Ready.Fence). Pass now values that never go backwards.
+//  4. Call Poll(now) while Busy: as soon as a command posted, whenever the
+//     transport signals a change (sdk.Waker), and else with a short backoff
+//     while Busy holds and the previous round's queries (Polling) are
+//     reported; while Retrying, also with a waking transport; and at
+//     NextDeadline otherwise. Hand the finished report in each Ready to the
+//     engine (FinishedSending, FinishedReceiving, Failed, InvalidBlocks,
+//     Quarantined: the engine owns those blocks again, except the
+//     quarantined ones, which it must never use again), and log its Alerts.
 //  5. When a Ready lists an epoch in Fence, fence it: kill that transport
 //     process (the process is the fence, DESIGN 4a), then report it with
 //     Fenced (or Inbox().Fenced) and Attach a new transport with a new epoch.
@@ -41,8 +53,9 @@
 //     that fetched their metadata) and remove them (RemovePeer); issue Read,
 //     Write, ExpectSend and ExpectReceive for requests.
 //  7. To stop, call Close until it returns nil (it returns an error wrapping
-//     ErrHeld while transfers still run; Poll in between), then Poll once
-//     more for the last reports. Close stops the transport last (rule 12).
+//     ErrHeld while transfers still run or its own Work is under way; run
+//     the Work and Poll in between), then take Ready once more for the last
+//     reports. Close stops the transport last (rule 12).
 //
 // # Ownership
 //
@@ -55,8 +68,8 @@
 // are OwnerQuarantined for good, and so are the blocks of a failed push
 // receive that a producer may still write into where no fence stops it.
 //
-// Every native acquisition of a handshake is journaled before ConnectPeer
-// returns and leaves the journal only when published or released. A loaded
+// Every native acquisition of a handshake is journaled as soon as Done
+// reports it and leaves the journal only when published or released. A loaded
 // peer's dlists and native handles are released only once no handle uses
 // them. Every handle is released only once terminal, and stays tracked with
 // its blocks while its Release fails.

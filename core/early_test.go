@@ -147,7 +147,7 @@ func TestNotificationsFromStrangersAreIgnored(t *testing.T) {
 				r := newRig(t, rigOpts{})
 				ps := r.spec("p")
 				ps.Ranks = ps.Ranks[:1] // pre1 is no rank of p
-				require.NoError(t, r.c.ConnectPeer(r.ctx, ps))
+				require.NoError(t, r.connectPeer(ps))
 				b := r.alloc(1)
 				if !early {
 					require.NoError(t, k.expect(r, "x", "p", b, 1))

@@ -26,14 +26,8 @@ func (c *Core) applyFence(e Epoch) {
 		}
 		c.gone(x, true)
 	}
-	keep := c.releaseQ[:0]
-	for _, x := range c.releaseQ {
-		if x.flags&fGone == 0 {
-			keep = append(keep, x)
-		}
-	}
-	clear(c.releaseQ[len(keep):])
-	c.releaseQ = keep
+	c.releaseQ = dropGone(c.releaseQ)
+	c.retryQ = dropGone(c.retryQ)
 	for ref := range c.leaked {
 		if ref.Epoch == e {
 			delete(c.leaked, ref)
@@ -93,7 +87,20 @@ func (c *Core) applyFence(e Epoch) {
 		}
 	}
 	c.strayRg = stray
-	if e == c.epoch && c.tr != nil {
-		c.tr, c.events = nil, nil
+	if e == c.epoch && c.attached {
+		c.attached, c.events = false, false
 	}
+	// Calls of the epoch under way died with its process.
+	c.abortWork(e)
+}
+
+func dropGone(q []*xfer) []*xfer {
+	keep := q[:0]
+	for _, x := range q {
+		if x.flags&fGone == 0 {
+			keep = append(keep, x)
+		}
+	}
+	clear(q[len(keep):])
+	return keep
 }

@@ -22,7 +22,7 @@ func TestHandshakeFailureAfterRegistrationRollsBack(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newRig(t, rigOpts{local: tc.fault})
-			err := r.c.ConnectPeer(r.ctx, r.spec("p"))
+			err := r.connectPeer(r.spec("p"))
 			require.ErrorIs(t, err, sdk.ErrBackend)
 			res, rerr := r.tr.Resources(r.ctx)
 			require.NoError(t, rerr)
@@ -40,7 +40,7 @@ func TestNotificationOnlyPeersAndEarlierRanksAreJournaled(t *testing.T) {
 	// Ranks 0 and 2 have blocks, rank 1 is notification-only; the dlist of
 	// rank 2 (the second remote dlist) fails.
 	r := newRig(t, rigOpts{ranks: 3, local: "prepare-fail,rank=1"})
-	err := r.c.ConnectPeer(r.ctx, r.spec("p", 1))
+	err := r.connectPeer(r.spec("p", 1))
 	require.ErrorIs(t, err, sdk.ErrBackend)
 	res, rerr := r.tr.Resources(r.ctx)
 	require.NoError(t, rerr)
@@ -53,7 +53,7 @@ func TestNotificationOnlyPeersAndEarlierRanksAreJournaled(t *testing.T) {
 // and the next setup of that peer finishes the rollback first.
 func TestRollbackThatFailsKeepsEntriesAndNextSetupFinishesIt(t *testing.T) {
 	r := newRig(t, rigOpts{local: "prepare-fail,rank=1,times=1", setup: func(s *spy) { s.failUnloads = 1 }})
-	err := r.c.ConnectPeer(r.ctx, r.spec("p"))
+	err := r.connectPeer(r.spec("p"))
 	require.ErrorIs(t, err, sdk.ErrBackend)
 	assert.Equal(t, 2, r.c.Stats().Journal, "both loaded ranks stay journaled after their unload failed")
 	res, _ := r.tr.Resources(r.ctx)
@@ -61,7 +61,7 @@ func TestRollbackThatFailsKeepsEntriesAndNextSetupFinishesIt(t *testing.T) {
 	assert.Equal(t, uint64(1), res.Dlists, "the dlist release succeeded and left the journal")
 
 	before := len(r.tr.calls)
-	require.NoError(t, r.c.ConnectPeer(r.ctx, r.spec("p")))
+	require.NoError(t, r.connectPeer(r.spec("p")))
 	calls := r.tr.calls[before:]
 	require.GreaterOrEqual(t, len(calls), 2)
 	assert.Equal(t, []string{"UnloadPeers", "LoadPeers"}, calls[:2], "the leftovers are released before the new setup")
@@ -79,7 +79,7 @@ func TestHealthyPeersAndTheOriginalErrorSurvive(t *testing.T) {
 	r.tr.mu.Lock()
 	r.tr.failUnloads = 1
 	r.tr.mu.Unlock()
-	err := r.c.ConnectPeer(r.ctx, r.spec("broken")) // item 2 loads, item 3 fails
+	err := r.connectPeer(r.spec("broken")) // item 2 loads, item 3 fails
 	require.Error(t, err)
 	assert.ErrorIs(t, err, sdk.ErrBackend)
 	assert.Contains(t, err.Error(), "load-peer-fail", "the original error, not the rollback's")
@@ -88,7 +88,7 @@ func TestHealthyPeersAndTheOriginalErrorSurvive(t *testing.T) {
 	require.True(t, errors.As(err, &se))
 
 	spec, blocks := r.readSpec("after", "healthy", 2)
-	require.NoError(t, r.c.Read(r.ctx, r.now, spec))
+	require.NoError(t, r.read(spec))
 	r.reported("after")
 	assert.Equal(t, []RequestID{"after"}, r.all.FinishedReceiving, "the healthy peer still works")
 	assert.Equal(t, repeat(OwnerEngine, 2), r.owners(blocks))

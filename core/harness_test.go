@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"slices"
 	"sync"
@@ -253,6 +254,86 @@ type rig struct {
 	seen    map[RequestID]int
 	all     Ready // every Ready so far, concatenated
 	last    Ready // the most recent Ready
+	stash   Ready // reports of commands' Work, returned by the next poll
+	trs     map[Epoch]sdk.Transport
+}
+
+// transport is the rig's transport of epoch e, nil for a dead one.
+func (r *rig) transport(e Epoch) sdk.Transport { return r.trs[e] }
+
+// settle runs the Work commands handed out and keeps their reports for the
+// next poll.
+func (r *rig) settle() {
+	r.stash = mergeReady(r.stash, drive(r.ctx, r.c, r.transport, r.c.Ready()))
+}
+
+// attach attaches tr as epoch e and registers the pools again.
+func (r *rig) attach(tr *spy, e Epoch) error {
+	desc, err := tr.Describe(r.ctx)
+	if err != nil {
+		return err
+	}
+	if err := r.c.Attach(e, desc, true); err != nil {
+		return err
+	}
+	r.trs[e] = tr
+	r.tr = tr
+	r.settle()
+	return nil
+}
+
+// registerPool registers a pool and waits for its Work.
+func (r *rig) registerPool(spec PoolSpec) (PoolID, error) {
+	id, err := r.c.RegisterPool(spec)
+	if err != nil {
+		return 0, err
+	}
+	r.settle()
+	if ok, err := r.c.PoolReady(id); !ok {
+		return id, fmt.Errorf("pool %d not ready: %w", id, err)
+	}
+	return id, nil
+}
+
+// connectPeer runs a handshake to its end and returns its error: the
+// handshake_failed Alert's.
+func (r *rig) connectPeer(spec PeerSpec) error {
+	if err := r.c.ConnectPeer(spec); err != nil {
+		return err
+	}
+	before := len(r.stash.Alerts)
+	r.settle()
+	for _, a := range r.stash.Alerts[before:] {
+		if a.Kind == "handshake_failed" && a.Peer == spec.Name {
+			return a.Err
+		}
+	}
+	return nil
+}
+
+func (r *rig) read(spec ReadSpec) error {
+	err := r.c.Read(r.now, spec)
+	r.settle()
+	return err
+}
+
+func (r *rig) write(spec WriteSpec) error {
+	err := r.c.Write(r.now, spec)
+	r.settle()
+	return err
+}
+
+func (r *rig) removePeer(name string) error {
+	err := r.c.RemovePeer(r.now, name)
+	r.settle()
+	return err
+}
+
+// close runs Close as far as it goes now (closeCore).
+func (r *rig) close() error {
+	rd, err := closeCore(r.ctx, r.c, r.transport, r.now)
+	r.stash = mergeReady(r.stash, rd)
+	return err
 }
 
 type rigOpts struct {
@@ -321,9 +402,10 @@ func openRig(t testingT, ctx context.Context, dir string, o rigOpts) *rig {
 	c, err := New(o.cfg)
 	require.NoError(t, err)
 	r.c = c
-	require.NoError(t, c.Attach(ctx, r.tr, 1))
+	r.trs = map[Epoch]sdk.Transport{}
+	require.NoError(t, r.attach(r.tr, 1))
 	r.path = r.regionFile(0)
-	r.pool, err = c.RegisterPool(ctx, PoolSpec{Path: r.path, BlockSize: blockSize, Blocks: nBlocks})
+	r.pool, err = r.registerPool(PoolSpec{Path: r.path, BlockSize: blockSize, Blocks: nBlocks})
 	require.NoError(t, err)
 	return r
 }
@@ -359,7 +441,7 @@ func (r *rig) spec(name string, notifyOnly ...int) PeerSpec {
 
 func (r *rig) connect(name string) {
 	r.t.Helper()
-	require.NoError(r.t, r.c.ConnectPeer(r.ctx, r.spec(name)))
+	require.NoError(r.t, r.connectPeer(r.spec(name)))
 }
 
 // alloc hands n blocks to the engine.
@@ -387,7 +469,14 @@ func (r *rig) readSpec(id RequestID, peer string, ranks int) (ReadSpec, []BlockR
 // report of any request.
 func (r *rig) poll() Ready {
 	r.t.Helper()
-	rd := r.c.Poll(r.ctx, r.now)
+	return r.pollCtx(r.ctx)
+}
+
+// pollCtx is poll whose transport calls use ctx.
+func (r *rig) pollCtx(ctx context.Context) Ready {
+	r.t.Helper()
+	rd := mergeReady(r.stash, drive(ctx, r.c, r.transport, r.c.Poll(r.now)))
+	r.stash = Ready{}
 	for _, id := range rd.FinishedSending {
 		r.seen[id]++
 	}
@@ -471,7 +560,7 @@ func (r *rig) shutdown() {
 	t := r.t
 	deadline := time.Now().Add(wait)
 	for {
-		err := r.c.Close(r.ctx, r.now)
+		err := r.close()
 		if err == nil {
 			break
 		}

@@ -28,7 +28,7 @@ func TestHandleThatNeverTurnsTerminalIsBoundedByCap(t *testing.T) {
 			r := newRig(t, rigOpts{local: "stall,post=1;crash,at=release,n=1", cfg: Config{HoldCap: time.Minute, Escalation: tc.policy}})
 			r.connect("p")
 			spec, blocks := r.readSpec("r", "p", 1)
-			require.NoError(t, r.c.Read(r.ctx, r.now, spec))
+			require.NoError(t, r.read(spec))
 			r.now = r.now.Add(time.Minute - time.Nanosecond)
 			rd := r.poll()
 			require.True(t, rd.Empty(), "escalated before the cap: %+v", rd)
@@ -64,7 +64,7 @@ func TestHandleThatNeverTurnsTerminalIsBoundedByCap(t *testing.T) {
 			if !tc.fence {
 				assert.True(t, hasAlert(rd, "transfer_force_released"))
 				assert.Equal(t, 1, r.c.Stats().Leaked)
-				require.ErrorIs(t, r.c.Close(r.ctx, r.now), ErrHeld, "Close stopped a transport that still runs a transfer")
+				require.ErrorIs(t, r.close(), ErrHeld, "Close stopped a transport that still runs a transfer")
 				r.kill()
 				r.c.Fenced(1)
 			}
@@ -79,14 +79,14 @@ func TestRetainedPastTheCapIsFencedAndANewEpochWorks(t *testing.T) {
 	r := newRig(t, rigOpts{local: "stall,post=1;crash,at=release,n=1", setup: cancelNone})
 	r.connect("p")
 	spec, blocks := r.readSpec("r", "p", 1)
-	require.NoError(t, r.c.Read(r.ctx, r.now, spec))
+	require.NoError(t, r.read(spec))
 	r.now = r.now.Add(DefaultHoldCap / 2)
-	require.NoError(t, r.c.RemovePeer(r.ctx, r.now, "p"))
+	require.NoError(t, r.removePeer("p"))
 	r.now = r.now.Add(DefaultHoldCap - time.Second)
 	assert.Empty(t, r.poll().Fence, "the cap of a retained handle runs from its retirement")
 	r.now = r.now.Add(time.Second)
 	assert.Equal(t, []Epoch{1}, r.poll().Fence)
-	require.Error(t, r.c.Attach(r.ctx, r.tr, 2), "attach while epoch 1 is attached")
+	require.Error(t, r.attach(r.tr, 2), "attach while epoch 1 is attached")
 	r.kill()
 	r.c.Fenced(1)
 	rd := r.poll()
@@ -96,11 +96,11 @@ func TestRetainedPastTheCapIsFencedAndANewEpochWorks(t *testing.T) {
 
 	// A new transport process, epoch 2.
 	r.tr = &spy{Transport: newAgent(t, r), terminal: map[sdk.HandleID]bool{}}
-	require.Error(t, r.c.Attach(r.ctx, r.tr, 1), "epochs must grow")
-	require.NoError(t, r.c.Attach(r.ctx, r.tr, 2))
+	require.Error(t, r.attach(r.tr, 1), "epochs must grow")
+	require.NoError(t, r.attach(r.tr, 2))
 	r.connect("p")
 	spec2, _ := r.readSpec("r2", "p", 2)
-	require.NoError(t, r.c.Read(r.ctx, r.now, spec2))
+	require.NoError(t, r.read(spec2))
 	r.c.Fenced(1) // stale: must not touch epoch 2
 	r.reported("r2")
 	assert.Equal(t, []RequestID{"r2"}, r.all.FinishedReceiving)

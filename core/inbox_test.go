@@ -17,7 +17,7 @@ func TestInboxIsTheOnlyWayIn(t *testing.T) {
 	ids := make([]RequestID, peers)
 	for i := range ids {
 		spec, _ := r.readSpec(RequestID(fmt.Sprint("r", i)), fmt.Sprint("peer", i), 1)
-		require.NoError(t, r.c.Read(r.ctx, r.now, spec))
+		require.NoError(t, r.read(spec))
 		ids[i] = spec.Request
 	}
 	var wg sync.WaitGroup

@@ -1,7 +1,7 @@
 package core
 
 import (
-	"context"
+	"slices"
 
 	"github.com/custody-dev/custody/sdk"
 )
@@ -19,73 +19,91 @@ type entry struct {
 	list  sdk.DlistID
 }
 
-// rollback releases the journal entries of peer from index from on, in
-// reverse order of acquisition (dlists before the peers they name), and keeps
-// every entry whose release failed. It reports the first release error.
-func (c *Core) rollback(ctx context.Context, name string, from int) error {
+// rollback hands out the release of the journal entries of peer from index
+// from on, in reverse order of acquisition (dlists before the peers they
+// name), keeps every entry whose release failed, and then calls then with
+// the first release error (nil when everything was released, or nothing
+// was to release: then runs at once).
+func (c *Core) rollback(name string, from int, then func(error)) {
 	j := c.journal[name]
-	if from >= len(j) {
-		return nil
+	if from >= len(j) || !c.attached {
+		then(nil)
+		return
 	}
-	var firstErr error
-	keep := make([]bool, len(j))
+	c.rolling[name] = true
 	// Entries of a fenced epoch are gone with their process; the fence drops
 	// them, so here every entry belongs to the attached epoch.
+	todo := slices.Clone(j[from:])
+	released := map[entry]bool{}
+	var firstErr error
 	var lists []sdk.DlistID
-	var listIdx []int
-	for i := len(j) - 1; i >= from; i-- {
-		if j[i].dlist {
-			lists = append(lists, j[i].list)
-			listIdx = append(listIdx, i)
-		}
-	}
-	if len(lists) > 0 {
-		errs, err := c.tr.ReleaseDescriptors(ctx, lists)
-		for k, i := range listIdx {
-			e := itemErr(errs, k, err)
-			if e != nil && !isNotFound(e, err) {
-				keep[i] = true
-				if firstErr == nil {
-					firstErr = e
-				}
-			}
-		}
-	}
 	var peers []sdk.PeerID
-	var peerIdx []int
-	for i := len(j) - 1; i >= from; i-- {
-		if !j[i].dlist {
-			peers = append(peers, j[i].peer)
-			peerIdx = append(peerIdx, i)
+	var listE, peerE []entry
+	for i := len(todo) - 1; i >= 0; i-- {
+		if todo[i].dlist {
+			lists = append(lists, todo[i].list)
+			listE = append(listE, todo[i])
+		} else {
+			peers = append(peers, todo[i].peer)
+			peerE = append(peerE, todo[i])
 		}
 	}
-	if len(peers) > 0 {
-		errs, err := c.tr.UnloadPeers(ctx, peers)
-		for k, i := range peerIdx {
-			e := itemErr(errs, k, err)
+	note := func(es []entry, res Result, err error) {
+		for k, en := range es {
+			e := itemErr(res.Errs, k, err)
 			if e != nil && !isNotFound(e, err) {
-				keep[i] = true
-				if firstErr == nil {
-					firstErr = e
-				}
+				firstErr = cmp(firstErr, e)
+				continue
+			}
+			released[en] = true
+		}
+	}
+	finish := func() {
+		delete(c.rolling, name)
+		out := c.journal[name][:0]
+		for _, en := range c.journal[name] {
+			if !released[en] {
+				out = append(out, en)
 			}
 		}
-	}
-	out := j[:from]
-	for i := from; i < len(j); i++ {
-		if keep[i] {
-			out = append(out, j[i])
+		if len(out) == 0 {
+			delete(c.journal, name)
+		} else {
+			c.journal[name] = out
 		}
+		if firstErr != nil {
+			c.alert(Alert{Level: AlertError, Kind: "handshake_rollback_failed", Peer: name, Err: firstErr})
+		}
+		then(firstErr)
 	}
-	if len(out) == 0 {
-		delete(c.journal, name)
-	} else {
-		c.journal[name] = out
+	unload := func() {
+		if len(peers) == 0 {
+			finish()
+			return
+		}
+		c.emit(Work{Kind: WorkUnloadPeers, PeerIDs: peers}, func(res Result, err error) {
+			if err == errWorkFenced {
+				delete(c.rolling, name)
+				then(err)
+				return
+			}
+			note(peerE, res, err)
+			finish()
+		})
 	}
-	if firstErr != nil {
-		c.alert(Alert{Level: AlertError, Kind: "handshake_rollback_failed", Peer: name, Err: firstErr})
+	if len(lists) == 0 {
+		unload()
+		return
 	}
-	return firstErr
+	c.emit(Work{Kind: WorkReleaseDescriptors, DlistIDs: lists}, func(res Result, err error) {
+		if err == errWorkFenced {
+			delete(c.rolling, name)
+			then(err)
+			return
+		}
+		note(listE, res, err)
+		unload()
+	})
 }
 
 // itemErr is item k's outcome of a batched call: the call's error when the

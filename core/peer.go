@@ -1,7 +1,6 @@
 package core
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -33,11 +32,13 @@ type RankSpec struct {
 // remote dlist of every rank. Removing it retires it: its natives are
 // released once no handle references them.
 type peer struct {
-	name    string
-	epoch   Epoch
-	ranks   []rank
-	refs    int // live or leaked handles that use this peer's dlists
-	retired bool
+	name      string
+	epoch     Epoch
+	ranks     []rank
+	refs      int // live, leaked or posting handles that use this peer's dlists
+	retired   bool
+	due       bool // retired: release its natives in the next Ready
+	releasing bool // retired: a release of its natives is outstanding
 }
 
 type rank struct {
@@ -66,82 +67,129 @@ func (s PeerSpec) validate() error {
 	return nil
 }
 
-// ConnectPeer performs the native half of a handshake: it loads every rank
+// handshake is a ConnectPeer under way: its natives are acquired one batched
+// call after another, each journaled as its result arrives.
+type handshake struct {
+	spec    PeerSpec
+	epoch   Epoch
+	from    int  // the journal's length before this attempt's acquisitions
+	removed bool // RemovePeer or Close came meanwhile: roll back, never publish
+}
+
+// ConnectPeer starts the native half of a handshake: it loads every rank
 // (notification-only ranks too) and prepares a remote dlist per rank with
-// blocks, journaling each acquisition at once (rule 5, seed 000). Leftovers
-// of an earlier failed rollback of this peer are retried first. If any step
-// fails, everything this attempt acquired is rolled back in reverse order;
-// what cannot be released stays journaled and is retried before the next
-// setup of this peer (or at Close). The error returned wraps the original
-// handshake failure, never a rollback error (that one is an Alert); requests
-// waiting for the peer fail with it. Other peers are untouched. On success
-// the peer is published and the requests waiting for it are posted.
-func (c *Core) ConnectPeer(ctx context.Context, spec PeerSpec) error {
+// blocks, journaling each acquisition as its result arrives (rule 5, seed
+// 000). Leftovers of an earlier failed rollback of this peer are retried
+// first. If any step fails, everything this attempt acquired is rolled back
+// in reverse order; what cannot be released stays journaled and is retried
+// before the next setup of this peer (or at Close). The requests waiting for
+// the peer then fail with the original handshake failure, never a rollback
+// error (that one is an Alert), and a "handshake_failed" Alert carries it.
+// Other peers are untouched. On success the peer is published and the
+// requests waiting for it are posted. The returned error is only for bad
+// input or a state that refuses the handshake, and then nothing changed.
+func (c *Core) ConnectPeer(spec PeerSpec) error {
 	if err := spec.validate(); err != nil {
 		return fmt.Errorf("core: connect peer: %w", err)
 	}
-	if c.tr == nil {
+	if !c.attached {
 		return fmt.Errorf("core: connect peer %q: %w; call Attach first", spec.Name, ErrNotAttached)
+	}
+	if c.closing {
+		return fmt.Errorf("core: connect peer %q: the Core is closing", spec.Name)
 	}
 	if _, ok := c.peers[spec.Name]; ok {
 		return fmt.Errorf("core: connect peer %q: already connected; RemovePeer it first to reconnect", spec.Name)
 	}
-	_ = c.rollback(ctx, spec.Name, 0) // leftovers of an earlier attempt first
-	p, err := c.handshake(ctx, spec)
-	if err != nil {
-		err = fmt.Errorf("core: connect peer %q: %w", spec.Name, err)
-		c.failWaiting(spec.Name, err)
-		return err
+	if c.shaking[spec.Name] != nil || c.rolling[spec.Name] {
+		return fmt.Errorf("core: connect peer %q: a handshake or rollback of it is under way; wait for it", spec.Name)
 	}
-	c.peers[spec.Name] = p
-	w := c.waiting[spec.Name]
-	delete(c.waiting, spec.Name)
-	for _, r := range w {
-		r.flags &^= rWaiting
-		c.bind(ctx, r, p)
-	}
+	hs := &handshake{spec: spec, epoch: c.epoch}
+	c.shaking[spec.Name] = hs
+	// Leftovers of an earlier attempt first.
+	c.rollback(spec.Name, 0, func(error) { c.loadPeers(hs) })
 	return nil
 }
 
-// handshake acquires spec's natives under the journal and publishes them as a
-// peer, or rolls them back and returns the original error.
-func (c *Core) handshake(ctx context.Context, spec PeerSpec) (*peer, error) {
-	name := spec.Name
-	from := len(c.journal[name])
-	fail := func(err error) (*peer, error) {
-		_ = c.rollback(ctx, name, from)
-		return nil, err
+// Handshaking reports whether a handshake with peer name is under way.
+func (c *Core) Handshaking(name string) bool { return c.shaking[name] != nil }
+
+// alive reports whether hs may go on: its epoch is still attached.
+func (c *Core) alive(hs *handshake) bool {
+	return c.attached && hs.epoch == c.epoch && c.shaking[hs.spec.Name] == hs
+}
+
+// endHandshake ends hs with err: the requests waiting for the peer fail.
+func (c *Core) endHandshake(hs *handshake, err error) {
+	name := hs.spec.Name
+	if c.shaking[name] == hs {
+		delete(c.shaking, name)
 	}
+	err = fmt.Errorf("core: connect peer %q: %w", name, err)
+	c.alert(Alert{Level: AlertWarn, Kind: "handshake_failed", Peer: name, Err: err})
+	c.failWaiting(name, err)
+}
+
+// abandon rolls back what hs acquired, then ends it with err (the original
+// failure).
+func (c *Core) abandon(hs *handshake, err error) {
+	if !c.alive(hs) {
+		c.endHandshake(hs, err)
+		return
+	}
+	c.rollback(hs.spec.Name, hs.from, func(error) { c.endHandshake(hs, err) })
+}
+
+func (c *Core) loadPeers(hs *handshake) {
+	if !c.alive(hs) {
+		c.endHandshake(hs, fmt.Errorf("epoch %d: %w", hs.epoch, ErrFenced))
+		return
+	}
+	spec, name := hs.spec, hs.spec.Name
+	hs.from = len(c.journal[name])
 	loads := make([]sdk.PeerSpec, len(spec.Ranks))
 	for i, r := range spec.Ranks {
 		loads[i] = sdk.PeerSpec{Name: r.Agent, Metadata: r.Metadata}
 	}
-	res, err := c.tr.LoadPeers(ctx, loads)
-	if err != nil {
-		if unknownOutcome(err) {
-			c.requestFence(c.epoch, Alert{Level: AlertError, Kind: "handshake_outcome_unknown", Peer: name, Err: err})
+	c.emit(Work{Kind: WorkLoadPeers, Peers: loads}, func(res Result, err error) {
+		if err == errWorkFenced || !c.alive(hs) {
+			c.endHandshake(hs, fmt.Errorf("load %d ranks: %w", len(loads), errWorkFenced))
+			return
 		}
-		return nil, fmt.Errorf("load %d ranks: %w", len(loads), err)
-	}
-	var firstErr error
-	for i := range loads {
-		if i >= len(res) {
-			firstErr = cmp(firstErr, fmt.Errorf("load rank %d: transport returned %d results for %d ranks", i, len(res), len(loads)))
-			continue
+		if err != nil {
+			if unknownOutcome(err) {
+				c.requestFence(c.epoch, Alert{Level: AlertError, Kind: "handshake_outcome_unknown", Peer: name, Err: err})
+			}
+			c.endHandshake(hs, fmt.Errorf("load %d ranks: %w", len(loads), err))
+			return
 		}
-		if res[i].Err != nil {
-			firstErr = cmp(firstErr, fmt.Errorf("load rank %d (agent %q): %w", i, spec.Ranks[i].Agent, res[i].Err))
-			continue
+		var firstErr error
+		for i := range loads {
+			if i >= len(res.PeerResults) {
+				firstErr = cmp(firstErr, fmt.Errorf("load rank %d: transport returned %d results for %d ranks", i, len(res.PeerResults), len(loads)))
+				continue
+			}
+			if res.PeerResults[i].Err != nil {
+				firstErr = cmp(firstErr, fmt.Errorf("load rank %d (agent %q): %w", i, spec.Ranks[i].Agent, res.PeerResults[i].Err))
+				continue
+			}
+			c.journal[name] = append(c.journal[name], entry{epoch: c.epoch, rank: i, peer: res.PeerResults[i].ID})
 		}
-		c.journal[name] = append(c.journal[name], entry{epoch: c.epoch, rank: i, peer: res[i].ID})
-	}
-	if firstErr != nil {
-		return fail(firstErr)
-	}
-	p := &peer{name: name, epoch: c.epoch, ranks: make([]rank, len(spec.Ranks))}
-	for i, r := range spec.Ranks {
-		p.ranks[i] = rank{spec: r, id: res[i].ID}
-	}
+		if firstErr != nil {
+			c.abandon(hs, firstErr)
+			return
+		}
+		p := &peer{name: name, epoch: c.epoch, ranks: make([]rank, len(spec.Ranks))}
+		for i, r := range spec.Ranks {
+			p.ranks[i] = rank{spec: r, id: res.PeerResults[i].ID}
+		}
+		c.prepareRemote(hs, p)
+	})
+}
+
+// prepareRemote prepares the remote dlist of every rank of p with blocks.
+func (c *Core) prepareRemote(hs *handshake, p *peer) {
+	spec, name := hs.spec, hs.spec.Name
 	var lists []sdk.DlistSpec
 	var listRank []int
 	for i, r := range spec.Ranks {
@@ -155,37 +203,66 @@ func (c *Core) handshake(ctx context.Context, spec PeerSpec) (*peer, error) {
 		lists = append(lists, sdk.DlistSpec{Peer: p.ranks[i].id, Descriptors: descs})
 		listRank = append(listRank, i)
 	}
-	if len(lists) > 0 {
-		dres, err := c.tr.PrepareDescriptors(ctx, lists)
+	if len(lists) == 0 {
+		c.publish(hs, p)
+		return
+	}
+	c.emit(Work{Kind: WorkPrepareDescriptors, Dlists: lists}, func(res Result, err error) {
+		if err == errWorkFenced || !c.alive(hs) {
+			c.endHandshake(hs, fmt.Errorf("prepare %d remote dlists: %w", len(lists), errWorkFenced))
+			return
+		}
 		if err != nil {
 			if unknownOutcome(err) {
 				c.requestFence(c.epoch, Alert{Level: AlertError, Kind: "handshake_outcome_unknown", Peer: name, Err: err})
 			}
-			return fail(fmt.Errorf("prepare %d remote dlists: %w", len(lists), err))
+			c.abandon(hs, fmt.Errorf("prepare %d remote dlists: %w", len(lists), err))
+			return
 		}
+		var firstErr error
 		for k, i := range listRank {
-			if k >= len(dres) {
-				firstErr = cmp(firstErr, fmt.Errorf("prepare rank %d dlist: transport returned %d results for %d dlists", i, len(dres), len(lists)))
+			if k >= len(res.DlistResults) {
+				firstErr = cmp(firstErr, fmt.Errorf("prepare rank %d dlist: transport returned %d results for %d dlists", i, len(res.DlistResults), len(lists)))
 				continue
 			}
-			if dres[k].Err != nil {
-				firstErr = cmp(firstErr, fmt.Errorf("prepare rank %d (agent %q) dlist: %w", i, spec.Ranks[i].Agent, dres[k].Err))
+			if res.DlistResults[k].Err != nil {
+				firstErr = cmp(firstErr, fmt.Errorf("prepare rank %d (agent %q) dlist: %w", i, spec.Ranks[i].Agent, res.DlistResults[k].Err))
 				continue
 			}
-			c.journal[name] = append(c.journal[name], entry{epoch: c.epoch, rank: i, dlist: true, list: dres[k].ID})
-			p.ranks[i].dlist = dres[k].ID
+			c.journal[name] = append(c.journal[name], entry{epoch: c.epoch, rank: i, dlist: true, list: res.DlistResults[k].ID})
+			p.ranks[i].dlist = res.DlistResults[k].ID
 		}
 		if firstErr != nil {
-			return fail(firstErr)
+			c.abandon(hs, firstErr)
+			return
 		}
+		c.publish(hs, p)
+	})
+}
+
+// publish hands hs's natives to the peer record p and posts the requests
+// waiting for it; a handshake whose peer was removed meanwhile is rolled back
+// instead.
+func (c *Core) publish(hs *handshake, p *peer) {
+	name := hs.spec.Name
+	if hs.removed {
+		c.abandon(hs, fmt.Errorf("peer %q: %w while its handshake ran", name, ErrPeerRemoved))
+		return
 	}
-	// Publish: the peer record owns the natives from here on.
-	if from == 0 {
+	// The peer record owns the natives from here on.
+	if hs.from == 0 {
 		delete(c.journal, name)
 	} else {
-		c.journal[name] = c.journal[name][:from]
+		c.journal[name] = c.journal[name][:hs.from]
 	}
-	return p, nil
+	delete(c.shaking, name)
+	c.peers[name] = p
+	w := c.waiting[name]
+	delete(c.waiting, name)
+	for _, r := range w {
+		r.flags &^= rWaiting
+		c.bind(r, p)
+	}
 }
 
 func cmp(first, next error) error {
@@ -197,38 +274,43 @@ func cmp(first, next error) error {
 
 // RemovePeer closes the peer's session and retires it (rules 6 and 7, seed
 // 002). Its requests fail with ErrPeerRemoved; their running handles are
-// canceled and polled once ("wait" mode, bounded by ctx); handles that
-// stopped are released, the rest are retained with their blocks pinned
-// (OwnerRetained) until they stop, bounded by the hold cap. Sends to the peer
-// keep their blocks until their lease expires. The peer's dlists and native
-// peer handles are released at once if no retained handle uses them, else
-// by the Poll round in which the last one is released. Completions of
-// retired handles only ever finish their own (failed) requests, so a peer
-// reconnected under the same name never sees them. Requests waiting for the
-// peer's handshake fail at once. Removing an unknown peer is an error that
-// changes nothing.
-func (c *Core) RemovePeer(ctx context.Context, now time.Time, name string) error {
+// canceled and polled once ("wait" mode: the Cancel, then a Poll, in the
+// next Ready); handles that stopped are released, the rest are retained with
+// their blocks pinned (OwnerRetained) until they stop, bounded by the hold
+// cap. Sends to the peer keep their blocks until their lease expires. The
+// peer's dlists and native peer handles are released once no retained
+// handle uses them. Completions of retired handles only ever finish their
+// own (failed) requests, so a peer reconnected under the same name never
+// sees them. Requests waiting for the peer's handshake fail at once, and a
+// handshake under way is rolled back instead of published. Removing an
+// unknown peer is an error that changes nothing.
+func (c *Core) RemovePeer(now time.Time, name string) error {
 	c.setNow(now)
 	p := c.peers[name]
-	if p == nil && len(c.waiting[name]) == 0 {
+	hs := c.shaking[name]
+	if p == nil && hs == nil && len(c.waiting[name]) == 0 {
 		return fmt.Errorf("core: remove peer %q: not connected and nothing waits for it", name)
 	}
 	reason := fmt.Errorf("peer %q: %w", name, ErrPeerRemoved)
 	c.failWaiting(name, reason)
-	if p == nil {
-		return nil
+	if hs != nil {
+		hs.removed = true
 	}
-	c.retire(ctx, p, reason)
+	if p != nil {
+		c.retire(p, reason)
+	}
 	return nil
 }
 
 // retire unpublishes p, fails its requests and retains their running
-// handles, then releases what it can at once.
-func (c *Core) retire(ctx context.Context, p *peer, reason error) {
+// handles; the Cancel and Poll of those still running, and the release of
+// what stopped, are in the next Ready.
+func (c *Core) retire(p *peer, reason error) {
 	delete(c.peers, p.name)
 	p.retired = true
+	p.due = true
 	c.retired = append(c.retired, p)
-	held := c.xBuf[:0]
+	var held []*xfer
 	for x := range c.live.all() {
 		if x.req.peer == p {
 			held = append(held, x)
@@ -239,87 +321,133 @@ func (c *Core) retire(ctx context.Context, p *peer, reason error) {
 			c.fail(r, reason)
 		}
 	}
-	running := c.idBuf[:0]
 	for _, x := range held {
 		x.flags |= fRetained
 		c.pin(x, OwnerRetained)
 		c.hold(x)
+	}
+	c.cancelAndPoll(p.name, held)
+}
+
+// cancelAndPoll hands out the Cancel of the handles of xs still running,
+// then a Poll of them, so those that stopped are released at once.
+func (c *Core) cancelAndPoll(peer string, xs []*xfer) {
+	var running []*xfer
+	for _, x := range xs {
 		if !x.state.Terminal() {
-			running = append(running, x.ref.Handle)
+			running = append(running, x)
 		}
 	}
-	if len(running) > 0 {
-		each(len(running), c.batch, func(lo, hi int) {
-			errs, err := c.tr.Cancel(ctx, running[lo:hi])
-			for k := lo; k < hi; k++ {
-				if e := itemErr(errs, k-lo, err); e != nil {
-					c.alert(Alert{Level: AlertWarn, Kind: "transfer_cancel_failed", Peer: p.name, Handle: Ref{Epoch: c.epoch, Handle: running[k]}, Err: e})
+	if len(running) == 0 {
+		return
+	}
+	each(len(running), c.batch, func(lo, hi int) {
+		batch := running[lo:hi:hi]
+		ids := make([]sdk.HandleID, len(batch))
+		for k, x := range batch {
+			ids[k] = x.ref.Handle
+		}
+		c.emit(Work{Kind: WorkCancel, Handles: ids}, func(res Result, err error) {
+			if err == errWorkFenced {
+				return
+			}
+			for k, x := range batch {
+				if e := itemErr(res.Errs, k, err); e != nil {
+					c.alert(Alert{Level: AlertWarn, Kind: "transfer_cancel_failed", Peer: peer, Request: x.req.id, Handle: x.ref, Err: e})
 				}
 			}
 		})
-		c.pollHandles(ctx, held)
-	}
-	clear(held)
-	c.idBuf, c.xBuf = running[:0], held[:0]
-	c.releaseTerminal(ctx)
-	c.releaseRetired(ctx)
+	})
+	c.pollHandles(running, nil)
 }
 
-// releaseRetired releases the dlists, then the native peer handles, of every
-// retired peer no live handle references any more (poll_retired's second
-// half). What fails stays and is retried next round.
-func (c *Core) releaseRetired(ctx context.Context) {
-	if len(c.retired) == 0 || c.tr == nil {
+// releaseRetired hands out the release of the dlists, then the native peer
+// handles, of every retired peer no live handle references any more
+// (poll_retired's second half), once per round and whenever the last
+// handle of one is released. What fails stays and is retried next round.
+func (c *Core) releaseRetired() {
+	var due []*peer
+	for _, p := range c.retired {
+		if p.refs == 0 && p.due && !p.releasing {
+			p.due, p.releasing = false, true
+			due = append(due, p)
+		}
+	}
+	if len(due) == 0 {
 		return
 	}
 	var lists []sdk.DlistID
-	var listAt [][2]int
-	for pi, p := range c.retired {
-		if p.refs > 0 {
-			continue
-		}
-		for ri, r := range p.ranks {
-			if r.dlist != 0 {
+	var listAt []*rank
+	var listPeer []*peer
+	for _, p := range due {
+		for ri := range p.ranks {
+			if r := &p.ranks[ri]; r.dlist != 0 {
 				lists = append(lists, r.dlist)
-				listAt = append(listAt, [2]int{pi, ri})
+				listAt = append(listAt, r)
+				listPeer = append(listPeer, p)
 			}
 		}
 	}
-	if len(lists) > 0 {
-		errs, err := c.tr.ReleaseDescriptors(ctx, lists)
-		for k, at := range listAt {
-			p := c.retired[at[0]]
-			if e := itemErr(errs, k, err); e != nil && !isNotFound(e, err) {
-				c.alert(Alert{Level: AlertWarn, Kind: "peer_dlist_release_failed", Peer: p.name, Err: e})
+	unload := func() {
+		var ids []sdk.PeerID
+		var idAt []*rank
+		var idPeer []*peer
+		for _, p := range due {
+			for ri := range p.ranks {
+				if r := &p.ranks[ri]; r.dlist == 0 && r.id != 0 {
+					ids = append(ids, r.id)
+					idAt = append(idAt, r)
+					idPeer = append(idPeer, p)
+				}
+			}
+		}
+		finish := func() {
+			for _, p := range due {
+				p.releasing = false
+			}
+			c.dropReleased()
+		}
+		if len(ids) == 0 {
+			finish()
+			return
+		}
+		c.emit(Work{Kind: WorkUnloadPeers, PeerIDs: ids}, func(res Result, err error) {
+			if err != errWorkFenced {
+				for k, r := range idAt {
+					if e := itemErr(res.Errs, k, err); e != nil && !isNotFound(e, err) {
+						c.alert(Alert{Level: AlertWarn, Kind: "peer_unload_failed", Peer: idPeer[k].name, Err: e})
+						continue
+					}
+					r.id = 0
+				}
+			}
+			finish()
+		})
+	}
+	if len(lists) == 0 {
+		unload()
+		return
+	}
+	c.emit(Work{Kind: WorkReleaseDescriptors, DlistIDs: lists}, func(res Result, err error) {
+		if err == errWorkFenced {
+			for _, p := range due {
+				p.releasing = false
+			}
+			return
+		}
+		for k, r := range listAt {
+			if e := itemErr(res.Errs, k, err); e != nil && !isNotFound(e, err) {
+				c.alert(Alert{Level: AlertWarn, Kind: "peer_dlist_release_failed", Peer: listPeer[k].name, Err: e})
 				continue
 			}
-			p.ranks[at[1]].dlist = 0
+			r.dlist = 0
 		}
-	}
-	var ids []sdk.PeerID
-	var idAt [][2]int
-	for pi, p := range c.retired {
-		if p.refs > 0 {
-			continue
-		}
-		for ri, r := range p.ranks {
-			if r.dlist == 0 && r.id != 0 {
-				ids = append(ids, r.id)
-				idAt = append(idAt, [2]int{pi, ri})
-			}
-		}
-	}
-	if len(ids) > 0 {
-		errs, err := c.tr.UnloadPeers(ctx, ids)
-		for k, at := range idAt {
-			p := c.retired[at[0]]
-			if e := itemErr(errs, k, err); e != nil && !isNotFound(e, err) {
-				c.alert(Alert{Level: AlertWarn, Kind: "peer_unload_failed", Peer: p.name, Err: e})
-				continue
-			}
-			p.ranks[at[1]].id = 0
-		}
-	}
+		unload()
+	})
+}
+
+// dropReleased forgets the retired peers whose every native is released.
+func (c *Core) dropReleased() {
 	out := c.retired[:0]
 	for _, p := range c.retired {
 		if !p.released() {
@@ -341,28 +469,17 @@ func (p *peer) released() bool {
 
 // NotifyConsumed sends the consumed notification for request id to every
 // rank of a connected peer: what a push consumer does once it holds the
-// bytes a producer wrote. Per-rank failures are joined in the error.
-func (c *Core) NotifyConsumed(ctx context.Context, name string, id RequestID) error {
+// bytes a producer wrote. The send is Work in the next Ready; a rank it
+// fails for is a "consumed_notification_failed" Alert.
+func (c *Core) NotifyConsumed(name string, id RequestID) error {
 	p := c.peers[name]
-	if p == nil {
+	if p == nil || !c.attached {
 		return fmt.Errorf("core: notify peer %q of request %q: peer not connected", name, id)
 	}
 	msgs := make([]sdk.OutboundNotification, len(p.ranks))
 	for i, r := range p.ranks {
 		msgs[i] = sdk.OutboundNotification{Peer: r.id, Message: ConsumedMessage(id)}
 	}
-	errs, err := c.tr.SendNotifications(ctx, msgs)
-	if err != nil {
-		return fmt.Errorf("core: notify peer %q of request %q: %w", name, id, err)
-	}
-	var all []error
-	for i := range msgs {
-		if e := itemErr(errs, i, nil); e != nil {
-			all = append(all, fmt.Errorf("rank %d: %w", i, e))
-		}
-	}
-	if len(all) > 0 {
-		return fmt.Errorf("core: notify peer %q of request %q: %w", name, id, errors.Join(all...))
-	}
+	c.send(msgs, "consumed_notification_failed", name, id)
 	return nil
 }

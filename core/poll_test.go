@@ -17,10 +17,10 @@ import (
 // transports without events.
 func TestPollErrorIsNotTerminal(t *testing.T) {
 	r := newRig(t, rigOpts{local: "poll-fail,post=1,count=3;stall,post=1,for=100ms"})
-	r.c.events = nil
+	r.c.events = false
 	r.connect("p")
 	spec, blocks := r.readSpec("r", "p", 1)
-	require.NoError(t, r.c.Read(r.ctx, r.now, spec))
+	require.NoError(t, r.read(spec))
 	r.until("three failed polls", func(Ready) bool {
 		n := 0
 		for _, a := range r.all.Alerts {
@@ -42,10 +42,10 @@ func TestPollErrorIsNotTerminal(t *testing.T) {
 // with time left finishes the work.
 func TestExpiredContextChangesNothingUnsafe(t *testing.T) {
 	r := newRig(t, rigOpts{})
-	r.c.events = nil
+	r.c.events = false
 	r.connect("p")
 	spec, blocks := r.readSpec("r", "p", 1)
-	require.NoError(t, r.c.Read(r.ctx, r.now, spec))
+	require.NoError(t, r.read(spec))
 	h := r.c.reqs.get("r").xs[0].ref.Handle
 	require.Eventually(t, func() bool {
 		st, err := r.tr.Poll(r.ctx, []sdk.HandleID{h})
@@ -55,7 +55,7 @@ func TestExpiredContextChangesNothingUnsafe(t *testing.T) {
 	r.c.setState(r.c.live.get(h), sdk.StateDone, nil)
 	dead, cancel := context.WithCancel(r.ctx)
 	cancel()
-	rd := r.c.Poll(dead, r.now)
+	rd := r.pollCtx(dead)
 	assert.Empty(t, rd.FinishedReceiving)
 	assert.Equal(t, 1, r.c.Stats().Live, "a release that did not happen counted as done")
 	assert.Equal(t, OwnerTransfer, r.c.Owner(blocks[0]))
@@ -86,15 +86,15 @@ func TestBadInputChangesNothing(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := r.c.Stats()
-			err := r.c.Read(r.ctx, r.now, tc.spec)
+			err := r.read(tc.spec)
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), "core: read request")
 			assert.Equal(t, before, r.c.Stats())
 			assert.Equal(t, []Owner{OwnerEngine, OwnerEngine}, r.owners([]BlockRef{{r.pool, b[0]}, {r.pool, b[1]}}))
 		})
 	}
-	require.NoError(t, r.c.Read(r.ctx, r.now, ReadSpec{Request: "dup", Peer: "p", Parts: []Part{good}}))
-	err := r.c.Read(r.ctx, r.now, ReadSpec{Request: "dup", Peer: "p", Parts: []Part{{Pool: r.pool, Local: b[1:], Remote: []uint32{1}}}})
+	require.NoError(t, r.read(ReadSpec{Request: "dup", Peer: "p", Parts: []Part{good}}))
+	err := r.read(ReadSpec{Request: "dup", Peer: "p", Parts: []Part{{Pool: r.pool, Local: b[1:], Remote: []uint32{1}}}})
 	require.ErrorContains(t, err, "still in flight")
 	assert.Equal(t, OwnerEngine, r.c.Owner(BlockRef{r.pool, b[1]}))
 	r.reported("dup")

@@ -1,7 +1,6 @@
 package core
 
 import (
-	"context"
 	"errors"
 	"fmt"
 
@@ -28,6 +27,7 @@ type pool struct {
 	local  sdk.DlistID
 	owner  []Owner
 	free   []uint32 // stack of OwnerFree blocks
+	failed error    // its first registration failed: unusable
 }
 
 type strayRegion struct {
@@ -43,12 +43,16 @@ func (c *Core) pool(id PoolID) *pool {
 }
 
 // RegisterPool registers a pool with the attached transport and prepares its
-// local descriptor list. Every block starts OwnerFree. On error nothing is
-// registered and no pool is added.
-func (c *Core) RegisterPool(ctx context.Context, spec PoolSpec) (PoolID, error) {
+// local descriptor list: the calls are Work in the next Ready, and
+// PoolReady says when they are done. Every block starts OwnerFree. Bad
+// input is an error that changes nothing. If registration fails the pool id
+// stays taken but unusable (PoolReady returns the error; Alloc refuses it).
+func (c *Core) RegisterPool(spec PoolSpec) (PoolID, error) {
 	switch {
-	case c.tr == nil:
+	case !c.attached:
 		return 0, fmt.Errorf("core: register pool %q: %w; call Attach first", spec.Path, ErrNotAttached)
+	case c.closing:
+		return 0, fmt.Errorf("core: register pool %q: the Core is closing", spec.Path)
 	case spec.Path == "":
 		return 0, errors.New("core: register pool: PoolSpec.Path is empty; name the file that holds the pool")
 	case spec.BlockSize == 0 || spec.Blocks == 0:
@@ -63,56 +67,99 @@ func (c *Core) RegisterPool(ctx context.Context, spec PoolSpec) (PoolID, error) 
 	for i := range p.free {
 		p.free[i] = spec.Blocks - 1 - uint32(i)
 	}
-	if err := c.registerPool(ctx, p); err != nil {
-		return 0, fmt.Errorf("core: %w", err)
-	}
 	c.pools = append(c.pools, p)
+	c.registerPool(p, false)
 	return p.id, nil
 }
 
-// registerPool makes p's native registration and local dlist in the attached
-// epoch, undoing the registration if the dlist fails.
-func (c *Core) registerPool(ctx context.Context, p *pool) error {
-	s := p.spec
-	regs, err := c.tr.RegisterMemory(ctx, []sdk.Region{{Path: s.Path, Offset: s.Offset, Length: s.BlockSize * uint64(s.Blocks), Kind: sdk.MemoryHost}})
-	if err == nil && len(regs) != 1 {
-		err = fmt.Errorf("transport returned %d results for 1 region", len(regs))
+// PoolReady reports whether pool id is registered with the attached
+// transport (true), its registration is under way (false, nil), or it failed
+// (false and the error).
+func (c *Core) PoolReady(id PoolID) (bool, error) {
+	p := c.pool(id)
+	switch {
+	case p == nil:
+		return false, fmt.Errorf("core: pool %d is not registered; use an id RegisterPool returned", id)
+	case p.failed != nil:
+		return false, p.failed
+	case !c.attached:
+		return false, fmt.Errorf("core: pool %d: %w", id, ErrNotAttached)
 	}
-	if err == nil {
-		err = regs[0].Err
-	}
-	if err != nil {
-		return fmt.Errorf("register pool %q with epoch %d: %w", s.Path, c.epoch, err)
-	}
-	region := regs[0].ID
-	descs := make([]sdk.Descriptor, s.Blocks)
-	for i := range descs {
-		descs[i] = sdk.Descriptor{Region: region, Offset: uint64(i) * s.BlockSize, Length: s.BlockSize}
-	}
-	res, err := c.tr.PrepareDescriptors(ctx, []sdk.DlistSpec{{Descriptors: descs}})
-	if err == nil && len(res) != 1 {
-		err = fmt.Errorf("transport returned %d results for 1 dlist", len(res))
-	}
-	if err == nil {
-		err = res[0].Err
-	}
-	if err != nil {
-		if derr := c.deregister(ctx, region); derr != nil {
-			c.strayRg = append(c.strayRg, strayRegion{c.epoch, region})
-			c.alert(Alert{Level: AlertError, Kind: "pool_rollback_failed", Err: derr})
-		}
-		return fmt.Errorf("prepare the local descriptors of pool %q in epoch %d: %w", s.Path, c.epoch, err)
-	}
-	p.epoch, p.region, p.local = c.epoch, region, res[0].ID
-	return nil
+	return p.epoch == c.epoch && p.local != 0, nil
 }
 
-func (c *Core) deregister(ctx context.Context, region sdk.RegionID) error {
-	errs, err := c.tr.DeregisterMemory(ctx, []sdk.RegionID{region})
-	if err == nil && len(errs) == 1 {
-		err = errs[0]
+// registerPool hands out p's native registration and then its local dlist
+// in the attached epoch, undoing the registration if the dlist fails. A
+// failure fails a new pool (again false), or asks for a fence of an epoch
+// that could not register an existing pool again (Attach).
+func (c *Core) registerPool(p *pool, again bool) {
+	s, epoch := p.spec, c.epoch
+	fail := func(err error) {
+		if err == errWorkFenced {
+			if !again {
+				p.failed = fmt.Errorf("core: register pool %q: %w", s.Path, err)
+			}
+			return
+		}
+		if !again {
+			p.failed = fmt.Errorf("core: %w", err)
+			return
+		}
+		c.requestFence(epoch, Alert{Level: AlertError, Kind: "pool_register_failed", Err: fmt.Errorf("core: attach epoch %d: pool %d: %w; fence it (kill its process, then Fenced) and attach a new transport", epoch, p.id, err)})
 	}
-	return err
+	c.emit(Work{Kind: WorkRegisterMemory, Regions: []sdk.Region{{Path: s.Path, Offset: s.Offset, Length: s.BlockSize * uint64(s.Blocks), Kind: sdk.MemoryHost}}}, func(res Result, err error) {
+		if err == nil && len(res.Registrations) != 1 {
+			err = fmt.Errorf("transport returned %d results for 1 region", len(res.Registrations))
+		}
+		if err == nil {
+			err = res.Registrations[0].Err
+		}
+		if err != nil {
+			if err != errWorkFenced {
+				err = fmt.Errorf("register pool %q with epoch %d: %w", s.Path, epoch, err)
+			}
+			fail(err)
+			return
+		}
+		region := res.Registrations[0].ID
+		descs := make([]sdk.Descriptor, s.Blocks)
+		for i := range descs {
+			descs[i] = sdk.Descriptor{Region: region, Offset: uint64(i) * s.BlockSize, Length: s.BlockSize}
+		}
+		c.emit(Work{Kind: WorkPrepareDescriptors, Dlists: []sdk.DlistSpec{{Descriptors: descs}}}, func(res Result, err error) {
+			if err == errWorkFenced {
+				fail(err)
+				return
+			}
+			if err == nil && len(res.DlistResults) != 1 {
+				err = fmt.Errorf("transport returned %d results for 1 dlist", len(res.DlistResults))
+			}
+			if err == nil {
+				err = res.DlistResults[0].Err
+			}
+			if err != nil {
+				c.deregister(region)
+				fail(fmt.Errorf("prepare the local descriptors of pool %q in epoch %d: %w", s.Path, epoch, err))
+				return
+			}
+			p.epoch, p.region, p.local = epoch, region, res.DlistResults[0].ID
+		})
+	})
+}
+
+// deregister hands out the deregistration of a region whose pool failed to
+// register; if it fails the region is kept as stray, released at Close.
+func (c *Core) deregister(region sdk.RegionID) {
+	epoch := c.epoch
+	c.emit(Work{Kind: WorkDeregisterMemory, RegionIDs: []sdk.RegionID{region}}, func(res Result, err error) {
+		if err == errWorkFenced {
+			return
+		}
+		if e := itemErr(res.Errs, 0, err); e != nil && !isNotFound(e, err) {
+			c.strayRg = append(c.strayRg, strayRegion{epoch, region})
+			c.alert(Alert{Level: AlertError, Kind: "pool_rollback_failed", Err: fmt.Errorf("deregister region %d: %w", region, e)})
+		}
+	})
 }
 
 // PoolRegion is the transport's id of a pool's memory, which peers name in
@@ -130,6 +177,9 @@ func (c *Core) Alloc(id PoolID, n int) ([]uint32, error) {
 	p := c.pool(id)
 	if p == nil {
 		return nil, fmt.Errorf("core: alloc from pool %d: no such pool; use an id RegisterPool returned", id)
+	}
+	if p.failed != nil {
+		return nil, fmt.Errorf("core: alloc from pool %d: its registration failed: %w", id, p.failed)
 	}
 	if n < 0 || n > len(p.free) {
 		return nil, fmt.Errorf("core: alloc %d blocks from pool %d: %d are free", n, id, len(p.free))

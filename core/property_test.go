@@ -61,7 +61,7 @@ func TestOwnershipProperties(t *testing.T) {
 			},
 		})
 		if noEvents {
-			r.c.events = nil // the fallback: poll every live handle
+			r.c.events = false // the fallback: poll every live handle
 		}
 		m := &model{r: r, issued: map[RequestID]bool{}, inc: map[RequestID]*incarnation{}, pdl: map[int][2]sdk.DlistID{}, touched: map[RequestID]bool{}}
 		done := false
@@ -96,7 +96,7 @@ func TestOwnershipProperties(t *testing.T) {
 				m.notify(rt)
 			case 5:
 				if m.connected {
-					require.NoError(rt, r.c.RemovePeer(r.ctx, r.now, "p"))
+					require.NoError(rt, r.removePeer("p"))
 				} else {
 					r.connect("p")
 				}
@@ -186,7 +186,7 @@ func (m *model) read(t *rapid.T, n int, notify bool) {
 		return
 	}
 	id := m.id("r")
-	require.NoError(t, m.r.c.Read(m.r.ctx, m.r.now, ReadSpec{Request: id, Peer: "p", Parts: parts, NotifyProducer: notify}))
+	require.NoError(t, m.r.read(ReadSpec{Request: id, Peer: "p", Parts: parts, NotifyProducer: notify}))
 	m.issued[id] = true
 }
 
@@ -196,7 +196,7 @@ func (m *model) write(t *rapid.T, n int) {
 		return
 	}
 	id := m.id("w")
-	require.NoError(t, m.r.c.Write(m.r.ctx, m.r.now, WriteSpec{Request: id, Peer: "p", Parts: parts, Consumers: n, Lease: 10 * time.Second}))
+	require.NoError(t, m.r.write(WriteSpec{Request: id, Peer: "p", Parts: parts, Consumers: n, Lease: 10 * time.Second}))
 	m.issued[id] = true
 	m.registered(id, n)
 	m.sends = append(m.sends, id)
@@ -438,7 +438,7 @@ func (m *model) check() {
 func (m *model) drain() {
 	r := m.r
 	if m.connected || r.c.Stats().Waiting > 0 {
-		require.NoError(r.t, r.c.RemovePeer(r.ctx, r.now, "p"))
+		require.NoError(r.t, r.removePeer("p"))
 	}
 	r.now = r.now.Add(time.Minute)
 	r.until("every request reported", func(rd Ready) bool {
@@ -454,7 +454,7 @@ func (m *model) drain() {
 	require.Equal(r.t, sdk.Resources{Regions: 1, Dlists: 1}, res, "only the pool may remain before Close")
 	m.releaseProducers()
 	require.Empty(r.t, m.pushes, "a producer's write never ended")
-	require.NoError(r.t, r.c.Close(r.ctx, r.now))
+	require.NoError(r.t, r.close())
 	r.shutdown()
 }
 
@@ -463,11 +463,11 @@ func (m *model) drain() {
 func (m *model) abandon() {
 	r := m.r
 	m.releaseProducers()
-	_ = r.c.RemovePeer(r.ctx, r.now, "p")
+	_ = r.removePeer("p")
 	r.now = r.now.Add(time.Minute)
 	deadline := time.Now().Add(wait)
-	for r.c.Close(r.ctx, r.now) != nil && time.Now().Before(deadline) {
-		r.c.Poll(r.ctx, r.now)
+	for r.close() != nil && time.Now().Before(deadline) {
+		r.poll()
 		time.Sleep(time.Millisecond) // pacing of the poll loop, not synchronisation
 	}
 	for _, rm := range r.remotes {

@@ -37,26 +37,26 @@ func newProducer(t *testing.T, r *rig, o rigOpts) *rig {
 	require.NoError(t, tr.Open(r.ctx, sdk.OpenRequest{Agent: "prod", Params: params}))
 	c, err := New(o.cfg)
 	require.NoError(t, err)
-	require.NoError(t, c.Attach(r.ctx, tr, 1))
-	p := &rig{t: t, ctx: r.ctx, dir: r.dir, tr: tr, c: c, now: r.now, seen: map[RequestID]int{}}
+	p := &rig{t: t, ctx: r.ctx, dir: r.dir, tr: tr, c: c, now: r.now, seen: map[RequestID]int{}, trs: map[Epoch]sdk.Transport{}}
+	require.NoError(t, p.attach(tr, 1))
 	p.path = r.regionFile(fill)
-	p.pool, err = c.RegisterPool(r.ctx, PoolSpec{Path: p.path, BlockSize: blockSize, Blocks: nBlocks})
+	p.pool, err = p.registerPool(PoolSpec{Path: p.path, BlockSize: blockSize, Blocks: nBlocks})
 	require.NoError(t, err)
 
 	decMD, err := r.tr.LocalMetadata(r.ctx)
 	require.NoError(t, err)
 	decRegion, _, err := r.c.PoolRegion(r.pool)
 	require.NoError(t, err)
-	require.NoError(t, c.ConnectPeer(r.ctx, PeerSpec{Name: "dec", Ranks: []RankSpec{{Agent: "dec", Metadata: decMD, Region: decRegion, BlockSize: blockSize, Blocks: nBlocks}}}))
+	require.NoError(t, p.connectPeer(PeerSpec{Name: "dec", Ranks: []RankSpec{{Agent: "dec", Metadata: decMD, Region: decRegion, BlockSize: blockSize, Blocks: nBlocks}}}))
 	prodMD, err := tr.LocalMetadata(r.ctx)
 	require.NoError(t, err)
 	prodRegion, _, err := c.PoolRegion(p.pool)
 	require.NoError(t, err)
-	require.NoError(t, r.c.ConnectPeer(r.ctx, PeerSpec{Name: "prod", Ranks: []RankSpec{{Agent: "prod", Metadata: prodMD, Region: prodRegion, BlockSize: blockSize, Blocks: nBlocks}}}))
+	require.NoError(t, r.connectPeer(PeerSpec{Name: "prod", Ranks: []RankSpec{{Agent: "prod", Metadata: prodMD, Region: prodRegion, BlockSize: blockSize, Blocks: nBlocks}}}))
 	t.Cleanup(func() {
 		deadline := time.Now().Add(wait)
 		for {
-			err := p.c.Close(p.ctx, p.now)
+			err := p.close()
 			if err == nil {
 				break
 			}
@@ -64,7 +64,7 @@ func newProducer(t *testing.T, r *rig, o rigOpts) *rig {
 				t.Errorf("producer Close still refused: %v", err)
 				return
 			}
-			p.c.Poll(p.ctx, p.now)
+			p.poll()
 			time.Sleep(time.Millisecond) // pacing of the poll loop, not synchronisation
 		}
 		res, err := tr.Resources(p.ctx)
@@ -120,7 +120,7 @@ func TestPushFinishesOnWrittenThenConsumed(t *testing.T) {
 	pb, err := p.c.Alloc(p.pool, 2)
 	require.NoError(t, err)
 	require.NoError(t, r.c.ExpectReceive(r.now, RecvSpec{Request: "x", Peer: "prod", Pool: r.pool, Blocks: cb, Producers: 1, Lease: time.Minute}))
-	require.NoError(t, p.c.Write(p.ctx, p.now, pushSpec("x", p, pb, cb)))
+	require.NoError(t, p.write(pushSpec("x", p, pb, cb)))
 
 	// The writes land and are released; the written notification is held.
 	pushUntil(r, p, "the producer's writes released", func() bool { return p.c.Stats().Live == 0 && len(p.tr.held) == 1 })
@@ -171,7 +171,7 @@ func TestFailedPushNeverSendsWritten(t *testing.T) {
 		{Pool: p.pool, Local: pb[:1], Rank: 0, Remote: cb[:1]},
 		{Pool: p.pool, Local: pb[1:], Rank: 0, Remote: cb[1:]},
 	}}
-	require.NoError(t, p.c.Write(p.ctx, p.now, w))
+	require.NoError(t, p.write(w))
 	pushUntil(r, p, "both parts released", func() bool { return p.c.Stats().Live == 0 && hasAlert(p.all, "transfer_failed") })
 	for i := 0; i < 20; i++ {
 		r.poll()
@@ -187,7 +187,7 @@ func TestFailedPushNeverSendsWritten(t *testing.T) {
 	pb2, err := p.c.Alloc(p.pool, 1)
 	require.NoError(t, err)
 	require.NoError(t, r.c.ExpectReceive(r.now, RecvSpec{Request: "y", Peer: "prod", Pool: r.pool, Blocks: cb2, Producers: 1, Lease: time.Minute}))
-	require.NoError(t, p.c.Write(p.ctx, p.now, pushSpec("y", p, pb2, cb2)))
+	require.NoError(t, p.write(pushSpec("y", p, pb2, cb2)))
 	pushUntil(r, p, "y received", func() bool { return r.seen["y"] == 1 })
 	assert.Equal(t, []RequestID{"y"}, r.all.FinishedReceiving, "the failed push finished a receive")
 	assert.Equal(t, []string{string(WrittenMessage("y"))}, p.tr.sentNotes())
@@ -226,7 +226,7 @@ func TestFailedReceiveNeverHandsBackBlocksAProducerMayWrite(t *testing.T) {
 			pb, err := p.c.Alloc(p.pool, 2)
 			require.NoError(t, err)
 			require.NoError(t, r.c.ExpectReceive(r.now, RecvSpec{Request: "x", Peer: "prod", Pool: r.pool, Blocks: cb, Producers: 1, Lease: time.Minute}))
-			require.NoError(t, p.c.Write(p.ctx, p.now, pushSpec("x", p, pb, cb)))
+			require.NoError(t, p.write(pushSpec("x", p, pb, cb)))
 			r.poll()
 			p.poll()
 
@@ -236,10 +236,10 @@ func TestFailedReceiveNeverHandsBackBlocksAProducerMayWrite(t *testing.T) {
 				r.now = r.now.Add(time.Minute)
 				rd = r.poll()
 			case "remove":
-				require.NoError(t, r.c.RemovePeer(r.ctx, r.now, "prod"))
+				require.NoError(t, r.removePeer("prod"))
 				rd = r.poll()
 			case "close":
-				require.NoError(t, r.c.Close(r.ctx, r.now))
+				require.NoError(t, r.close())
 				rd = r.poll()
 			}
 			if incoming && tc.cause != "close" {
@@ -286,7 +286,7 @@ func TestEarlyWrittenNotifications(t *testing.T) {
 		cb := r.alloc(1)
 		pb, err := p.c.Alloc(p.pool, 1)
 		require.NoError(t, err)
-		require.NoError(t, p.c.Write(p.ctx, p.now, pushSpec("x", p, pb, cb)))
+		require.NoError(t, p.write(pushSpec("x", p, pb, cb)))
 		pushUntil(r, p, "the early written notification kept", func() bool { return r.c.earlyW["x"] != nil })
 		assert.Empty(t, r.all.FinishedReceiving)
 		require.NoError(t, r.c.ExpectReceive(r.now, RecvSpec{Request: "x", Peer: "prod", Pool: r.pool, Blocks: cb, Producers: 1, Lease: time.Minute}))
@@ -376,20 +376,20 @@ func TestCloseHandsBackReceiveBlocksOnlyOnceDeregistered(t *testing.T) {
 	p := newProducer(t, r, rigOpts{local: "stall,post=1,for=300ms", setup: func(s *spy) { s.holdNote = isWritten }})
 	r.connect("p")
 	spec, _ := r.readSpec("read", "p", 1)
-	require.NoError(t, r.c.Read(r.ctx, r.now, spec))
+	require.NoError(t, r.read(spec))
 	cb := r.alloc(1)
 	pb, err := p.c.Alloc(p.pool, 1)
 	require.NoError(t, err)
 	require.NoError(t, r.c.ExpectReceive(r.now, RecvSpec{Request: "x", Peer: "prod", Pool: r.pool, Blocks: cb, Producers: 1, Lease: time.Hour}))
-	require.NoError(t, p.c.Write(p.ctx, p.now, pushSpec("x", p, pb, cb)))
+	require.NoError(t, p.write(pushSpec("x", p, pb, cb)))
 
-	require.ErrorIs(t, r.c.Close(r.ctx, r.now), ErrHeld, "the stalled read keeps Close refused")
+	require.ErrorIs(t, r.close(), ErrHeld, "the stalled read keeps Close refused")
 	rd := r.poll()
 	assert.Empty(t, rd.Fence, "closing asked for a fence")
 	assert.NotContains(t, failedIDs(rd), RequestID("x"), "reported while its pool was registered")
 	assert.Equal(t, OwnerTransfer, r.c.Owner(BlockRef{r.pool, cb[0]}))
 	deadline := time.Now().Add(wait)
-	for r.c.Close(r.ctx, r.now) != nil {
+	for r.close() != nil {
 		rd = r.poll()
 		assert.NotContains(t, failedIDs(rd), RequestID("x"), "reported while its pool was registered")
 		require.True(t, time.Now().Before(deadline), "Close still refused")
@@ -411,7 +411,7 @@ func TestLateWrittenEndsTheWaitForTheFence(t *testing.T) {
 	pb, err := p.c.Alloc(p.pool, 1)
 	require.NoError(t, err)
 	require.NoError(t, r.c.ExpectReceive(r.now, RecvSpec{Request: "x", Peer: "prod", Pool: r.pool, Blocks: cb, Producers: 1, Lease: time.Minute}))
-	require.NoError(t, p.c.Write(p.ctx, p.now, pushSpec("x", p, pb, cb)))
+	require.NoError(t, p.write(pushSpec("x", p, pb, cb)))
 	r.now = r.now.Add(time.Minute)
 	require.Equal(t, []Epoch{1}, r.poll().Fence)
 	pushUntil(r, p, "the producer's write released", func() bool { return p.c.Stats().Live == 0 && len(p.tr.held) == 1 })

@@ -17,7 +17,7 @@ func (c *Core) Connected(name string) bool {
 // for. An idle Core (Busy false) needs no round until a command or a
 // deadline (NextDeadline).
 func (c *Core) Busy() bool {
-	return c.live.len() > 0 || c.reqs.len() > 0 || c.Retrying() || len(c.dirty) > 0 || c.inbox.len() > 0
+	return c.live.len() > 0 || c.reqs.len() > 0 || c.Retrying() || len(c.dirty) > 0 || c.inbox.len() > 0 || c.outstandingLive() > 0
 }
 
 // Retrying reports whether a round has work that no transport event will
@@ -25,7 +25,7 @@ func (c *Core) Busy() bool {
 // fence asked for and not yet reported. A runtime woken by the transport
 // (sdk.Waker) still runs rounds on a timer while this holds.
 func (c *Core) Retrying() bool {
-	return len(c.releaseQ) > 0 || len(c.retired) > 0 || len(c.fenceWant) > 0
+	return len(c.releaseQ) > 0 || len(c.retryQ) > 0 || len(c.retired) > 0 || len(c.fenceWant) > 0
 }
 
 // NextDeadline is the earliest lease or hold-cap deadline a round must
@@ -47,3 +47,8 @@ func (c *Core) NextDeadline() (time.Time, bool) {
 	}
 	return time.Unix(0, at), true
 }
+
+// Polling reports whether a round's queries (Notifications, Events, Poll)
+// are still outstanding; a runtime starts the next round once they are
+// reported.
+func (c *Core) Polling() bool { return c.roundOut > 0 }

@@ -2,7 +2,7 @@ package core
 
 import "fmt"
 
-// Ready is what one Poll round hands the caller, in the manner of raft's
+// Ready is what one Poll round (or a Ready call) hands the caller, in the manner of raft's
 // Ready: the finished report the engine consumes (vLLM's get_finished) and
 // the actions the runtime must take. Every request appears at most once in
 // all Ready values a Core ever returns; blocks listed in a Ready moved back
@@ -42,13 +42,17 @@ type Ready struct {
 	Fence []Epoch
 	// Alerts are the events worth a log line, one failure type each.
 	Alerts []Alert
+	// Work is the transport calls to make now, in this order where they
+	// share a transport (a Cancel before the Poll that follows it); report
+	// each one's outcome with Done.
+	Work []Work
 }
 
 // Empty reports whether the round produced nothing.
 func (r *Ready) Empty() bool {
 	return len(r.FinishedSending) == 0 && len(r.FinishedReceiving) == 0 &&
 		len(r.Failed) == 0 && len(r.InvalidBlocks) == 0 && len(r.Quarantined) == 0 &&
-		len(r.Fence) == 0 && len(r.Alerts) == 0
+		len(r.Fence) == 0 && len(r.Alerts) == 0 && len(r.Work) == 0
 }
 
 // Failure is one failed request and why.

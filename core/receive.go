@@ -1,7 +1,6 @@
 package core
 
 import (
-	"context"
 	"fmt"
 	"time"
 
@@ -76,7 +75,7 @@ func (c *Core) ExpectReceive(now time.Time, spec RecvSpec) error {
 	if p == nil {
 		return fmt.Errorf("core: expect receive %q: pool %d is not registered", spec.Request, spec.Pool)
 	}
-	if c.tr == nil || p.epoch != c.epoch {
+	if !c.attached || p.epoch != c.epoch || p.local == 0 {
 		return fmt.Errorf("core: expect receive %q: pool %d is not registered with an attached transport; Attach one first", spec.Request, spec.Pool)
 	}
 	if err := p.checkEngine(spec.Blocks); err != nil {
@@ -141,9 +140,9 @@ func (c *Core) recvSettled(r *request) (quarantine, done bool) {
 // notifyConsumed sends the consumed notification of a finished receive to
 // each rank of its peer that sent a written notification, or to every rank
 // when none of the senders is one.
-func (c *Core) notifyConsumed(ctx context.Context, r *request, rv *recv) {
+func (c *Core) notifyConsumed(r *request, rv *recv) {
 	p := r.peer
-	if p.retired || c.tr == nil || p.epoch != c.epoch {
+	if p.retired || !c.attached || p.epoch != c.epoch {
 		c.alert(Alert{Level: AlertWarn, Kind: "consumed_notification_failed", Peer: p.name, Request: r.id, Err: fmt.Errorf("peer %q is no longer connected in epoch %d", p.name, c.epoch)})
 		return
 	}
@@ -161,26 +160,29 @@ func (c *Core) notifyConsumed(ctx context.Context, r *request, rv *recv) {
 			msgs = append(msgs, sdk.OutboundNotification{Peer: rk.id, Message: ConsumedMessage(r.id)})
 		}
 	}
-	c.send(ctx, msgs, "consumed_notification_failed", p.name, r.id)
+	c.send(msgs, "consumed_notification_failed", p.name, r.id)
 }
 
 // notifyWritten sends, once, the written notification of a push whose every
 // part is DONE and released to each rank it wrote to; never after a
 // failure.
-func (c *Core) notifyWritten(ctx context.Context, r *request) {
+func (c *Core) notifyWritten(r *request) {
 	if r.flags&rWritten != 0 || r.failed != nil {
 		return
 	}
 	r.flags |= rWritten
-	c.notifyRanks(ctx, r, WrittenMessage(r.id), "written_notification_failed")
+	c.notifyRanks(r, WrittenMessage(r.id), "written_notification_failed")
 }
 
-// send sends msgs, alerting kind for each that failed.
-func (c *Core) send(ctx context.Context, msgs []sdk.OutboundNotification, kind, peer string, id RequestID) {
-	errs, err := c.tr.SendNotifications(ctx, msgs)
-	for k := range msgs {
-		if e := itemErr(errs, k, err); e != nil {
-			c.alert(Alert{Level: AlertWarn, Kind: kind, Peer: peer, Request: id, Err: e})
-		}
-	}
+// send hands out the sending of msgs, alerting kind for each that fails.
+func (c *Core) send(msgs []sdk.OutboundNotification, kind, peer string, id RequestID) {
+	each(len(msgs), c.batch, func(lo, hi int) {
+		c.emit(Work{Kind: WorkSendNotifications, Notes: msgs[lo:hi:hi]}, func(res Result, err error) {
+			for k := range hi - lo {
+				if e := itemErr(res.Errs, k, err); e != nil {
+					c.alert(Alert{Level: AlertWarn, Kind: kind, Peer: peer, Request: id, Err: e})
+				}
+			}
+		})
+	})
 }

@@ -1,7 +1,6 @@
 package core
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -163,7 +162,7 @@ const (
 // failures while posting never return an error: they fail the request, which
 // is reported (with its invalid blocks) by the Poll round in which its last
 // handle is released. Bad input is an error that changes nothing.
-func (c *Core) Read(ctx context.Context, now time.Time, spec ReadSpec) error {
+func (c *Core) Read(now time.Time, spec ReadSpec) error {
 	c.setNow(now)
 	r, err := c.newRequest(spec.Request, spec.Peer, spec.Parts, kindRead)
 	if err != nil {
@@ -172,7 +171,7 @@ func (c *Core) Read(ctx context.Context, now time.Time, spec ReadSpec) error {
 	if spec.NotifyProducer {
 		r.flags |= rNotify
 	}
-	c.admit(ctx, r, spec.Peer)
+	c.admit(r, spec.Peer)
 	return nil
 }
 
@@ -181,7 +180,7 @@ func (c *Core) Read(ctx context.Context, now time.Time, spec ReadSpec) error {
 // notifications arrived, or its lease expired; a failed push is never
 // reported as finished sending: it is reported Failed once its handles are
 // released and its lease expired. Otherwise as Read.
-func (c *Core) Write(ctx context.Context, now time.Time, spec WriteSpec) error {
+func (c *Core) Write(now time.Time, spec WriteSpec) error {
 	c.setNow(now)
 	if spec.Consumers < 1 || spec.Lease <= 0 {
 		return fmt.Errorf("core: write request %q: Consumers %d must be at least 1 and Lease %v positive", spec.Request, spec.Consumers, spec.Lease)
@@ -191,7 +190,7 @@ func (c *Core) Write(ctx context.Context, now time.Time, spec WriteSpec) error {
 		return fmt.Errorf("core: write request %q: %w", spec.Request, err)
 	}
 	c.startSend(r, spec.Consumers, spec.Lease)
-	c.admit(ctx, r, spec.Peer)
+	c.admit(r, spec.Peer)
 	return nil
 }
 
@@ -331,9 +330,9 @@ func (c *Core) startSend(r *request, consumers int, lease time.Duration) {
 
 // admit posts r now if its peer is connected, else queues it for the
 // handshake.
-func (c *Core) admit(ctx context.Context, r *request, peer string) {
+func (c *Core) admit(r *request, peer string) {
 	if p := c.peers[peer]; p != nil {
-		c.bind(ctx, r, p)
+		c.bind(r, p)
 		return
 	}
 	r.flags |= rWaiting
@@ -349,9 +348,11 @@ func (c *Core) failWaiting(name string, reason error) {
 	delete(c.waiting, name)
 }
 
-// bind ties r to p and posts its parts. A layout mismatch found only now
-// (the request waited for the handshake) or a post failure fails r.
-func (c *Core) bind(ctx context.Context, r *request, p *peer) {
+// bind ties r to p and hands out the Post of its parts. A layout mismatch
+// found only now (the request waited for the handshake) or a post failure
+// fails r. While the Post is outstanding its parts count as pending and use
+// p's dlists, so neither r nor p can be let go.
+func (c *Core) bind(r *request, p *peer) {
 	r.peer = p
 	c.markDirty(r)
 	for i := range r.xs {
@@ -361,54 +362,89 @@ func (c *Core) bind(ctx context.Context, r *request, p *peer) {
 			return
 		}
 	}
-	if c.tr == nil {
+	if !c.attached || p.epoch != c.epoch {
 		c.fail(r, ErrNotAttached)
 		return
+	}
+	for i := range r.xs {
+		if lp := c.pool(r.xs[i].pool); lp.epoch != c.epoch || lp.local == 0 {
+			c.fail(r, fmt.Errorf("request %q part %d: pool %d is not registered in epoch %d: %w", r.id, i, lp.id, c.epoch, ErrNotAttached))
+			return
+		}
 	}
 	op := sdk.OpRead
 	if r.kind == kindWrite {
 		op = sdk.OpWrite
 	}
-	posts := make([]sdk.PostSpec, len(r.xs))
-	for i := range r.xs {
-		x := &r.xs[i]
-		posts[i] = sdk.PostSpec{Op: op, Local: c.pool(x.pool).local, LocalIndices: x.local(), Remote: p.ranks[x.rank].dlist, RemoteIndices: x.remote()}
-	}
-	each(len(posts), c.batch, func(lo, hi int) {
-		res, err := c.tr.Post(ctx, posts[lo:hi])
-		if err != nil {
-			if unknownOutcome(err) {
-				// Handles may exist that we cannot name: the blocks stay
-				// pinned until the epoch is fenced.
-				r.flags |= rFenceWait
-				c.requestFence(c.epoch, Alert{Level: AlertError, Kind: "post_outcome_unknown", Peer: p.name, Request: r.id, Err: err})
-				c.fail(r, fmt.Errorf("post request %q: %w: %w", r.id, ErrUnknownOutcome, err))
-				return
-			}
-			c.fail(r, fmt.Errorf("post request %q parts %d-%d: %w", r.id, lo, hi-1, err))
-			return
+	each(len(r.xs), c.batch, func(lo, hi int) {
+		posts := make([]sdk.PostSpec, hi-lo)
+		for i := lo; i < hi; i++ {
+			x := &r.xs[i]
+			posts[i-lo] = sdk.PostSpec{Op: op, Local: c.pool(x.pool).local, LocalIndices: x.local(), Remote: p.ranks[x.rank].dlist, RemoteIndices: x.remote()}
 		}
-		for k := lo; k < hi; k++ {
-			var e error
-			switch {
-			case k-lo >= len(res):
-				e = sdk.Errorf(sdk.CodeBackend, "transport returned %d results for %d posts", len(res), hi-lo)
-			case res[k-lo].Err != nil:
-				e = res[k-lo].Err
-			}
-			if e != nil {
-				c.alert(Alert{Level: AlertWarn, Kind: "transfer_setup_failed", Peer: p.name, Request: r.id, Err: e})
-				c.fail(r, fmt.Errorf("post request %q part %d: %w", r.id, k, e))
-				continue
-			}
-			x := &r.xs[k]
-			x.ref, x.state = Ref{c.epoch, res[k-lo].ID}, sdk.StateInProgress
-			c.live.add(x)
-			r.pending++
-			p.refs++
-			c.hold(x)
-		}
+		r.pending += int32(hi - lo)
+		p.refs += hi - lo
+		c.emit(Work{Kind: WorkPost, Posts: posts}, func(res Result, err error) { c.posted(r, p, lo, hi, res, err) })
 	})
+}
+
+// posted applies the outcome of the Post of r's parts [lo, hi).
+func (c *Core) posted(r *request, p *peer, lo, hi int, res Result, err error) {
+	unposted := func(n int) {
+		r.pending -= int32(n)
+		p.refs -= n
+		p.due = p.due || (p.retired && p.refs == 0)
+		c.markDirty(r)
+	}
+	switch {
+	case err == errWorkFenced:
+		// The process died with whatever the call posted.
+		unposted(hi - lo)
+		c.fail(r, fmt.Errorf("post request %q: %w", r.id, err))
+		return
+	case err != nil && unknownOutcome(err):
+		// Handles may exist that we cannot name: the blocks stay pinned
+		// until the epoch is fenced.
+		unposted(hi - lo)
+		r.flags |= rFenceWait
+		c.requestFence(c.epoch, Alert{Level: AlertError, Kind: "post_outcome_unknown", Peer: p.name, Request: r.id, Err: err})
+		c.fail(r, fmt.Errorf("post request %q: %w: %w", r.id, ErrUnknownOutcome, err))
+		return
+	case err != nil:
+		unposted(hi - lo)
+		c.fail(r, fmt.Errorf("post request %q parts %d-%d: %w", r.id, lo, hi-1, err))
+		return
+	}
+	var cancel []*xfer
+	for k := lo; k < hi; k++ {
+		var e error
+		switch {
+		case k-lo >= len(res.Posts):
+			e = sdk.Errorf(sdk.CodeBackend, "transport returned %d results for %d posts", len(res.Posts), hi-lo)
+		case res.Posts[k-lo].Err != nil:
+			e = res.Posts[k-lo].Err
+		}
+		if e != nil {
+			unposted(1)
+			c.alert(Alert{Level: AlertWarn, Kind: "transfer_setup_failed", Peer: p.name, Request: r.id, Err: e})
+			c.fail(r, fmt.Errorf("post request %q part %d: %w", r.id, k, e))
+			continue
+		}
+		x := &r.xs[k]
+		x.ref, x.state = Ref{c.epoch, res.Posts[k-lo].ID}, sdk.StateInProgress
+		c.live.add(x)
+		c.hold(x)
+		if p.retired {
+			// Its session closed while the Post was outstanding: retained,
+			// like the handles that ran when the peer was removed (rule 6).
+			x.flags |= fRetained
+			c.pin(x, OwnerRetained)
+			cancel = append(cancel, x)
+		}
+	}
+	if len(cancel) > 0 {
+		c.cancelAndPoll(p.name, cancel)
+	}
 }
 
 // fail records r's first failure; it is reported once r drains.

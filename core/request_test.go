@@ -19,7 +19,7 @@ func TestReadLandsBytesAndNotifiesProducer(t *testing.T) {
 	r.connect("p")
 	spec, blocks := r.readSpec("ok", "p", 2)
 	spec.NotifyProducer = true
-	require.NoError(t, r.c.Read(r.ctx, r.now, spec))
+	require.NoError(t, r.read(spec))
 	assert.Equal(t, repeat(OwnerTransfer, 2), r.owners(blocks))
 	rd := r.reported("ok")
 	assert.Equal(t, []RequestID{"ok"}, rd.FinishedReceiving)
@@ -60,7 +60,7 @@ func TestFailureWaitsForSibling(t *testing.T) {
 			r := newRig(t, rigOpts{local: "fail,post=1;" + tc.sibling})
 			r.connect("p")
 			spec, blocks := r.readSpec("r", "p", 2)
-			require.NoError(t, r.c.Read(r.ctx, r.now, spec))
+			require.NoError(t, r.read(spec))
 			r.until("the first failure", func(rd Ready) bool { return hasAlert(rd, "transfer_failed") })
 			require.Equal(t, 1, r.c.Stats().Live, "the sibling must still run when the failure is seen")
 			assert.Empty(t, r.all.Failed, "failure reported while a sibling ran")
@@ -82,7 +82,7 @@ func TestFailureWaitsForHandleWhoseReleaseFails(t *testing.T) {
 	r := newRig(t, rigOpts{local: "fail,post=1;release-fail,post=1,count=3"})
 	r.connect("p")
 	spec, blocks := r.readSpec("r", "p", 2)
-	require.NoError(t, r.c.Read(r.ctx, r.now, spec))
+	require.NoError(t, r.read(spec))
 	failures := func() int {
 		n := 0
 		for _, a := range r.all.Alerts {
@@ -110,14 +110,14 @@ func TestMixedReadFailureDoesNotNotifyProducer(t *testing.T) {
 	r.connect("p")
 	spec, _ := r.readSpec("r", "p", 2)
 	spec.NotifyProducer = true
-	require.NoError(t, r.c.Read(r.ctx, r.now, spec))
+	require.NoError(t, r.read(spec))
 	r.reported("r")
 	require.Equal(t, []RequestID{"r"}, failedIDs(r.all))
 	// A later good read notifies: once its message arrived, an earlier one
 	// would have too (delivery is in order per sender).
 	spec2, _ := r.readSpec("good", "p", 1)
 	spec2.NotifyProducer = true
-	require.NoError(t, r.c.Read(r.ctx, r.now, spec2))
+	require.NoError(t, r.read(spec2))
 	r.reported("good")
 	var msgs []string
 	require.Eventually(t, func() bool {
@@ -137,7 +137,7 @@ func TestHandshakeAndSetupFailuresShowInvalidBlocksOnlyInTheirFinishingReport(t 
 	t.Run("handshake", func(t *testing.T) {
 		r := newRig(t, rigOpts{})
 		spec, blocks := r.readSpec("r", "late", 2)
-		require.NoError(t, r.c.Read(r.ctx, r.now, spec))
+		require.NoError(t, r.read(spec))
 		rd := r.poll()
 		assert.Empty(t, rd.InvalidBlocks, "nothing is known failed yet")
 		assert.Equal(t, 1, r.c.Stats().Waiting)
@@ -152,7 +152,7 @@ func TestHandshakeAndSetupFailuresShowInvalidBlocksOnlyInTheirFinishingReport(t 
 		r := newRig(t, rigOpts{})
 		spec, blocks := r.readSpec("r", "p", 2)
 		spec.Parts[1].Remote = []uint32{nBlocks + 5} // does not fit the peer, found at setup
-		require.NoError(t, r.c.Read(r.ctx, r.now, spec))
+		require.NoError(t, r.read(spec))
 		r.c.Inbox().HandshakeDone(r.spec("p"))
 		assert.Equal(t, repeat(OwnerTransfer, 2), r.owners(blocks), "no block goes back before the report")
 		rd := r.poll()
@@ -169,7 +169,7 @@ func TestFailedPushIsNotReportedDoneSending(t *testing.T) {
 	r := newRig(t, rigOpts{local: "fail,post=1"})
 	r.connect("p")
 	b := r.alloc(1)
-	require.NoError(t, r.c.Write(r.ctx, r.now, WriteSpec{Request: "w", Peer: "p", Parts: []Part{{Pool: r.pool, Local: b, Rank: 0, Remote: []uint32{0}}}, Consumers: 1, Lease: time.Minute}))
+	require.NoError(t, r.write(WriteSpec{Request: "w", Peer: "p", Parts: []Part{{Pool: r.pool, Local: b, Rank: 0, Remote: []uint32{0}}}, Consumers: 1, Lease: time.Minute}))
 	r.until("the push failed", func(rd Ready) bool { return hasAlert(rd, "transfer_failed") })
 	r.until("the failed handle released", func(Ready) bool { return r.c.Stats().Live == 0 })
 	r.notifyBack(0, "w") // even a consumer's notification must not finish it
@@ -202,7 +202,7 @@ func TestCompletedPushWaitsForConsumerNotification(t *testing.T) {
 			r.connect("p")
 			b := r.alloc(2)
 			parts := []Part{{Pool: r.pool, Local: b[:1], Rank: 0, Remote: []uint32{3}}, {Pool: r.pool, Local: b[1:], Rank: 1, Remote: []uint32{3}}}
-			require.NoError(t, r.c.Write(r.ctx, r.now, WriteSpec{Request: "w", Peer: "p", Parts: parts, Consumers: 2, Lease: time.Minute}))
+			require.NoError(t, r.write(WriteSpec{Request: "w", Peer: "p", Parts: parts, Consumers: 2, Lease: time.Minute}))
 			r.until("both writes released", func(Ready) bool { return r.c.Stats().Live == 0 })
 			assert.Empty(t, r.all.FinishedSending, "finished at write-handle time, before any consumer")
 			for i, k := range tc.notifies {
@@ -229,7 +229,7 @@ func TestFailedPushKeepsWriterState(t *testing.T) {
 	r := newRig(t, rigOpts{local: "fail,post=1"})
 	r.connect("p")
 	b := r.alloc(1)
-	require.NoError(t, r.c.Write(r.ctx, r.now, WriteSpec{Request: "w", Peer: "p", Parts: []Part{{Pool: r.pool, Local: b, Rank: 0, Remote: []uint32{0}}}, Consumers: 1, Lease: time.Minute}))
+	require.NoError(t, r.write(WriteSpec{Request: "w", Peer: "p", Parts: []Part{{Pool: r.pool, Local: b, Rank: 0, Remote: []uint32{0}}}, Consumers: 1, Lease: time.Minute}))
 	r.until("the failed handle released", func(Ready) bool { return r.c.Stats().Live == 0 && r.tr.count("Release") > 0 })
 	r.notifyBack(0, "w")
 	r.until("notification counted", func(Ready) bool { return r.c.sends["w"] != nil && r.c.sends["w"].notified == 1 })

@@ -1,53 +1,76 @@
 package core
 
 import (
-	"context"
+	"slices"
 	"time"
 
 	"github.com/custody-dev/custody/sdk"
 )
 
-// Poll runs one round and returns what it produced. In order it: drains the
-// Inbox (handshakes, fences); drains consumer notifications; learns handle
-// state changes (from the transport's EventSource when it has one, so the
-// round's cost follows the number of changes, else by polling every live
-// handle in batches); releases terminal handles (a failed Release keeps the
-// handle and its blocks, retried next round); releases the natives of
-// retired peers no handle uses any more (poll_retired); expires leases;
-// escalates handles held past the cap; and reports every request that
-// finished. Transport failures never abort a round: they become Alerts and
-// the work is retried next round. Every transport call uses ctx, which
-// should carry the round's deadline.
-func (c *Core) Poll(ctx context.Context, now time.Time) Ready {
+// Poll runs one round at now and returns what it produced, with every
+// report and Work accumulated since the last Poll or Ready. In order it:
+// drains the Inbox (handshakes, fences); asks for the notifications
+// received and for handle state changes (from the transport's EventSource
+// when it has one, so the round's cost follows the number of changes, else
+// by polling every live handle in batches), unless the previous round's
+// queries are still outstanding; releases terminal handles (a failed
+// Release keeps the handle and its blocks, retried next round); releases
+// the natives of retired peers no handle uses any more (poll_retired);
+// expires leases; escalates handles held past the cap; and reports every
+// request that finished. Transport failures never abort a round: they
+// become Alerts and the work is retried next round. Results reported with
+// Done are acted on at once: a handle seen terminal is released in the
+// Ready that follows, without waiting for another round.
+func (c *Core) Poll(now time.Time) Ready {
 	c.setNow(now)
-	c.drainInbox(ctx)
-	if c.tr != nil {
-		c.drainNotifications(ctx)
-		c.collectStates(ctx)
-		c.releaseTerminal(ctx)
-		c.releaseRetired(ctx)
+	c.drainInbox()
+	for _, x := range c.retryQ {
+		c.queueRelease(x)
+	}
+	clear(c.retryQ)
+	c.retryQ = c.retryQ[:0]
+	for _, p := range c.retired {
+		p.due = true
+	}
+	if c.attached && c.roundOut == 0 {
+		c.drainNotifications()
+		c.collectStates()
 	}
 	c.expireLeases()
 	c.expireHolds()
-	c.finishDirty(ctx)
+	return c.Ready()
+}
+
+// Ready returns the reports and Work accumulated since the last Poll or
+// Ready: what commands (Read, ...) and Done produced. It runs no round and
+// reads no time, so call it after every command and Done.
+func (c *Core) Ready() Ready {
+	if c.attached {
+		c.releaseTerminal()
+		c.releaseRetired()
+	}
+	c.finishDirty()
 	c.live.shrink()
 	c.reqs.shrink()
 	for e := range c.fenceWant {
 		c.out.Fence = append(c.out.Fence, e)
 	}
+	slices.Sort(c.out.Fence)
 	out := c.out
 	c.out = Ready{}
 	return out
 }
 
-func (c *Core) drainInbox(ctx context.Context) {
+func (c *Core) drainInbox() {
 	c.inBuf = c.inbox.take(c.inBuf)
 	for i, in := range c.inBuf {
 		switch in.kind {
 		case inputHandshakeDone:
-			if err := c.ConnectPeer(ctx, in.spec); err != nil {
+			if err := c.ConnectPeer(in.spec); err != nil {
 				c.alert(Alert{Level: AlertWarn, Kind: "handshake_failed", Peer: in.spec.Name, Err: err})
-				c.failWaiting(in.spec.Name, err) // also when refused before any native call
+				if c.shaking[in.spec.Name] == nil {
+					c.failWaiting(in.spec.Name, err) // also when refused before any native call
+				}
 			}
 		case inputHandshakeFailed:
 			c.alert(Alert{Level: AlertWarn, Kind: "handshake_failed", Peer: in.peer, Err: in.err})
@@ -59,48 +82,54 @@ func (c *Core) drainInbox(ctx context.Context) {
 	}
 }
 
-// drainNotifications counts consumed notifications against their sends and
-// written notifications against their receives (noteNotification).
-// Notifications of unknown requests are kept (bounded in number and age)
-// for a send or receive not registered yet; those of a send or receive
-// reported lately are dropped; other messages are ignored.
-func (c *Core) drainNotifications(ctx context.Context) {
+// drainNotifications asks for the notifications received; their result
+// counts consumed notifications against their sends and written ones
+// against their receives (noteNotification). Notifications of unknown
+// requests are kept (bounded in number and age) for a send or receive not
+// registered yet; those of a send or receive reported lately are dropped;
+// other messages are ignored.
+func (c *Core) drainNotifications() {
 	if !c.desc.Capabilities.Notifications {
 		return
 	}
 	c.expireEarly()
-	ns, err := c.tr.Notifications(ctx, 0)
-	if err != nil {
-		c.alert(Alert{Level: AlertWarn, Kind: "notifications_failed", Err: err})
-		return
-	}
-	for _, n := range ns {
-		if id, ok := parseWritten(n.Message); ok {
-			c.noteNotification(id, n.From, true)
-		} else if id, ok := parseConsumed(n.Message); ok {
-			c.noteNotification(id, n.From, false)
-		}
-	}
-}
-
-// collectStates learns which live handles changed state.
-func (c *Core) collectStates(ctx context.Context) {
-	if c.events != nil && !c.resync {
-		evs, err := c.events.Events(ctx, 0)
+	c.emit(Work{Kind: WorkNotifications}, func(res Result, err error) {
 		if err != nil {
-			// A drained batch may be lost with the reply: poll every live
-			// handle once to resynchronise.
-			c.alert(Alert{Level: AlertWarn, Kind: "events_failed", Err: err})
-			c.resync = true
-		}
-		for _, ev := range evs {
-			if x := c.live.get(ev.Handle); x != nil {
-				c.setState(x, ev.State, ev.Reason)
+			if err != errWorkFenced {
+				c.alert(Alert{Level: AlertWarn, Kind: "notifications_failed", Err: err})
 			}
-		}
-		if !c.resync {
 			return
 		}
+		for _, n := range res.Notifications {
+			if id, ok := parseWritten(n.Message); ok {
+				c.noteNotification(id, n.From, true)
+			} else if id, ok := parseConsumed(n.Message); ok {
+				c.noteNotification(id, n.From, false)
+			}
+		}
+	})
+}
+
+// collectStates asks which live handles changed state.
+func (c *Core) collectStates() {
+	if c.events && !c.resync {
+		c.emit(Work{Kind: WorkEvents}, func(res Result, err error) {
+			if err == errWorkFenced {
+				return
+			}
+			if err != nil {
+				// A drained batch may be lost with the reply: poll every
+				// live handle next round to resynchronise.
+				c.alert(Alert{Level: AlertWarn, Kind: "events_failed", Err: err})
+				c.resync = true
+			}
+			for _, ev := range res.Events {
+				if x := c.live.get(ev.Handle); x != nil {
+					c.setState(x, ev.State, ev.Reason)
+				}
+			}
+		})
+		return
 	}
 	xs := c.xBuf[:0]
 	for x := range c.live.all() {
@@ -108,42 +137,55 @@ func (c *Core) collectStates(ctx context.Context) {
 			xs = append(xs, x)
 		}
 	}
-	if c.pollHandles(ctx, xs) {
-		c.resync = false
-	}
+	resync := c.resync
+	c.pollHandles(xs, func(ok bool) {
+		if ok && resync {
+			c.resync = false
+		}
+	})
 	clear(xs)
 	c.xBuf = xs[:0]
 }
 
 // pollHandles polls xs in batches and applies their states. A poll error,
 // for an item or a call, leaves the state unknown: never terminal (rule 1).
-// It reports whether every call succeeded.
-func (c *Core) pollHandles(ctx context.Context, xs []*xfer) bool {
-	ok := true
-	ids := make([]sdk.HandleID, 0, min(len(xs), c.batch))
+// Once every batch is reported, done learns whether every call succeeded.
+func (c *Core) pollHandles(xs []*xfer, done func(ok bool)) {
+	ok, left := true, 0
 	each(len(xs), c.batch, func(lo, hi int) {
-		ids = ids[:0]
-		for _, x := range xs[lo:hi] {
-			ids = append(ids, x.ref.Handle)
+		left++
+		batch := slices.Clone(xs[lo:hi])
+		ids := make([]sdk.HandleID, len(batch))
+		for k, x := range batch {
+			ids[k] = x.ref.Handle
 		}
-		sts, err := c.tr.Poll(ctx, ids)
-		if err != nil {
-			ok = false
-			c.alert(Alert{Level: AlertWarn, Kind: "transfer_poll_failed", Err: err})
-			return
-		}
-		for k, x := range xs[lo:hi] {
-			if k >= len(sts) {
-				break
+		c.emit(Work{Kind: WorkPoll, Handles: ids}, func(res Result, err error) {
+			left--
+			switch {
+			case err == errWorkFenced:
+				ok = false
+			case err != nil:
+				ok = false
+				c.alert(Alert{Level: AlertWarn, Kind: "transfer_poll_failed", Err: err})
+			default:
+				for k, x := range batch {
+					if k >= len(res.States) {
+						ok = false
+						c.alert(Alert{Level: AlertWarn, Kind: "transfer_poll_failed", Request: x.req.id, Handle: x.ref, Err: sdk.Errorf(sdk.CodeBackend, "transport returned %d states for %d handles", len(res.States), len(batch))})
+						break
+					}
+					if e := res.States[k].Err; e != nil {
+						c.alert(Alert{Level: AlertWarn, Kind: "transfer_poll_failed", Request: x.req.id, Handle: x.ref, Err: e})
+						continue
+					}
+					c.setState(x, res.States[k].State, res.States[k].Reason)
+				}
 			}
-			if sts[k].Err != nil {
-				c.alert(Alert{Level: AlertWarn, Kind: "transfer_poll_failed", Request: x.req.id, Handle: x.ref, Err: sts[k].Err})
-				continue
+			if left == 0 && done != nil {
+				done(ok)
 			}
-			c.setState(x, sts[k].State, sts[k].Reason)
-		}
+		})
 	})
-	return ok
 }
 
 // setState applies a state the transport reported for x. The first FAILED or
@@ -171,36 +213,36 @@ func (c *Core) queueRelease(x *xfer) {
 	}
 }
 
-// releaseTerminal releases queued terminal handles. A handle whose Release
-// fails stays tracked, with its blocks, and is retried next round (rule 2).
-func (c *Core) releaseTerminal(ctx context.Context) {
-	if len(c.releaseQ) == 0 || c.tr == nil {
+// releaseTerminal hands out the Release of queued terminal handles. A
+// handle whose Release fails stays tracked, with its blocks, and is retried
+// next round (rule 2); one whose Release is outstanding stays held.
+func (c *Core) releaseTerminal() {
+	if len(c.releaseQ) == 0 || !c.attached {
 		return
 	}
 	q := c.releaseQ
-	keep := q[:0]
-	ids := c.idBuf[:0]
+	c.releaseQ = nil
 	each(len(q), c.batch, func(lo, hi int) {
-		ids = ids[:0]
-		for _, x := range q[lo:hi] {
-			ids = append(ids, x.ref.Handle)
+		batch := q[lo:hi:hi]
+		ids := make([]sdk.HandleID, len(batch))
+		for k, x := range batch {
+			ids[k] = x.ref.Handle
 		}
-		errs, err := c.tr.Release(ctx, ids)
-		for k, x := range q[lo:hi] {
-			if x.flags&fGone != 0 {
-				continue
+		c.emit(Work{Kind: WorkRelease, Handles: ids}, func(res Result, err error) {
+			for k, x := range batch {
+				if x.flags&fGone != 0 {
+					continue
+				}
+				x.flags &^= fQueued
+				if e := itemErr(res.Errs, k, err); e != nil && !isNotFound(e, err) {
+					c.alert(Alert{Level: AlertWarn, Kind: "transfer_release_failed", Peer: x.peerName(), Request: x.req.id, Handle: x.ref, Err: e})
+					c.retryQ = append(c.retryQ, x)
+					continue
+				}
+				c.gone(x, true)
 			}
-			if e := itemErr(errs, k, err); e != nil && !isNotFound(e, err) {
-				c.alert(Alert{Level: AlertWarn, Kind: "transfer_release_failed", Peer: x.peerName(), Request: x.req.id, Handle: x.ref, Err: e})
-				keep = append(keep, x)
-				continue
-			}
-			c.gone(x, true)
-		}
+		})
 	})
-	clear(q[len(keep):])
-	c.releaseQ = keep
-	c.idBuf = ids[:0]
 }
 
 // gone stops tracking x: released (or fenced) when stopped is true, else
@@ -212,17 +254,20 @@ func (c *Core) gone(x *xfer, stopped bool) {
 	x.req.pending--
 	c.markDirty(x.req)
 	if stopped {
-		x.req.peer.refs--
+		if p := x.req.peer; p != nil {
+			p.refs--
+			p.due = p.due || (p.retired && p.refs == 0)
+		}
 	} else {
 		c.leaked[x.ref] = x
 	}
 }
 
 // finishDirty reports every touched request that has finished.
-func (c *Core) finishDirty(ctx context.Context) {
+func (c *Core) finishDirty() {
 	for i, r := range c.dirty {
 		r.flags &^= rDirty
-		c.tryFinish(ctx, r)
+		c.tryFinish(r)
 		c.dirty[i] = nil
 	}
 	c.dirty = shrink(c.dirty)
@@ -232,7 +277,7 @@ func (c *Core) finishDirty(ctx context.Context) {
 // no handshake or fence awaited, for a send its consumers notified or its
 // lease over, and for a receive its producers' writes reported or proven
 // stopped (recvSettled). Blocks go back to the engine here and only here.
-func (c *Core) tryFinish(ctx context.Context, r *request) {
+func (c *Core) tryFinish(r *request) {
 	if r.kind == kindRecv && r.notified >= r.consumers {
 		r.flags &^= rFenceWait // its producers reported their writes after all: no need to wait
 	}
@@ -243,7 +288,7 @@ func (c *Core) tryFinish(ctx context.Context, r *request) {
 	switch r.kind {
 	case kindWrite, kindSend:
 		if r.kind == kindWrite {
-			c.notifyWritten(ctx, r)
+			c.notifyWritten(r)
 		}
 		over := r.flags&(rLeaseOver|rAbandoned) != 0
 		if !over && (r.failed != nil || r.notified < r.consumers) {
@@ -290,10 +335,10 @@ func (c *Core) tryFinish(ctx context.Context, r *request) {
 	case r.failed != nil:
 		c.out.Failed = append(c.out.Failed, Failure{Request: r.id, Sending: !receiving, Reason: r.failed})
 	case r.kind == kindRead:
-		c.notifyProducer(ctx, r)
+		c.notifyProducer(r)
 		c.out.FinishedReceiving = append(c.out.FinishedReceiving, r.id)
 	case r.kind == kindRecv:
-		c.notifyConsumed(ctx, r, c.recvs[r.id])
+		c.notifyConsumed(r, c.recvs[r.id])
 		c.out.FinishedReceiving = append(c.out.FinishedReceiving, r.id)
 	default:
 		if r.notified < r.consumers {
@@ -304,18 +349,18 @@ func (c *Core) tryFinish(ctx context.Context, r *request) {
 }
 
 // notifyProducer sends the consumed notification to each rank r read from.
-func (c *Core) notifyProducer(ctx context.Context, r *request) {
+func (c *Core) notifyProducer(r *request) {
 	if r.flags&rNotify != 0 {
-		c.notifyRanks(ctx, r, ConsumedMessage(r.id), "consumed_notification_failed")
+		c.notifyRanks(r, ConsumedMessage(r.id), "consumed_notification_failed")
 	}
 }
 
 // notifyRanks sends msg once to each rank of r's peer that r's transfers
 // moved bytes with, if the peer is still connected in this epoch; kind is
 // the alert of a send that failed.
-func (c *Core) notifyRanks(ctx context.Context, r *request, msg []byte, kind string) {
+func (c *Core) notifyRanks(r *request, msg []byte, kind string) {
 	p := r.peer
-	if p == nil || p.retired || c.tr == nil || p.epoch != c.epoch {
+	if p == nil || p.retired || !c.attached || p.epoch != c.epoch {
 		return
 	}
 	var msgs []sdk.OutboundNotification
@@ -326,7 +371,7 @@ func (c *Core) notifyRanks(ctx context.Context, r *request, msg []byte, kind str
 			msgs = append(msgs, sdk.OutboundNotification{Peer: p.ranks[rk].id, Message: msg})
 		}
 	}
-	c.send(ctx, msgs, kind, p.name, r.id)
+	c.send(msgs, kind, p.name, r.id)
 }
 
 // shrink empties a reused buffer, dropping its array when a burst left it

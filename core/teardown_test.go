@@ -21,10 +21,10 @@ func TestCloseCancelsInWaitModeAndRetainsRunningTransfers(t *testing.T) {
 	r := newRig(t, rigOpts{local: "stall,post=1,for=300ms", setup: cancelNone})
 	r.connect("p")
 	spec, blocks := r.readSpec("r", "p", 2)
-	require.NoError(t, r.c.Read(r.ctx, r.now, spec))
+	require.NoError(t, r.read(spec))
 	r.until("the second part released", func(Ready) bool { return r.c.Stats().Live == 1 })
 
-	err := r.c.Close(r.ctx, r.now)
+	err := r.close()
 	require.ErrorIs(t, err, ErrHeld)
 	assert.Len(t, r.tr.canceled, 1, "the running handle was canceled")
 	assert.Empty(t, r.tr.releasedEarly, "a running handle was released")
@@ -41,7 +41,7 @@ func TestCloseCancelsInWaitModeAndRetainsRunningTransfers(t *testing.T) {
 	assert.ErrorIs(t, rd.Failed[0].Reason, ErrPeerRemoved)
 	assert.ElementsMatch(t, blocks, rd.InvalidBlocks)
 	assert.Equal(t, repeat(OwnerEngine, 2), r.owners(blocks))
-	require.NoError(t, r.c.Close(r.ctx, r.now))
+	require.NoError(t, r.close())
 }
 
 // Seed 002: removing a peer frees its dlists and native peer handles at once
@@ -51,7 +51,7 @@ func TestRemovePeerKeepsDlistsAndPeerHandlesARunningTransferUses(t *testing.T) {
 	t.Run("none running: freed at once", func(t *testing.T) {
 		r := newRig(t, rigOpts{})
 		r.connect("p")
-		require.NoError(t, r.c.RemovePeer(r.ctx, r.now, "p"))
+		require.NoError(t, r.removePeer("p"))
 		res, err := r.tr.Resources(r.ctx)
 		require.NoError(t, err)
 		assert.Zero(t, res.Peers)
@@ -62,8 +62,8 @@ func TestRemovePeerKeepsDlistsAndPeerHandlesARunningTransferUses(t *testing.T) {
 		r := newRig(t, rigOpts{local: "stall,post=1,for=300ms", setup: cancelNone})
 		r.connect("p")
 		spec, blocks := r.readSpec("r", "p", 1)
-		require.NoError(t, r.c.Read(r.ctx, r.now, spec))
-		require.NoError(t, r.c.RemovePeer(r.ctx, r.now, "p"))
+		require.NoError(t, r.read(spec))
+		require.NoError(t, r.removePeer("p"))
 		assert.Zero(t, r.tr.count("ReleaseDescriptors"), "a dlist a running transfer uses was released")
 		assert.Zero(t, r.tr.count("UnloadPeers"), "a peer a running transfer uses was unloaded")
 		assert.Equal(t, 1, r.c.Stats().RetiredPeers)
@@ -86,12 +86,12 @@ func TestReconnectNeverReceivesARetiredCompletion(t *testing.T) {
 	r.connect("p")
 	old, oldBlocks := r.readSpec("old", "p", 1)
 	old.NotifyProducer = true
-	require.NoError(t, r.c.Read(r.ctx, r.now, old))
-	require.NoError(t, r.c.RemovePeer(r.ctx, r.now, "p"))
+	require.NoError(t, r.read(old))
+	require.NoError(t, r.removePeer("p"))
 	r.connect("p")
 	fresh, _ := r.readSpec("new", "p", 1)
 	fresh.NotifyProducer = true
-	require.NoError(t, r.c.Read(r.ctx, r.now, fresh))
+	require.NoError(t, r.read(fresh))
 	r.reported("new")
 	r.reported("old")
 	assert.Equal(t, []RequestID{"new"}, r.all.FinishedReceiving, "the retired transfer's DONE finished a request")
@@ -122,8 +122,8 @@ func TestPollRetiredReleasesWhatStopped(t *testing.T) {
 	r := newRig(t, rigOpts{local: "stall,post=1,for=200ms;stall,post=2;crash,at=release,n=2", setup: cancelNone})
 	r.connect("p")
 	spec, blocks := r.readSpec("r", "p", 2)
-	require.NoError(t, r.c.Read(r.ctx, r.now, spec))
-	require.NoError(t, r.c.RemovePeer(r.ctx, r.now, "p"))
+	require.NoError(t, r.read(spec))
+	require.NoError(t, r.removePeer("p"))
 	require.Equal(t, 2, r.c.Stats().Retained)
 	r.until("the first retained handle released", func(Ready) bool { return r.c.Stats().Live == 1 })
 	assert.Equal(t, OwnerRetained, r.c.Owner(blocks[1]), "the one still running stays pinned")
@@ -165,17 +165,17 @@ func TestCloseHandsBackSendBlocksOnlyOnceUnreachable(t *testing.T) {
 			r := newRig(t, rigOpts{local: "stall,post=1,for=300ms", setup: cancelNone, fence: tc.fence})
 			r.connect("p")
 			spec, _ := r.readSpec("read", "p", 1)
-			require.NoError(t, r.c.Read(r.ctx, r.now, spec))
+			require.NoError(t, r.read(spec))
 			b := r.alloc(1)
 			sb := BlockRef{r.pool, b[0]}
 			require.NoError(t, r.c.ExpectSend(r.now, SendSpec{Request: "s", Pool: r.pool, Blocks: b, Consumers: 1, Lease: time.Hour}))
-			require.ErrorIs(t, r.c.Close(r.ctx, r.now), ErrHeld, "the stalled read keeps Close refused")
+			require.ErrorIs(t, r.close(), ErrHeld, "the stalled read keeps Close refused")
 			deadline := time.Now().Add(wait)
 			for {
 				rd := r.poll()
 				require.NotContains(t, failedIDs(rd), RequestID("s"), "reported while its pool was registered")
 				require.Equal(t, OwnerTransfer, r.c.Owner(sb))
-				if r.c.Close(r.ctx, r.now) == nil {
+				if r.close() == nil {
 					break
 				}
 				require.True(t, time.Now().Before(deadline), "Close still refused")
@@ -200,10 +200,10 @@ func TestCloseHandsBackSendBlocksOnlyOnceUnreachable(t *testing.T) {
 func TestCloseWithoutTransportFailsWaitingRequests(t *testing.T) {
 	r := newRig(t, rigOpts{local: "crash,at=release,n=1"})
 	spec, blocks := r.readSpec("r", "q", 1) // q never connects
-	require.NoError(t, r.c.Read(r.ctx, r.now, spec))
+	require.NoError(t, r.read(spec))
 	r.kill()
 	r.c.Fenced(1)
-	require.NoError(t, r.c.Close(r.ctx, r.now))
+	require.NoError(t, r.close())
 	rd := r.poll()
 	require.Equal(t, []RequestID{"r"}, failedIDs(rd))
 	assert.ErrorIs(t, rd.Failed[0].Reason, ErrPeerRemoved)

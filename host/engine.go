@@ -32,11 +32,18 @@ func (h *Host) registerPool(ctx context.Context, name string, spec core.PoolSpec
 			return 0, fmt.Errorf("register pool %q: a pool of that name exists", name)
 		}
 	}
-	id, err := h.core.RegisterPool(ctx, spec)
+	id, err := h.core.RegisterPool(spec)
 	if err != nil {
 		return 0, err
 	}
 	h.pools = append(h.pools, poolEntry{name: name, spec: spec})
+	h.absorb(h.core.Ready())
+	if err := h.await(ctx, func() bool { ok, err := h.core.PoolReady(id); return ok || err != nil }); err != nil {
+		return 0, fmt.Errorf("register pool %q: %w", name, err)
+	}
+	if _, err := h.core.PoolReady(id); err != nil {
+		return 0, err
+	}
 	return id, h.publish(ctx)
 }
 
@@ -70,7 +77,7 @@ func (h *Host) RemovePeer(ctx context.Context, name string) error {
 		}
 		delete(h.links, name)
 		// Also fails requests still waiting for a handshake of the peer.
-		_ = h.core.RemovePeer(ctx, time.Now(), name)
+		_ = h.core.RemovePeer(time.Now(), name)
 		return nil
 	})
 }
@@ -81,7 +88,7 @@ func (h *Host) Read(ctx context.Context, spec core.ReadSpec) error {
 		if err := h.ensurePeer(spec.Peer); err != nil {
 			return fmt.Errorf("read request %q: %w", spec.Request, err)
 		}
-		if err := h.core.Read(ctx, time.Now(), spec); err != nil {
+		if err := h.core.Read(time.Now(), spec); err != nil {
 			return err
 		}
 		h.reqs[spec.Request] = reqInfo{peer: spec.Peer, op: "read", bytes: h.partBytes(spec.Parts)}
@@ -95,7 +102,7 @@ func (h *Host) Write(ctx context.Context, spec core.WriteSpec) error {
 		if err := h.ensurePeer(spec.Peer); err != nil {
 			return fmt.Errorf("write request %q: %w", spec.Request, err)
 		}
-		if err := h.core.Write(ctx, time.Now(), spec); err != nil {
+		if err := h.core.Write(time.Now(), spec); err != nil {
 			return err
 		}
 		h.reqs[spec.Request] = reqInfo{peer: spec.Peer, op: "write", bytes: h.partBytes(spec.Parts)}
@@ -165,20 +172,30 @@ type Status struct {
 // Status reports what the host holds now.
 func (h *Host) Status(ctx context.Context) (Status, error) {
 	var s Status
-	err := h.do(ctx, func(ctx context.Context) error {
+	var tp interface {
+		Resources(context.Context) (sdk.Resources, error)
+	}
+	err := h.do(ctx, func(context.Context) error {
 		s = Status{Name: h.cfg.Name, Transport: h.desc.Name, Epoch: uint64(h.epoch), Stats: h.core.Stats(), Fences: h.fences, Restarts: h.restarts}
 		if h.tp != nil {
 			s.TransportPid = h.tp.Pid()
-			if r, err := h.tp.Resources(ctx); err == nil {
-				s.Native = r
-			}
+			tp = h.tp
 		}
 		for name := range h.links {
 			s.Peers = append(s.Peers, name)
 		}
 		return nil
 	})
-	return s, err
+	if err != nil || tp == nil {
+		return s, err
+	}
+	// Asked off the owner goroutine, so engine calls never wait for it.
+	rctx, cancel := context.WithTimeout(ctx, h.cfg.Transport.CallTimeout)
+	defer cancel()
+	if r, err := tp.Resources(rctx); err == nil {
+		s.Native = r
+	}
+	return s, nil
 }
 
 func (h *Host) partBytes(parts []core.Part) uint64 {

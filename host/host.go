@@ -74,6 +74,8 @@ type Host struct {
 	wake    <-chan struct{}
 	backoff time.Duration
 
+	exec *executor
+
 	cmds       chan command
 	handshakes chan handshake
 	done       chan struct{}
@@ -126,14 +128,17 @@ func New(ctx context.Context, cfg *Config, log hclog.Logger) (*Host, error) {
 		done:       make(chan struct{}),
 	}
 	h.bgCtx, h.bgCancel = context.WithCancel(context.Background())
+	h.exec = newExecutor(cfg.Transport.CallTimeout)
 	if err := h.start(ctx); err != nil {
 		h.bgCancel()
+		h.exec.close()
 		return nil, err
 	}
 	for _, p := range cfg.Pools {
 		if _, err := h.registerPool(ctx, p.Name, core.PoolSpec{Path: p.Path, BlockSize: p.BlockSize, Blocks: uint32(p.Blocks)}); err != nil {
 			_ = h.tp.Kill()
 			h.bgCancel()
+			h.exec.close()
 			return nil, fmt.Errorf("config: pools: %w", err)
 		}
 	}
@@ -178,6 +183,7 @@ func (h *Host) Info() (PeerInfo, bool) {
 // or hold-cap deadline, so it makes no transport call meanwhile.
 func (h *Host) Run(ctx context.Context) error {
 	defer close(h.done)
+	defer h.exec.close()
 	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
@@ -185,10 +191,19 @@ func (h *Host) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return h.shutdown()
+		case r := <-h.exec.results:
+			// A result: act on it at once (a handle seen DONE is released
+			// in the Work that follows); no round unless it was a round's.
+			if h.done1(r) {
+				h.backoff = 0
+			}
+			h.schedule(t)
+			continue
 		case c := <-h.cmds:
 			cctx, cancel := h.callCtx()
 			c.reply <- c.fn(cctx)
 			cancel()
+			h.absorb(h.core.Ready())
 			due = c.kick
 		case hs := <-h.handshakes:
 			h.settle(hs)
@@ -201,16 +216,43 @@ func (h *Host) Run(ctx context.Context) error {
 		case <-t.C:
 			due = true
 		}
-		if !due {
-			continue
-		}
-		if !h.round() {
-			h.backoff = min(max(2*h.backoff, minPollBackoff), maxPollBackoff)
-		} else {
-			h.backoff = 0
+		if due {
+			h.round()
 		}
 		h.schedule(t)
 	}
+}
+
+// done1 hands core one Work's result and absorbs what follows; it reports
+// whether that was progress (a report, or more Work: a release, a post).
+// A round's query that changed nothing doubles the poll backoff.
+func (h *Host) done1(r workResult) bool {
+	h.core.Done(r.id, r.res, r.err)
+	rd := h.core.Ready()
+	progress := !rd.Empty()
+	h.absorb(rd)
+	if !progress && !h.core.Polling() {
+		h.backoff = min(max(2*h.backoff, minPollBackoff), maxPollBackoff)
+	}
+	return progress
+}
+
+// await hands core the results of Work until cond holds or ctx ends. It runs
+// on the owner goroutine, for setup (a pool's registration, a new epoch's)
+// that an engine call or a restart must see done before it answers.
+func (h *Host) await(ctx context.Context, cond func() bool) error {
+	for !cond() {
+		if h.core.Outstanding() == 0 {
+			return fmt.Errorf("waiting for the transport: nothing is under way and the condition does not hold")
+		}
+		select {
+		case r := <-h.exec.results:
+			h.done1(r)
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for the transport: %w", ctx.Err())
+		}
+	}
+	return nil
 }
 
 // schedule arms t for the next round: after the backoff while core has work
@@ -223,7 +265,8 @@ func (h *Host) schedule(t *time.Timer) {
 		default:
 		}
 	}
-	poll := h.core.Retrying() || (h.wake == nil && h.core.Busy())
+	// While a round's queries are out, their results schedule the next.
+	poll := !h.core.Polling() && (h.core.Retrying() || (h.wake == nil && h.core.Busy()))
 	if poll {
 		t.Reset(h.backoff)
 		return
@@ -278,32 +321,50 @@ func (h *Host) exited() <-chan struct{} {
 	return h.tp.Exited()
 }
 
-// round runs one core round and absorbs what it reports; it reports
-// whether the round produced anything (progress).
-func (h *Host) round() bool {
+// round starts one core round (its queries go to the executor) and absorbs
+// what it reports.
+func (h *Host) round() {
 	if h.tp == nil {
 		h.restart()
 	}
-	ctx, cancel := h.callCtx()
-	rd := h.core.Poll(ctx, time.Now())
-	cancel()
-	h.absorb(rd)
+	h.absorb(h.core.Poll(time.Now()))
 	if now := time.Now(); now.Sub(h.lastStats) > 100*time.Millisecond {
 		h.lastStats = now
 		h.metrics.observe(h.core.Stats())
 	}
-	return !rd.Empty()
 }
 
-// absorb logs a round's alerts, acts on its fence requests and adds its
-// finished report to the one the engine will fetch.
+// absorb hands core's Work to the executor, logs its alerts, acts on its
+// fence requests and adds its finished report to the one the engine will
+// fetch; and again for what acting on it produced (a peer removed, ...).
 func (h *Host) absorb(rd core.Ready) {
+	for {
+		h.absorb1(rd)
+		more := h.core.Ready()
+		last := len(more.Work) == 0 && len(more.FinishedSending) == 0 && len(more.FinishedReceiving) == 0 && len(more.Failed) == 0
+		if last {
+			h.absorb1(more)
+			return
+		}
+		rd = more
+	}
+}
+
+func (h *Host) absorb1(rd core.Ready) {
+	jobs := make([]job, len(rd.Work))
+	for i, w := range rd.Work {
+		jobs[i] = job{w: w}
+		if w.Epoch == h.epoch && h.tp != nil {
+			jobs[i].tp = h.tp
+		}
+	}
+	h.exec.submit(jobs...)
 	for _, a := range rd.Alerts {
 		h.alert(a)
 	}
 	for _, e := range rd.Fence {
 		if e == h.epoch && h.tp != nil {
-			h.fence("core asked for a fence: a transfer was held past the cap or a call's outcome is unknown")
+			h.fence("core asked for a fence: a transfer was held past the cap, a call's outcome is unknown or the transport is wedged")
 		} else {
 			h.core.Fenced(e) // that process is already dead
 		}
@@ -407,20 +468,32 @@ func (h *Host) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := h.core.Attach(ctx, pl, next); err != nil {
+	desc, err := pl.Describe(ctx)
+	if err != nil {
+		_ = pl.Kill()
+		return fmt.Errorf("describe transport epoch %d: %w", next, err)
+	}
+	_, events := any(pl).(sdk.EventSource)
+	if err := h.core.Attach(next, desc, events); err != nil {
 		_ = pl.Kill()
 		h.core.Fenced(next)
 		return err
 	}
-	h.tp, h.desc = pl, pl.Description()
+	h.tp, h.desc = pl, desc
 	h.wake = nil
 	if w, ok := any(pl).(sdk.Waker); ok {
 		h.wake = w.Wake()
 	}
-	if d, err := pl.Describe(ctx); err == nil {
-		h.desc = d
+	// The pools are registered again in this epoch before peers may see it.
+	h.absorb(h.core.Ready())
+	err = h.await(ctx, func() bool { return h.poolsReady(next) })
+	if err == nil && h.core.Epoch() != next {
+		err = fmt.Errorf("transport epoch %d was fenced while its pools were registered", next)
 	}
-	if err := h.publish(ctx); err != nil {
+	if err == nil {
+		err = h.publish(ctx)
+	}
+	if err != nil {
 		// Peers could never reach this epoch: end it, so restart retries.
 		_ = pl.Kill()
 		h.core.Fenced(next)
@@ -428,6 +501,20 @@ func (h *Host) start(ctx context.Context) error {
 		return err
 	}
 	return nil
+}
+
+// poolsReady reports whether every pool is registered in epoch, or the
+// epoch is gone (fenced: a pool's registration failed).
+func (h *Host) poolsReady(epoch core.Epoch) bool {
+	if h.core.Epoch() != epoch {
+		return true
+	}
+	for i := range h.pools {
+		if ok, _ := h.core.PoolReady(core.PoolID(i + 1)); !ok {
+			return false
+		}
+	}
+	return true
 }
 
 // publish refreshes the PeerInfo peers fetch: the transport's metadata and
@@ -464,16 +551,26 @@ func (h *Host) shutdown() error {
 	h.bgCancel()
 	defer h.bg.Wait()
 	deadline := time.Now().Add(closeGrace)
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
 	var err error
 	for {
-		ctx, cancel := h.callCtx()
-		err = h.core.Close(ctx, time.Now())
-		cancel()
+		err = h.core.Close(time.Now())
+		h.absorb(h.core.Ready())
 		if err == nil || !errors.Is(err, core.ErrHeld) || time.Now().After(deadline) {
 			break
 		}
-		if !h.round() {
-			time.Sleep(maxPollBackoff) // pacing between rounds that made no progress
+		if h.core.Outstanding() == 0 {
+			h.round()
+		}
+		if h.core.Outstanding() > 0 {
+			select {
+			case r := <-h.exec.results:
+				h.done1(r)
+			case <-ctx.Done():
+			}
+		} else {
+			time.Sleep(maxPollBackoff) // pacing between rounds with nothing under way
 		}
 	}
 	h.info.Store(nil)

@@ -73,7 +73,7 @@ func (h *Host) ensurePeer(name string) error {
 	if l == nil {
 		return fmt.Errorf("peer %q is not connected; call ConnectPeer first", name)
 	}
-	if l.pending || h.core.Connected(name) {
+	if l.pending || h.core.Connected(name) || h.core.Handshaking(name) {
 		return nil
 	}
 	info, ok := h.Info()
@@ -120,9 +120,7 @@ func (h *Host) settle(hs handshake) {
 		h.core.Inbox().HandshakeFailed(hs.name, hs.err)
 		return
 	}
-	ctx, cancel := h.callCtx()
-	defer cancel()
-	if err := h.core.ConnectPeer(ctx, hs.spec); err != nil {
+	if err := h.core.ConnectPeer(hs.spec); err != nil {
 		h.log.Warn("connect peer", "failure_type", "handshake_failed", "peer", hs.name, "error", err.Error())
 		h.core.Inbox().HandshakeFailed(hs.name, err) // fails whatever still waits
 	}
@@ -171,9 +169,7 @@ func (h *Host) dropStalePeer(name string) {
 	if !h.core.Connected(name) {
 		return
 	}
-	ctx, cancel := h.callCtx()
-	defer cancel()
-	if err := h.core.RemovePeer(ctx, time.Now(), name); err != nil {
+	if err := h.core.RemovePeer(time.Now(), name); err != nil {
 		h.log.Warn("remove stale peer", "failure_type", "peer_remove_failed", "peer", name, "error", err.Error())
 		return
 	}
