@@ -59,8 +59,13 @@ func (ix *reqIndex) link(r *request) {
 	*b = r
 }
 
-// remove drops r, which is indexed, from the index.
+// remove drops r from the index; removing one that is not indexed (a
+// request finished twice, which must never happen) changes nothing, so the
+// second report is caught by whoever counts reports, not by a crash here.
 func (ix *reqIndex) remove(r *request) {
+	if r.pprev == nil {
+		return
+	}
 	*r.pprev = r.next
 	if r.next != nil {
 		r.next.pprev = r.pprev
