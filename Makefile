@@ -5,10 +5,11 @@ BIN := $(CURDIR)/bin
 PROTOC_GEN_GO_VERSION := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.5.1
 STATICCHECK_VERSION := v0.8.2
+GREMLINS_VERSION := v0.6.0
 GOBIN_TOOLS := $(CURDIR)/.tools
 PROTO := sdk/plugin/proto/custody/transport/v1/transport.proto api/engine/v1/engine.proto
 
-.PHONY: all build test demo proto bench lint deps clean
+.PHONY: all build test demo proto bench lint deps clean mutate
 
 all: build
 
@@ -40,6 +41,13 @@ lint: deps
 	@test -x $(GOBIN_TOOLS)/staticcheck || GOBIN=$(GOBIN_TOOLS) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 	$(GOBIN_TOOLS)/staticcheck ./...
 	$(GO) mod tidy -diff
+
+# mutate runs mutation testing (gremlins, pinned, installed into .tools)
+# over core and prints its efficacy: the share of mutants the tests kill.
+# It takes tens of minutes, so make test does not run it.
+mutate:
+	@test -x $(GOBIN_TOOLS)/gremlins || GOBIN=$(GOBIN_TOOLS) $(GO) install github.com/go-gremlins/gremlins/cmd/gremlins@$(GREMLINS_VERSION)
+	$(GOBIN_TOOLS)/gremlins unleash --timeout-coefficient 3 ./core
 
 # proto regenerates the checked-in gRPC code from $(PROTO).
 proto:
