@@ -47,7 +47,7 @@ lint: deps
 # It takes tens of minutes, so make test does not run it.
 mutate:
 	@test -x $(GOBIN_TOOLS)/gremlins || GOBIN=$(GOBIN_TOOLS) $(GO) install github.com/go-gremlins/gremlins/cmd/gremlins@$(GREMLINS_VERSION)
-	$(GOBIN_TOOLS)/gremlins unleash --timeout-coefficient 3 ./core
+	GOFLAGS=-count=1 $(GOBIN_TOOLS)/gremlins unleash --timeout-coefficient 4 ./core
 
 # proto regenerates the checked-in gRPC code from $(PROTO).
 proto:

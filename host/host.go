@@ -54,7 +54,7 @@ type Host struct {
 
 	// Owner goroutine state: touched only inside Run and the commands it runs.
 	core      *core.Core
-	tp        *plugin.Plugin
+	tp        process
 	epoch     core.Epoch
 	desc      sdk.Description
 	pools     []poolEntry // PoolID-1 indexes
@@ -84,6 +84,16 @@ type Host struct {
 	bgCtx    context.Context
 	bgCancel context.CancelFunc
 	bg       sync.WaitGroup
+}
+
+// process is a running transport process: the contract, and what fencing
+// needs (sdk/plugin's Plugin).
+type process interface {
+	sdk.Transport
+	Kill() error
+	Stop()
+	Exited() <-chan struct{}
+	Pid() int
 }
 
 type poolEntry struct {
