@@ -38,6 +38,12 @@ type CoordinatorConfig struct {
 	// Embedded runs a real single-member etcd inside rank 0's process, for
 	// one machine, the demo and tests. The other ranks connect to Listen.
 	Embedded *EmbeddedConfig `yaml:"embedded"`
+	// MaxTxnOps is the etcd's limit on operations per transaction
+	// (--max-txn-ops): DefaultMaxTxnOps for a cluster, EmbeddedMaxTxnOps
+	// for the embedded etcd, which is started with it. A round's writes
+	// go in one transaction while they fit (a state, an ack and a deletion
+	// per request), in more otherwise.
+	MaxTxnOps int `yaml:"max_txn_ops"`
 }
 
 // TLSConfig is the client side of mutual TLS to etcd. All empty: plain TCP.
@@ -108,6 +114,12 @@ func (c Config) withDefaults() Config {
 	if c.Timeouts.LeaseTTL == 0 {
 		c.Timeouts.LeaseTTL = DefaultLeaseTTL
 	}
+	if c.Coordinator.MaxTxnOps == 0 {
+		c.Coordinator.MaxTxnOps = DefaultMaxTxnOps
+		if c.Coordinator.Embedded != nil {
+			c.Coordinator.MaxTxnOps = EmbeddedMaxTxnOps
+		}
+	}
 	return c
 }
 
@@ -162,6 +174,9 @@ func (cc CoordinatorConfig) validate(rank int) []error {
 		if err := checkEndpoint(ep); err != nil {
 			bad(fmt.Sprintf("endpoints[%d]", i), "%q: %v", ep, err)
 		}
+	}
+	if cc.MaxTxnOps != 0 && (cc.MaxTxnOps < 4 || cc.MaxTxnOps > 65536) {
+		bad("max_txn_ops", "%d: want 4..65536, matching the etcd's --max-txn-ops", cc.MaxTxnOps)
 	}
 	if (cc.TLS.CertFile == "") != (cc.TLS.KeyFile == "") {
 		bad("tls.cert_file", "cert_file and key_file go together")

@@ -16,14 +16,20 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// maxTxnOps is etcd's default limit on the operations of one transaction
-// (and on its comparisons); batches are cut to fit it.
-const maxTxnOps = 128
+// Limits on the operations of one etcd transaction (and on its
+// comparisons): etcd's own default, which an external cluster keeps unless
+// its operator raises --max-txn-ops, and what the embedded etcd is started
+// with, so that a round of 64 requests (a state, an ack and a deletion
+// each) fits in one transaction.
+const (
+	DefaultMaxTxnOps  = 128
+	EmbeddedMaxTxnOps = 1024
+)
 
 // startEmbedded runs a single-member etcd in this process, serving clients
 // on listen and keeping its data in dir. It returns once the server is ready
 // to serve, or fails within ctx's deadline leaving nothing running.
-func startEmbedded(ctx context.Context, dir, listen string) (*embed.Etcd, string, error) {
+func startEmbedded(ctx context.Context, dir, listen string, maxOps int) (*embed.Etcd, string, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, "", fmt.Errorf("group: embedded etcd: data directory %s: %w", dir, err)
 	}
@@ -32,7 +38,7 @@ func startEmbedded(ctx context.Context, dir, listen string) (*embed.Etcd, string
 	cfg.Dir = dir
 	cfg.LogLevel = "error"
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
-	cfg.MaxTxnOps = maxTxnOps
+	cfg.MaxTxnOps = uint(maxOps)
 	// Keep the revision history short: nothing reads old revisions but a
 	// watch catching up, and a compacted watch resyncs.
 	cfg.AutoCompactionMode = embed.CompactorModeRevision

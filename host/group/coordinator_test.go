@@ -116,6 +116,7 @@ func TestConfigValidate(t *testing.T) {
 		{"dir on rank 0", func(c *Config) { c.Rank = 0 }, "group.coordinator.embedded.dir"},
 		{"ttl", func(c *Config) { c.Timeouts.LeaseTTL = 1500 * time.Millisecond }, "group.timeouts.lease_ttl"},
 		{"negative", func(c *Config) { c.Timeouts.Op = -1 }, "group.timeouts.op"},
+		{"max txn ops", func(c *Config) { c.Coordinator.MaxTxnOps = 2 }, "group.coordinator.max_txn_ops"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := rankConfig("e1", 1, 2, "", "127.0.0.1:2379")

@@ -94,7 +94,7 @@ func (g *Group) connect(ctx context.Context) error {
 	endpoints := cc.Endpoints
 	if e := cc.Embedded; e != nil {
 		if g.cfg.Rank == 0 {
-			etcd, addr, err := startEmbedded(ctx, e.Dir, e.Listen)
+			etcd, addr, err := startEmbedded(ctx, e.Dir, e.Listen, g.cfg.Coordinator.MaxTxnOps)
 			if err != nil {
 				return err
 			}

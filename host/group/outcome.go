@@ -150,7 +150,8 @@ func (g *Group) flush(ctx context.Context) error {
 	var errs []string
 	for len(ops) > 0 {
 		n, cmps := 0, 1
-		for n < len(ops) && n < maxTxnOps && (ops[n].kind != 's' || cmps < maxTxnOps) {
+		maxOps := g.cfg.Coordinator.MaxTxnOps
+		for n < len(ops) && n < maxOps && (ops[n].kind != 's' || cmps < maxOps) {
 			if ops[n].kind == 's' {
 				cmps++
 			}
@@ -323,7 +324,7 @@ func (g *Group) Resolve(ctx context.Context, ids []core.RequestID) ([]Outcome, e
 	}
 	now := g.members() // before the read: a loss seen here is in the read
 	for len(read) > 0 {
-		chunk := read[:min(len(read), maxTxnOps)]
+		chunk := read[:min(len(read), g.cfg.Coordinator.MaxTxnOps)]
 		read = read[len(chunk):]
 		gets := make([]clientv3.Op, len(chunk))
 		for i, id := range chunk {

@@ -263,3 +263,68 @@ func TestNotJoined(t *testing.T) {
 	_, err := c.ranks[0].Resolve(ctxT(t), nil)
 	require.ErrorIs(t, err, ErrNotJoined)
 }
+
+// TestRule10OwnStateCountsOncePublished: a rank does not resolve a request
+// on the strength of its own state until that state is in etcd; otherwise
+// it could resolve, die, and disagree with the ranks that count it lost.
+func TestRule10OwnStateCountsOncePublished(t *testing.T) {
+	c := newCluster(t, 2)
+	c.mustJoin()
+	g := c.ranks[0]
+	report(t, c.ranks[1], "x", Succeeded, "")
+	// Rank 0 accepted its state, but the write has not landed (as after
+	// a Report that etcd did not answer).
+	g.reqMu.Lock()
+	g.reqs.m["x"] = &request{snap: g.members(), mine: Terminal{Request: "x", State: Succeeded}}
+	g.reqMu.Unlock()
+	o := resolve(t, g, "x")
+	require.False(t, o.Resolved, "resolved on an unpublished state: %+v", o)
+	assert.Equal(t, []int{0}, o.Pending)
+	require.NoError(t, g.Report(ctxT(t), nil))
+	o = resolve(t, g, "x")
+	require.True(t, o.Resolved)
+	assert.Equal(t, Succeeded, o.State)
+}
+
+// TestOneWritePerRound: a round's states, acks and deletions go out in one
+// etcd transaction per rank while they fit the limit, and in as many as
+// needed, none lost, when they do not.
+func TestOneWritePerRound(t *testing.T) {
+	c := newCluster(t, 2)
+	c.mustJoin()
+	round := func(g *Group, ts []Terminal) uint64 {
+		before := g.Stats().WriteTxns
+		require.NoError(t, g.Report(ctxT(t), ts))
+		return g.Stats().WriteTxns - before
+	}
+	var ids []core.RequestID
+	var ts []Terminal
+	for i := 0; i < 64; i++ {
+		ids = append(ids, core.RequestID(rid(i)))
+		ts = append(ts, Terminal{Request: core.RequestID(rid(i)), State: Succeeded})
+	}
+	for r, g := range c.ranks {
+		assert.EqualValues(t, 1, round(g, ts), "rank %d: 64 states", r)
+	}
+	for _, g := range c.ranks {
+		out, err := g.Resolve(ctxT(t), ids)
+		require.NoError(t, err)
+		require.True(t, out[63].Resolved)
+	}
+	for r, g := range c.ranks {
+		assert.EqualValues(t, 1, round(g, nil), "rank %d: 64 acks", r)
+	}
+	// Past the limit: several transactions, every state published.
+	for _, g := range c.ranks {
+		g.cfg.Coordinator.MaxTxnOps = 4
+	}
+	var more []Terminal
+	for i := 100; i < 110; i++ {
+		more = append(more, Terminal{Request: core.RequestID(rid(i)), State: Failed})
+	}
+	assert.Greater(t, round(c.ranks[0], more), uint64(2))
+	round(c.ranks[1], more)
+	o := resolve(t, c.ranks[1], rid(109))
+	require.True(t, o.Resolved)
+	assert.Equal(t, Failed, o.State)
+}
