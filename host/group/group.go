@@ -154,9 +154,9 @@ func (g *Group) Rank() int { return g.cfg.Rank }
 // Size is the number of ranks.
 func (g *Group) Size() int { return g.cfg.Size }
 
-// Changed is signalled (coalesced, never blocking the group) when a rank is
-// lost, this rank's membership is lost, or a pool is poisoned or cleared.
-// Read LostRanks, Err and Poisoned then.
+// Changed is signalled (coalesced, never blocking the group) when a rank
+// joins or is lost, this rank's membership is lost, or a pool is poisoned
+// or cleared. Read LostRanks, Live, Err and Poisoned then.
 func (g *Group) Changed() <-chan struct{} { return g.changed }
 
 func (g *Group) notify() {

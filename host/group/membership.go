@@ -154,6 +154,7 @@ func (g *Group) applyMember(ev *clientv3.Event) {
 		g.dropMember(rank, ev.Kv.ModRevision)
 	}
 	g.view[rank] = e
+	g.notify()
 	if e.err != nil {
 		g.log.Error("group_bad_member_record", "rank", rank, "error", e.err)
 	} else if g.joined && len(Diff(g.mode, e.rec.Mode)) > 0 {

@@ -328,3 +328,41 @@ func TestOneWritePerRound(t *testing.T) {
 	require.True(t, o.Resolved)
 	assert.Equal(t, Failed, o.State)
 }
+
+// TestRule10RankRestartedMidRequest: a rank that restarts while a request
+// is in flight is lost for that request, even though the rank number is
+// back: the new process never saw the request, and its records for it are
+// not taken for the old one's.
+func TestRule10RankRestartedMidRequest(t *testing.T) {
+	c := newCluster(t, 2)
+	c.mustJoin()
+	report(t, c.ranks[0], "old", Succeeded, "")
+	old := c.ranks[1].Member()
+	g1 := c.reopen(1)
+	require.NoError(t, g1.Join(ctxT(t), testMode()))
+	g0 := c.ranks[0]
+	waitFor(t, g0, "rank 1's restart seen", func() bool {
+		m := g0.members()
+		return m[1] != "" && m[1] != old
+	})
+	// The rank number is back, but the process that had the request is not.
+	o := resolve(t, g0, "old")
+	require.True(t, o.Resolved, "a restarted rank is not lost for the requests of its predecessor: %+v", o)
+	assert.Equal(t, Failed, o.State)
+	assert.Equal(t, 1, o.Rank)
+	assert.Contains(t, o.Reason, "rank 1 was lost")
+
+	// The new process reports an id rank 0 reported before the restart:
+	// its record is not taken for the old process's.
+	report(t, c.ranks[0], "older", Succeeded, "")
+	c.ranks[0].reqMu.Lock()
+	c.ranks[0].reqs.m["older"].snap[1] = old
+	c.ranks[0].reqMu.Unlock()
+	report(t, g1, "older", Succeeded, "")
+	o = resolve(t, g0, "older")
+	require.True(t, o.Resolved)
+	assert.Equal(t, Failed, o.State)
+	assert.Contains(t, o.Reason, "not by member \""+old+"\"")
+	require.Len(t, g0.LostRanks(), 1)
+	assert.Equal(t, old, g0.LostRanks()[0].Member)
+}
