@@ -47,7 +47,7 @@ func rankConfig(engine string, rank, size int, dir, listen string) Config {
 	return Config{
 		Engine: engine, Rank: rank, Size: size,
 		Coordinator: CoordinatorConfig{Embedded: &EmbeddedConfig{Dir: dir, Listen: listen}},
-		Timeouts:    Timeouts{Dial: 10 * time.Second, Op: 5 * time.Second, Join: 10 * time.Second, LeaseTTL: 5 * time.Second},
+		Timeouts:    Timeouts{Dial: 10 * time.Second, Op: 5 * time.Second, Join: 10 * time.Second, LeaseTTL: 30 * time.Second},
 	}
 }
 
