@@ -1,0 +1,38 @@
+// Package group is the rank group: the custody hosts of one engine's ranks
+// (one host per tensor-parallel rank) agreeing over etcd on what each may
+// do alone and what they decide together (DESIGN section 7a, rules 9-11).
+//
+// etcd holds, under /custody/engines/<engine>/: each rank's member record
+// (its effective mode) under the rank's lease; each request's per-rank
+// terminal states and acknowledgements, written once per round per rank in
+// one transaction; and each poisoned pool, durably. Peer addresses live
+// under /custody/peers/<name>. A group of size 1 has no coordinator and
+// every call is a local passthrough.
+//
+// # The host's obligations
+//
+//  1. Open the group at start, before any transport is built, and Join it
+//     with the effective mode the host is about to run (transport, contract
+//     major, capabilities, fence scope, pools, escalation). Join returns once
+//     every rank agreed, or fails naming the rank and field that differ, the
+//     rank that never came, or a rank number held twice. On error, Close and
+//     exit: no transport may be built.
+//  2. Publish the host's metadata address and compatibility hash once its
+//     metadata endpoint listens; Lookup peers by name before connecting.
+//  3. Each round, after core's Poll: Report the requests core finished
+//     (Succeeded), failed (Failed) or escalated past the hold cap (TimedOut)
+//     in that round, then Resolve every request reported and not yet
+//     resolved. Tell the engine about a request only once Resolve returns it
+//     Resolved, with the union State: a Failed or TimedOut union fails the
+//     request on this rank even where this rank succeeded, and the invalid
+//     blocks reported with it are this rank's own.
+//  4. When core quarantines a block, Poison its pool; before handing out
+//     blocks of a pool, refuse a poisoned one (IsPoisoned) with
+//     FailedPrecondition. Status and metrics list Poisoned.
+//  5. Watch Changed: on a signal, read LostRanks (their pending requests
+//     resolve Failed on the next Resolve) and Err (ErrSessionLost: this rank
+//     is no longer a member; fail everything and restart).
+//  6. Pass every call a context with a deadline; each etcd call is also
+//     bounded by Timeouts.Op. Close last: it revokes the lease and stops
+//     every goroutine the group started.
+package group

@@ -1,0 +1,468 @@
+package group
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync/atomic"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/custody-dev/custody/core"
+)
+
+// Outcome is a request's union outcome across ranks (DESIGN rule 10).
+type Outcome struct {
+	Request core.RequestID
+	// Resolved is true once every rank is terminal (reported, or lost).
+	// Until then the request is pending, whatever some ranks reported.
+	Resolved bool
+	// State is the union: TimedOut if any rank timed out, else Failed if
+	// any rank failed, was lost or left a malformed record, else Succeeded.
+	State State
+	// Rank is the lowest rank whose state decided State (-1 on success).
+	Rank int
+	// Reason is that rank's reason.
+	Reason string
+	// Ranks is each rank's state; 0 where it is still pending.
+	Ranks []State
+	// Pending lists the ranks not yet terminal (when !Resolved).
+	Pending []int
+}
+
+// request is one id this rank reported, until its keys are gone.
+type request struct {
+	// snap is each rank's member id when this rank reported the request: a
+	// rank whose member has changed since is lost for this request.
+	snap    []string
+	mine    Terminal
+	written bool
+	out     *Outcome
+	last    Outcome
+	acked   bool
+	del     bool
+}
+
+type requests struct {
+	m map[core.RequestID]*request
+	// writes and reads count etcd transactions, for Stats.
+	writes, reads atomic.Uint64
+}
+
+func newRequests() requests { return requests{m: map[core.RequestID]*request{}} }
+
+// Stats counts the etcd transactions Report and Resolve made.
+type Stats struct {
+	WriteTxns uint64
+	ReadTxns  uint64
+	// InFlight is the number of request ids this rank still tracks.
+	InFlight int
+}
+
+// Stats returns the counters since Open.
+func (g *Group) Stats() Stats {
+	g.reqMu.Lock()
+	defer g.reqMu.Unlock()
+	return Stats{WriteTxns: g.reqs.writes.Load(), ReadTxns: g.reqs.reads.Load(), InFlight: len(g.reqs.m)}
+}
+
+// Report records this rank's local terminal states and publishes them, with
+// this rank's acknowledgements of requests Resolve has resolved and the
+// deletion of requests every rank has resolved, in one etcd transaction
+// (more only past etcd's 128 operations per transaction). Call it once per
+// round, with the round's new terminal states (possibly none).
+//
+// Input is checked whole first: an empty, oversized or invalid id, an
+// unknown state, or a request already reported with another state is an
+// error and changes nothing. Reporting the same state again is a no-op. A
+// state once accepted is never lost: if etcd fails, Report returns the
+// error (matching ErrCoordinator) and publishes it at the next call.
+// A reason longer than MaxReasonLen is cut.
+func (g *Group) Report(ctx context.Context, terminals []Terminal) error {
+	if err := g.checkJoined(); err != nil {
+		return err
+	}
+	g.reqMu.Lock()
+	defer g.reqMu.Unlock()
+	seen := map[core.RequestID]State{}
+	for _, t := range terminals {
+		if err := checkRequestID(t.Request); err != nil {
+			return fmt.Errorf("group %q rank %d: report: %w", g.cfg.Engine, g.cfg.Rank, err)
+		}
+		if _, ok := stateNames[t.State]; !ok {
+			return fmt.Errorf("group %q rank %d: report of request %q: %v is not a terminal state: %w", g.cfg.Engine, g.cfg.Rank, t.Request, t.State, ErrBadArgument)
+		}
+		prev, ok := seen[t.Request]
+		if r := g.reqs.m[t.Request]; r != nil {
+			prev, ok = r.mine.State, true
+		}
+		if ok && prev != t.State {
+			return fmt.Errorf("group %q rank %d: request %q was reported %v, now %v: %w; a terminal state stays terminal", g.cfg.Engine, g.cfg.Rank, t.Request, prev, t.State, ErrAlreadyReported)
+		}
+		seen[t.Request] = t.State
+	}
+	snap := g.members()
+	for _, t := range terminals {
+		if g.reqs.m[t.Request] != nil {
+			continue
+		}
+		t.Reason = truncate(t.Reason)
+		g.reqs.m[t.Request] = &request{snap: snap, mine: t, written: g.cfg.Solo()}
+	}
+	if g.cfg.Solo() {
+		// Nothing to publish; forget what Resolve has returned.
+		for id, r := range g.reqs.m {
+			if r.out != nil {
+				delete(g.reqs.m, id)
+			}
+		}
+		return nil
+	}
+	return g.flush(ctx)
+}
+
+// op is one pending write of flush.
+type op struct {
+	id   core.RequestID
+	r    *request
+	kind byte // 's' state, 'a' ack, 'd' delete
+}
+
+// flush writes every pending state, ack and delete, in as few transactions
+// as etcd allows. Each transaction is guarded by this rank's membership:
+// once its lease is gone, nothing it writes lands (a lost rank is fenced out
+// of the union). Called with reqMu held.
+func (g *Group) flush(ctx context.Context) error {
+	var ops []op
+	for id, r := range g.reqs.m {
+		switch {
+		case !r.written:
+			ops = append(ops, op{id, r, 's'})
+		case r.out != nil && !r.acked:
+			ops = append(ops, op{id, r, 'a'})
+		case r.del:
+			ops = append(ops, op{id, r, 'd'})
+		}
+	}
+	memberKey := g.keys.member(g.cfg.Rank)
+	guard := clientv3.Compare(clientv3.LeaseValue(memberKey), "=", g.lease)
+	var errs []string
+	for len(ops) > 0 {
+		n, cmps := 0, 1
+		maxOps := g.cfg.Coordinator.MaxTxnOps
+		for n < len(ops) && n < maxOps && (ops[n].kind != 's' || cmps < maxOps) {
+			if ops[n].kind == 's' {
+				cmps++
+			}
+			n++
+		}
+		chunk := ops[:n]
+		ifs := []clientv3.Cmp{guard}
+		thens := make([]clientv3.Op, 0, n)
+		for _, o := range chunk {
+			id := string(o.id)
+			switch o.kind {
+			case 's':
+				key := g.keys.state(id, g.cfg.Rank)
+				ifs = append(ifs, clientv3.Compare(clientv3.CreateRevision(key), "=", 0))
+				thens = append(thens, clientv3.OpPut(key, encodeState(g.cfg.Rank, g.member, o.r.mine)))
+			case 'a':
+				thens = append(thens, clientv3.OpPut(g.keys.ack(id, g.cfg.Rank), g.member))
+			case 'd':
+				thens = append(thens, clientv3.OpDelete(g.keys.request(id), clientv3.WithPrefix()))
+			}
+		}
+		octx, cancel := g.opCtx(ctx)
+		resp, err := g.cli.Txn(octx).If(ifs...).Then(thens...).Else(clientv3.OpGet(memberKey)).Commit()
+		cancel()
+		g.reqs.writes.Add(1)
+		if err != nil {
+			return g.wrap(fmt.Sprintf("publishing %d terminal states and acknowledgements", len(ops)), err)
+		}
+		if !resp.Succeeded {
+			kvs := resp.Responses[0].GetResponseRange().Kvs
+			if len(kvs) == 0 || clientv3.LeaseID(kvs[0].Lease) != g.lease {
+				g.mu.Lock()
+				g.selfLost = true
+				g.mu.Unlock()
+				g.notify()
+				return fmt.Errorf("group %q rank %d: publishing terminal states: this rank's membership key is gone: %w; fail every request and restart the host", g.cfg.Engine, g.cfg.Rank, ErrSessionLost)
+			}
+			// A state key exists already: an earlier, unanswered attempt
+			// of ours, or someone else's record.
+			conflicts, err := g.reconcile(ctx, chunk)
+			if err != nil {
+				return err
+			}
+			errs = append(errs, conflicts...)
+			ops = pendingOps(ops)
+			continue
+		}
+		for _, o := range chunk {
+			switch o.kind {
+			case 's':
+				o.r.written = true
+			case 'a':
+				o.r.acked = true
+			case 'd':
+				delete(g.reqs.m, o.id)
+			}
+		}
+		ops = ops[n:]
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("group %q rank %d: %s: %w", g.cfg.Engine, g.cfg.Rank, strings.Join(errs, "; "), ErrMalformed)
+	}
+	return nil
+}
+
+// pendingOps drops the ops reconcile settled.
+func pendingOps(ops []op) []op {
+	out := ops[:0]
+	for _, o := range ops {
+		if o.kind != 's' || !o.r.written {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// reconcile reads the state keys of chunk that already exist. One holding
+// exactly what we meant to write is an earlier attempt of ours that landed
+// unanswered; anything else was not written by this member: it stays (a
+// state key is written once) and the union reads it as it is, so a foreign
+// or malformed record can only fail the request, never make it succeed.
+func (g *Group) reconcile(ctx context.Context, chunk []op) ([]string, error) {
+	var gets []clientv3.Op
+	var states []op
+	for _, o := range chunk {
+		if o.kind == 's' {
+			gets = append(gets, clientv3.OpGet(g.keys.state(string(o.id), g.cfg.Rank)))
+			states = append(states, o)
+		}
+	}
+	octx, cancel := g.opCtx(ctx)
+	resp, err := g.cli.Txn(octx).Then(gets...).Commit()
+	cancel()
+	g.reqs.reads.Add(1)
+	if err != nil {
+		return nil, g.wrap("reading conflicting terminal states", err)
+	}
+	var conflicts []string
+	for i, o := range states {
+		kvs := resp.Responses[i].GetResponseRange().Kvs
+		if len(kvs) == 0 {
+			continue
+		}
+		o.r.written = true
+		if string(kvs[0].Value) != encodeState(g.cfg.Rank, g.member, o.r.mine) {
+			conflicts = append(conflicts, fmt.Sprintf("request %q already has a state under rank %d's key that this member did not write (%.80q); request ids must be unique, and the request cannot succeeded", o.id, g.cfg.Rank, kvs[0].Value))
+		}
+	}
+	return conflicts, nil
+}
+
+// Outcome resolves one request; see Resolve.
+func (g *Group) Outcome(ctx context.Context, id core.RequestID) (Outcome, error) {
+	out, err := g.Resolve(ctx, []core.RequestID{id})
+	if err != nil {
+		return Outcome{}, err
+	}
+	return out[0], nil
+}
+
+// Resolve returns the union outcome of each request, in order, reading every
+// rank's state in one etcd transaction (more only past 128 requests). A
+// request is Resolved once every rank has reported it terminal or is lost
+// (its lease gone, or its member replaced, since this rank reported it);
+// until then it is pending. A resolved outcome is final: Resolve returns it
+// again unchanged, and the acknowledgement that lets the group delete the
+// request's keys goes out with the next Report.
+//
+// Every id must have been reported by this rank first (ErrUnknownRequest);
+// a bad id fails the whole call and changes nothing.
+func (g *Group) Resolve(ctx context.Context, ids []core.RequestID) ([]Outcome, error) {
+	if err := g.checkJoined(); err != nil {
+		return nil, err
+	}
+	g.reqMu.Lock()
+	defer g.reqMu.Unlock()
+	for _, id := range ids {
+		if err := checkRequestID(id); err != nil {
+			return nil, fmt.Errorf("group %q rank %d: resolve: %w", g.cfg.Engine, g.cfg.Rank, err)
+		}
+		if g.reqs.m[id] == nil {
+			return nil, fmt.Errorf("group %q rank %d: resolve: request %q: %w: report its local terminal state first", g.cfg.Engine, g.cfg.Rank, id, ErrUnknownRequest)
+		}
+	}
+	if g.cfg.Solo() {
+		out := make([]Outcome, len(ids))
+		for i, id := range ids {
+			r := g.reqs.m[id]
+			if r.out == nil {
+				o := union(id, []State{r.mine.State}, []string{r.mine.Reason})
+				r.out = &o
+				r.acked, r.del = true, true
+			}
+			out[i] = *r.out
+		}
+		return out, nil
+	}
+	// Read what is unresolved, and what this rank acknowledged and waits
+	// to see deleted.
+	var read []core.RequestID
+	for _, id := range ids {
+		if g.reqs.m[id].out == nil {
+			read = append(read, id)
+		}
+	}
+	for id, r := range g.reqs.m {
+		if r.acked && !r.del {
+			read = append(read, id)
+		}
+	}
+	now := g.members() // before the read: a loss seen here is in the read
+	for len(read) > 0 {
+		chunk := read[:min(len(read), g.cfg.Coordinator.MaxTxnOps)]
+		read = read[len(chunk):]
+		gets := make([]clientv3.Op, len(chunk))
+		for i, id := range chunk {
+			gets[i] = clientv3.OpGet(g.keys.request(string(id)), clientv3.WithPrefix())
+		}
+		octx, cancel := g.opCtx(ctx)
+		resp, err := g.cli.Txn(octx).Then(gets...).Commit()
+		cancel()
+		g.reqs.reads.Add(1)
+		if err != nil {
+			return nil, g.wrap(fmt.Sprintf("reading the states of %d requests", len(chunk)), err)
+		}
+		for i, id := range chunk {
+			g.apply(id, g.reqs.m[id], resp.Responses[i].GetResponseRange().Kvs, now)
+		}
+	}
+	out := make([]Outcome, len(ids))
+	for i, id := range ids {
+		r := g.reqs.m[id]
+		if r.out != nil {
+			out[i] = *r.out
+		} else {
+			out[i] = r.last
+		}
+	}
+	return out, nil
+}
+
+// rankView is what one request's keys say of one rank.
+type rankView struct {
+	state  State
+	reason string
+	acked  bool
+}
+
+// apply folds one request's keys into its local record: its outcome once
+// every rank is terminal, and its deletion once every rank acknowledged it.
+func (g *Group) apply(id core.RequestID, r *request, kvs []*mvccpb.KeyValue, now []string) {
+	if r.acked && len(kvs) == 0 {
+		// Another rank deleted the keys: every rank has resolved it.
+		delete(g.reqs.m, id)
+		return
+	}
+	ranks := g.readRanks(id, r, kvs, now)
+	if r.out == nil {
+		states := make([]State, len(ranks))
+		reasons := make([]string, len(ranks))
+		for i, v := range ranks {
+			states[i], reasons[i] = v.state, v.reason
+		}
+		o := union(id, states, reasons)
+		r.last = o
+		if o.Resolved {
+			r.out = &o
+			g.log.Debug("group_request_resolved", "request", id, "state", o.State, "rank", o.Rank)
+		}
+		return
+	}
+	if !r.acked {
+		return
+	}
+	for rank, v := range ranks {
+		if !v.acked && !lostFor(r, rank, now) {
+			return
+		}
+	}
+	r.del = true
+}
+
+// readRanks reads each rank's state and ack of one request.
+func (g *Group) readRanks(id core.RequestID, r *request, kvs []*mvccpb.KeyValue, now []string) []rankView {
+	ranks := make([]rankView, g.cfg.Size)
+	prefix := g.keys.request(string(id))
+	for _, kv := range kvs {
+		kind, rank, err := parseRequestKey(strings.TrimPrefix(string(kv.Key), prefix), g.cfg.Size)
+		if err != nil {
+			g.log.Error("group_malformed_key", "request", id, "key", fmt.Sprintf("%.200q", kv.Key), "error", err)
+			continue
+		}
+		switch kind {
+		case 'a':
+			ranks[rank].acked = string(kv.Value) == r.snap[rank] && r.snap[rank] != ""
+		case 's':
+			rec, st, err := decodeState(kv.Value, rank)
+			switch {
+			case err != nil:
+				ranks[rank].state, ranks[rank].reason = Failed, fmt.Sprintf("request %q: %v", id, err)
+				g.log.Error("group_malformed_state", "request", id, "rank", rank, "error", err)
+			case rec.Member != r.snap[rank]:
+				ranks[rank].state = Failed
+				ranks[rank].reason = fmt.Sprintf("request %q: rank %d's state was written by member %s, not by member %q that held the rank when this rank reported the request", id, rank, rec.Member, r.snap[rank])
+			default:
+				ranks[rank].state, ranks[rank].reason = st, rec.Reason
+			}
+		}
+	}
+	// This rank's own state is what it reported, whatever the keys say, and
+	// counts only once it is published: a rank that resolved before and
+	// then died would otherwise disagree with the ranks that count it lost.
+	ranks[g.cfg.Rank].state, ranks[g.cfg.Rank].reason = 0, ""
+	if r.written {
+		ranks[g.cfg.Rank].state, ranks[g.cfg.Rank].reason = r.mine.State, r.mine.Reason
+	}
+	for rank := range ranks {
+		if ranks[rank].state == 0 && lostFor(r, rank, now) {
+			ranks[rank].state = Failed
+			ranks[rank].reason = fmt.Sprintf("rank %d was lost (member %q, lease gone) before it reported request %q", rank, r.snap[rank], id)
+		}
+	}
+	return ranks
+}
+
+// lostFor reports whether rank is lost for request r: it had no member when
+// r was reported, or its member has changed or gone since.
+func lostFor(r *request, rank int, now []string) bool {
+	return r.snap[rank] == "" || now[rank] != r.snap[rank]
+}
+
+// union folds per-rank states: pending while any rank is; else a timeout
+// wins, then a failure, and success only when every rank succeeded.
+func union(id core.RequestID, states []State, reasons []string) Outcome {
+	o := Outcome{Request: id, Rank: -1, Ranks: append([]State(nil), states...)}
+	for rank, s := range states {
+		if s == 0 {
+			o.Pending = append(o.Pending, rank)
+		}
+	}
+	if len(o.Pending) > 0 {
+		return o
+	}
+	o.Resolved, o.State = true, Succeeded
+	for _, want := range []State{TimedOut, Failed} {
+		for rank, s := range states {
+			if s == want {
+				o.State, o.Rank, o.Reason = want, rank, reasons[rank]
+				return o
+			}
+		}
+	}
+	return o
+}

@@ -1,0 +1,368 @@
+package group
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/custody-dev/custody/core"
+)
+
+func report(t *testing.T, g *Group, id string, s State, reason string) {
+	t.Helper()
+	require.NoError(t, g.Report(ctxT(t), []Terminal{{Request: core.RequestID(id), State: s, Reason: reason}}))
+}
+
+func resolve(t *testing.T, g *Group, id string) Outcome {
+	t.Helper()
+	o, err := g.Outcome(ctxT(t), core.RequestID(id))
+	require.NoError(t, err)
+	return o
+}
+
+// TestRule10FailureUnion: one rank's failure or timeout fails the request
+// on every rank, a timeout wins over a (late) success, and no rank
+// resolves a request before every rank is terminal (DESIGN rule 10).
+func TestRule10FailureUnion(t *testing.T) {
+	c := newCluster(t, 2)
+	c.mustJoin()
+	S, F, T := Succeeded, Failed, TimedOut
+	for i, tc := range []struct {
+		name   string
+		states [2]State
+		// first is the rank that reports first; the other reports after
+		// the first has resolved (and seen the request pending).
+		first int
+		want  State
+		rank  int
+	}{
+		{"both succeed", [2]State{S, S}, 0, S, -1},
+		{"rank 1 fails", [2]State{S, F}, 0, F, 1},
+		{"rank 0 fails", [2]State{F, S}, 1, F, 0},
+		{"rank 1 times out", [2]State{S, T}, 0, T, 1},
+		{"timeout wins over a late success", [2]State{T, S}, 0, T, 0},
+		{"timeout wins over a failure", [2]State{F, T}, 0, T, 1},
+		{"both fail: the lowest rank's reason", [2]State{F, F}, 1, F, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			id := rid(i)
+			first, second := tc.first, 1-tc.first
+			report(t, c.ranks[first], id, tc.states[first], "reason of rank "+string(rune('0'+first)))
+			o := resolve(t, c.ranks[first], id)
+			require.False(t, o.Resolved, "resolved before rank %d reported: %+v", second, o)
+			assert.Equal(t, []int{second}, o.Pending)
+			report(t, c.ranks[second], id, tc.states[second], "reason of rank "+string(rune('0'+second)))
+			for r, g := range c.ranks {
+				o := resolve(t, g, id)
+				require.True(t, o.Resolved, "rank %d", r)
+				assert.Equal(t, tc.want, o.State, "rank %d", r)
+				assert.Equal(t, tc.rank, o.Rank, "rank %d", r)
+				assert.Equal(t, tc.states[:], o.Ranks, "rank %d", r)
+				if tc.rank >= 0 {
+					assert.Equal(t, "reason of rank "+string(rune('0'+tc.rank)), o.Reason, "rank %d", r)
+				}
+			}
+		})
+	}
+}
+
+// TestRule10ResolvedIsFinalAndCollected: a resolved outcome never changes,
+// and once every rank has resolved a request its keys are deleted.
+func TestRule10ResolvedIsFinalAndCollected(t *testing.T) {
+	c := newCluster(t, 2)
+	c.mustJoin()
+	report(t, c.ranks[0], "a", Succeeded, "")
+	report(t, c.ranks[1], "a", Succeeded, "")
+	for _, g := range c.ranks {
+		require.Equal(t, Succeeded, resolve(t, g, "a").State)
+	}
+	// A terminal state stays terminal: rank 1 cannot turn it into a failure.
+	err := c.ranks[1].Report(ctxT(t), []Terminal{{Request: "a", State: Failed}})
+	require.ErrorIs(t, err, ErrAlreadyReported)
+	// Rounds: acks go out with the next Report, the deletion after every
+	// rank's ack is seen.
+	for round := 0; round < 3; round++ {
+		for _, g := range c.ranks {
+			require.NoError(t, g.Report(ctxT(t), nil))
+			if g.Stats().InFlight > 0 {
+				_, err := g.Resolve(ctxT(t), nil)
+				require.NoError(t, err)
+			}
+		}
+	}
+	resp, err := c.client().Get(ctxT(t), c.ranks[0].keys.requests(), clientPrefix())
+	require.NoError(t, err)
+	assert.Empty(t, resp.Kvs, "resolved request keys are garbage-collected")
+	for r, g := range c.ranks {
+		assert.Zero(t, g.Stats().InFlight, "rank %d forgot the request", r)
+		_, err := g.Outcome(ctxT(t), "a")
+		require.ErrorIs(t, err, ErrUnknownRequest)
+	}
+}
+
+// TestRule10RankLostMidRequest: a rank whose lease goes while a request is
+// in flight fails that request on every other rank; what it reported
+// before it went still counts; and nothing it writes after lands.
+func TestRule10RankLostMidRequest(t *testing.T) {
+	c := newCluster(t, 3)
+	c.mustJoin()
+	for _, g := range c.ranks {
+		report(t, g, "done-before", Succeeded, "")
+	}
+	report(t, c.ranks[0], "in-flight", Succeeded, "")
+	report(t, c.ranks[1], "in-flight", Succeeded, "")
+	require.False(t, resolve(t, c.ranks[0], "in-flight").Resolved)
+
+	// Rank 2 dies: its lease is revoked, as etcd does when it expires.
+	victim := c.ranks[2]
+	_, err := c.client().Revoke(ctxT(t), victim.lease)
+	require.NoError(t, err)
+	for _, g := range c.ranks[:2] {
+		waitFor(t, g, "rank 2 reported lost", func() bool { return len(g.LostRanks()) == 1 })
+		assert.Equal(t, 2, g.LostRanks()[0].Rank)
+		assert.Equal(t, victim.Member(), g.LostRanks()[0].Member)
+	}
+	for r, g := range c.ranks[:2] {
+		o := resolve(t, g, "in-flight")
+		require.True(t, o.Resolved, "rank %d", r)
+		assert.Equal(t, Failed, o.State, "rank %d", r)
+		assert.Equal(t, 2, o.Rank, "rank %d", r)
+		assert.Contains(t, o.Reason, "rank 2 was lost", "rank %d", r)
+		assert.Equal(t, Succeeded, resolve(t, g, "done-before").State, "rank %d: a state reported before the loss counts", r)
+	}
+	// The dead rank is fenced out: its late report does not land.
+	waitFor(t, victim, "rank 2 learns it is lost", func() bool { return victim.Err() != nil })
+	require.ErrorIs(t, victim.Err(), ErrSessionLost)
+	err = victim.Report(ctxT(t), []Terminal{{Request: "in-flight", State: Succeeded}})
+	require.ErrorIs(t, err, ErrSessionLost)
+	resp, err := c.client().Get(ctxT(t), c.ranks[0].keys.state("in-flight", 2))
+	require.NoError(t, err)
+	assert.Empty(t, resp.Kvs)
+}
+
+// TestRule10FencedWrite: a rank whose lease is gone but that has not yet
+// noticed cannot publish: the membership guard refuses its transaction.
+func TestRule10FencedWrite(t *testing.T) {
+	c := newCluster(t, 2)
+	c.mustJoin()
+	// Delete rank 1's member key behind its back, keeping its lease alive.
+	_, err := c.client().Delete(ctxT(t), c.ranks[0].keys.member(1))
+	require.NoError(t, err)
+	err = c.ranks[1].flushOne(ctxT(t), "late", Succeeded)
+	require.ErrorIs(t, err, ErrSessionLost)
+	resp, err := c.client().Get(ctxT(t), c.ranks[0].keys.state("late", 1))
+	require.NoError(t, err)
+	assert.Empty(t, resp.Kvs, "a lost rank's write landed")
+}
+
+// flushOne publishes one state without Report's membership check, as a
+// rank that has not yet seen its loss would.
+func (g *Group) flushOne(ctx context.Context, id core.RequestID, s State) error {
+	g.reqMu.Lock()
+	defer g.reqMu.Unlock()
+	g.reqs.m[id] = &request{snap: g.members(), mine: Terminal{Request: id, State: s}}
+	return g.flush(ctx)
+}
+
+// TestRule10MalformedPayloads: whatever another rank's key holds, a request
+// never counts as succeeded unless that rank's valid record says so.
+func TestRule10MalformedPayloads(t *testing.T) {
+	c := newCluster(t, 2)
+	c.mustJoin()
+	cli := c.client()
+	m1 := c.ranks[1].Member()
+	valid := encodeState(1, m1, Terminal{State: Succeeded})
+	for i, tc := range []struct {
+		name, value, want string
+	}{
+		{"not json", "\x00\x01garbage", "does not decode"},
+		{"oversized", `{"v":1,"rank":1,"member":"` + m1 + `","state":"succeeded","reason":"` + strings.Repeat("x", 2000) + `"}`, "over the 1024 limit"},
+		{"unknown state", `{"v":1,"rank":1,"member":"` + m1 + `","state":"great"}`, "unknown state"},
+		{"names another rank", `{"v":1,"rank":0,"member":"` + m1 + `","state":"succeeded"}`, "names rank 0"},
+		{"unknown field", `{"v":1,"rank":1,"member":"` + m1 + `","state":"succeeded","extra":1}`, "does not decode"},
+		{"trailing data", valid + `{}`, "trailing data"},
+		{"other version", `{"v":9,"rank":1,"member":"` + m1 + `","state":"succeeded"}`, "version 9"},
+		{"another member", encodeState(1, "impostor", Terminal{State: Succeeded}), "written by member impostor"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			id := rid(i)
+			report(t, c.ranks[0], id, Succeeded, "")
+			_, err := cli.Put(ctxT(t), c.ranks[0].keys.state(id, 1), tc.value)
+			require.NoError(t, err)
+			o := resolve(t, c.ranks[0], id)
+			require.True(t, o.Resolved)
+			assert.Equal(t, Failed, o.State)
+			assert.Equal(t, 1, o.Rank)
+			assert.Contains(t, o.Reason, tc.want)
+			// Rank 1's own report cannot overwrite the bad record; it is told.
+			err = c.ranks[1].Report(ctxT(t), []Terminal{{Request: core.RequestID(id), State: Succeeded}})
+			require.ErrorIs(t, err, ErrMalformed)
+			assert.Contains(t, err.Error(), id)
+		})
+	}
+	t.Run("keys that are no rank's are ignored", func(t *testing.T) {
+		report(t, c.ranks[0], "stray", Succeeded, "")
+		_, err := cli.Put(ctxT(t), c.ranks[0].keys.request("stray")+"s/7", valid)
+		require.NoError(t, err)
+		_, err = cli.Put(ctxT(t), c.ranks[0].keys.request("stray")+"s/01", valid)
+		require.NoError(t, err)
+		o := resolve(t, c.ranks[0], "stray")
+		assert.False(t, o.Resolved, "a key of no rank stood in for rank 1: %+v", o)
+	})
+}
+
+// TestReportAndResolveRefuseBadInput: bad ids and states are refused whole,
+// naming the id, and change nothing.
+func TestReportAndResolveRefuseBadInput(t *testing.T) {
+	c := newCluster(t, 2)
+	c.mustJoin()
+	g := c.ranks[0]
+	long := core.RequestID(strings.Repeat("r", MaxRequestIDLen+1))
+	for _, tc := range []struct {
+		name string
+		ts   []Terminal
+		want error
+	}{
+		{"empty id", []Terminal{{Request: "ok", State: Succeeded}, {Request: "", State: Succeeded}}, ErrBadRequestID},
+		{"id over the limit", []Terminal{{Request: "ok", State: Succeeded}, {Request: long, State: Failed}}, ErrBadRequestID},
+		{"not utf-8", []Terminal{{Request: "\xff", State: Failed}}, ErrBadRequestID},
+		{"not terminal", []Terminal{{Request: "ok", State: 0}}, ErrBadArgument},
+		{"two states in one call", []Terminal{{Request: "ok", State: Succeeded}, {Request: "ok", State: TimedOut}}, ErrAlreadyReported},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := g.Stats()
+			err := g.Report(ctxT(t), tc.ts)
+			require.ErrorIs(t, err, tc.want)
+			assert.Equal(t, before, g.Stats(), "a refused report changed something")
+		})
+	}
+	_, err := g.Resolve(ctxT(t), []core.RequestID{long})
+	require.ErrorIs(t, err, ErrBadRequestID)
+	assert.Contains(t, err.Error(), "over the 256 limit")
+	report(t, g, "known", Failed, "")
+	_, err = g.Resolve(ctxT(t), []core.RequestID{"known", "never-reported"})
+	require.ErrorIs(t, err, ErrUnknownRequest)
+	assert.Contains(t, err.Error(), `"never-reported"`)
+	// Reporting the same state again is harmless.
+	report(t, g, "known", Failed, "")
+	// Long reasons are cut, not refused.
+	report(t, g, "long-reason", Failed, strings.Repeat("é", MaxReasonLen))
+	report(t, c.ranks[1], "long-reason", Succeeded, "")
+	o := resolve(t, c.ranks[1], "long-reason")
+	assert.Equal(t, Failed, o.State)
+	assert.LessOrEqual(t, len(o.Reason), MaxReasonLen)
+}
+
+// TestNotJoined: the union needs a joined group.
+func TestNotJoined(t *testing.T) {
+	c := newCluster(t, 2)
+	require.ErrorIs(t, c.ranks[0].Report(ctxT(t), nil), ErrNotJoined)
+	_, err := c.ranks[0].Resolve(ctxT(t), nil)
+	require.ErrorIs(t, err, ErrNotJoined)
+}
+
+// TestRule10OwnStateCountsOncePublished: a rank does not resolve a request
+// on the strength of its own state until that state is in etcd; otherwise
+// it could resolve, die, and disagree with the ranks that count it lost.
+func TestRule10OwnStateCountsOncePublished(t *testing.T) {
+	c := newCluster(t, 2)
+	c.mustJoin()
+	g := c.ranks[0]
+	report(t, c.ranks[1], "x", Succeeded, "")
+	// Rank 0 accepted its state, but the write has not landed (as after
+	// a Report that etcd did not answer).
+	g.reqMu.Lock()
+	g.reqs.m["x"] = &request{snap: g.members(), mine: Terminal{Request: "x", State: Succeeded}}
+	g.reqMu.Unlock()
+	o := resolve(t, g, "x")
+	require.False(t, o.Resolved, "resolved on an unpublished state: %+v", o)
+	assert.Equal(t, []int{0}, o.Pending)
+	require.NoError(t, g.Report(ctxT(t), nil))
+	o = resolve(t, g, "x")
+	require.True(t, o.Resolved)
+	assert.Equal(t, Succeeded, o.State)
+}
+
+// TestOneWritePerRound: a round's states, acks and deletions go out in one
+// etcd transaction per rank while they fit the limit, and in as many as
+// needed, none lost, when they do not.
+func TestOneWritePerRound(t *testing.T) {
+	c := newCluster(t, 2)
+	c.mustJoin()
+	round := func(g *Group, ts []Terminal) uint64 {
+		before := g.Stats().WriteTxns
+		require.NoError(t, g.Report(ctxT(t), ts))
+		return g.Stats().WriteTxns - before
+	}
+	var ids []core.RequestID
+	var ts []Terminal
+	for i := 0; i < 64; i++ {
+		ids = append(ids, core.RequestID(rid(i)))
+		ts = append(ts, Terminal{Request: core.RequestID(rid(i)), State: Succeeded})
+	}
+	for r, g := range c.ranks {
+		assert.EqualValues(t, 1, round(g, ts), "rank %d: 64 states", r)
+	}
+	for _, g := range c.ranks {
+		out, err := g.Resolve(ctxT(t), ids)
+		require.NoError(t, err)
+		require.True(t, out[63].Resolved)
+	}
+	for r, g := range c.ranks {
+		assert.EqualValues(t, 1, round(g, nil), "rank %d: 64 acks", r)
+	}
+	// Past the limit: several transactions, every state published.
+	for _, g := range c.ranks {
+		g.cfg.Coordinator.MaxTxnOps = 4
+	}
+	var more []Terminal
+	for i := 100; i < 110; i++ {
+		more = append(more, Terminal{Request: core.RequestID(rid(i)), State: Failed})
+	}
+	assert.Greater(t, round(c.ranks[0], more), uint64(2))
+	round(c.ranks[1], more)
+	o := resolve(t, c.ranks[1], rid(109))
+	require.True(t, o.Resolved)
+	assert.Equal(t, Failed, o.State)
+}
+
+// TestRule10RankRestartedMidRequest: a rank that restarts while a request
+// is in flight is lost for that request, even though the rank number is
+// back: the new process never saw the request, and its records for it are
+// not taken for the old one's.
+func TestRule10RankRestartedMidRequest(t *testing.T) {
+	c := newCluster(t, 2)
+	c.mustJoin()
+	report(t, c.ranks[0], "old", Succeeded, "")
+	old := c.ranks[1].Member()
+	g1 := c.reopen(1)
+	require.NoError(t, g1.Join(ctxT(t), testMode()))
+	g0 := c.ranks[0]
+	waitFor(t, g0, "rank 1's restart seen", func() bool {
+		m := g0.members()
+		return m[1] != "" && m[1] != old
+	})
+	// The rank number is back, but the process that had the request is not.
+	o := resolve(t, g0, "old")
+	require.True(t, o.Resolved, "a restarted rank is not lost for the requests of its predecessor: %+v", o)
+	assert.Equal(t, Failed, o.State)
+	assert.Equal(t, 1, o.Rank)
+	assert.Contains(t, o.Reason, "rank 1 was lost")
+
+	// The new process reports an id rank 0 reported before the restart:
+	// its record is not taken for the old process's.
+	report(t, c.ranks[0], "older", Succeeded, "")
+	c.ranks[0].reqMu.Lock()
+	c.ranks[0].reqs.m["older"].snap[1] = old
+	c.ranks[0].reqMu.Unlock()
+	report(t, g1, "older", Succeeded, "")
+	o = resolve(t, g0, "older")
+	require.True(t, o.Resolved)
+	assert.Equal(t, Failed, o.State)
+	assert.Contains(t, o.Reason, "not by member \""+old+"\"")
+	require.Len(t, g0.LostRanks(), 1)
+	assert.Equal(t, old, g0.LostRanks()[0].Member)
+}
