@@ -135,7 +135,9 @@ func bigRound(n, blocks int) (core.Ready, []string) {
 // to got.
 func watchUntil(t *testing.T, c *client.Client, got received, stop func(client.Finished) bool) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
+	// The timeout bounds a failure (a report that never comes); stop ends
+	// the watch by cancel.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	err := c.WatchFinished(ctx, func(f client.Finished) error {
 		got.add(f)
@@ -379,13 +381,17 @@ func TestWatchFinishedRefusesBadInputAndChangesNothing(t *testing.T) {
 		"limit below a batch": {MaxBatchBytes: MinBatchBytes - 1},
 	} {
 		t.Run(name, func(t *testing.T) {
-			st, _ := rs.raw(context.Background(), req.GetCursor(), req.GetMaxBatchBytes())
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second) // bounds a failure
+			defer cancel()
+			st, _ := rs.raw(ctx, req.GetCursor(), req.GetMaxBatchBytes())
 			_, err := st.Recv()
 			assert.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
 		})
 	}
 	t.Run("acknowledgement never issued", func(t *testing.T) {
-		st, _ := rs.raw(context.Background(), 0, 0)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second) // bounds a failure
+		defer cancel()
+		st, _ := rs.raw(ctx, 0, 0)
 		_, err := st.Recv()
 		require.NoError(t, err)
 		require.NoError(t, st.Send(&enginev1.WatchFinishedRequest{Cursor: 9}))
