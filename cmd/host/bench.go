@@ -82,6 +82,7 @@ parameter) and size, prints a table, and for each size and op a line
 	cmd.Flags().IntVar(&e2e.concurrency, "concurrency", 64, "--e2e: pulls in flight for the throughput run")
 	cmd.Flags().DurationVar(&e2e.duration, "duration", 3*time.Second, "--e2e: length of the throughput run")
 	cmd.Flags().IntVar(&e2e.blockSize, "block-size", 16<<10, "--e2e: bytes per block")
+	cmd.Flags().DurationVar(&e2e.poll, "poll", 0, "--e2e: poll GetFinished at this interval instead of watching the stream (the old way, for comparison)")
 	rootCmd.AddCommand(cmd)
 }
 

@@ -36,6 +36,9 @@ type e2eConfig struct {
 	concurrency int           // requests in flight for the throughput run
 	duration    time.Duration // length of the throughput run
 	blockSize   int
+	// poll, when positive, gathers finished reports by calling GetFinished
+	// at this interval instead of WatchFinished: the old way, for comparison.
+	poll time.Duration
 }
 
 // check refuses flags out of range and fills in the custody binary.
@@ -49,6 +52,8 @@ func (c *e2eConfig) check() error {
 		return fmt.Errorf("--concurrency %d must be in [1, 4096]", c.concurrency)
 	case c.duration <= 0:
 		return fmt.Errorf("--duration %v must be positive", c.duration)
+	case c.poll < 0:
+		return fmt.Errorf("--poll %v must not be negative", c.poll)
 	case c.blockSize < 1 || c.blockSize > 1<<30:
 		return fmt.Errorf("--block-size %d must be in [1, %d]", c.blockSize, 1<<30)
 	}
@@ -93,7 +98,7 @@ func runE2E(ctx context.Context, out io.Writer, cfg e2eConfig) (err error) {
 		return err
 	}
 	defer func() { err = errors.Join(err, pair.Stop()) }()
-	pw, dw := newReports(ctx, pair.Prefill.Client), newReports(ctx, pair.Decode.Client)
+	pw, dw := newReports(ctx, pair.Prefill.Client, cfg.poll), newReports(ctx, pair.Decode.Client, cfg.poll)
 	defer pw.stop()
 	defer dw.stop()
 	b := &e2eBench{pair: pair, pw: pw, dw: dw}
@@ -113,6 +118,9 @@ func runE2E(ctx context.Context, out io.Writer, cfg e2eConfig) (err error) {
 	}
 
 	fmt.Fprintf(out, "custody bench --e2e: transport %s, params %v, %d B blocks\n", cfg.transport, cfg.params, cfg.blockSize)
+	if cfg.poll > 0 {
+		fmt.Fprintf(out, "finished reports: GetFinished polled every %v (--poll), not the stream\n", cfg.poll)
+	}
 	fmt.Fprintf(out, "method: two `custody serve` hosts (prefill, decode) on the engine API over unix sockets; a pull is ExpectSend on prefill, then Read of one block on decode (notify_producer), timed from Read until its finished report arrives on decode's WatchFinished stream; the producer's finished report is awaited before the next pull. %d warm-up pulls first. Throughput: %d requests kept in flight for %v. References in the same run: the same transport with two agents in this process, Post READ of one block then Poll in a loop until DONE; and a bare gRPC unary call (health Check) over a unix socket to another process.\n",
 		e2eWarmup, cfg.concurrency, cfg.duration)
 	fmt.Fprintf(out, "e2e pull latency      p50 %s  p99 %s  (%d pulls)\n", us(pct(seq, 50)), us(pct(seq, 99)), len(seq))
@@ -258,11 +266,25 @@ type reports struct {
 	done    chan struct{}
 }
 
-func newReports(ctx context.Context, c *client.Client) *reports {
+func newReports(ctx context.Context, c *client.Client, poll time.Duration) *reports {
 	ctx, cancel := context.WithCancel(ctx)
 	r := &reports{waiters: map[string]chan string{}, early: map[string]string{}, cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(r.done)
+		if poll > 0 {
+			t := time.NewTicker(poll)
+			defer t.Stop()
+			for ctx.Err() == nil {
+				if f, err := c.GetFinished(ctx); err == nil {
+					r.deliver(f)
+				}
+				select {
+				case <-ctx.Done():
+				case <-t.C:
+				}
+			}
+			return
+		}
 		for ctx.Err() == nil {
 			_ = c.WatchFinished(ctx, func(f client.Finished) error { r.deliver(f); return nil })
 		}

@@ -45,6 +45,7 @@ func TestBenchE2ERefusesBadFlags(t *testing.T) {
 		{transport: "fake", pulls: 1, concurrency: 0, duration: time.Second, blockSize: 1},
 		{transport: "fake", pulls: 1, concurrency: 1, duration: 0, blockSize: 1},
 		{transport: "fake", pulls: 1, concurrency: 1, duration: time.Second, blockSize: 0},
+		{transport: "fake", pulls: 1, concurrency: 1, duration: time.Second, blockSize: 1, poll: -time.Millisecond},
 	} {
 		assert.Error(t, c.check(), "%+v", c)
 	}
