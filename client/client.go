@@ -6,6 +6,7 @@ package client
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -15,20 +16,57 @@ import (
 )
 
 // Client is a connection to one custody host. It is safe for concurrent use.
+// Its errors are *Error values: match them with errors.Is against ErrUnavailable
+// and the other sentinels.
 type Client struct {
-	conn *grpc.ClientConn
-	api  enginev1.EngineClient
+	conn     *grpc.ClientConn
+	api      enginev1.EngineClient
+	maxReply int
+
+	// watch is WatchFinished's state: the cursor below which every report
+	// was processed, and whether a watch runs.
+	watch struct {
+		sync.Mutex
+		cursor  uint64
+		running bool
+	}
 }
+
+// Option configures Dial.
+type Option func(*Client)
+
+// WithMaxReply bounds the replies the client accepts, in bytes (gRPC's
+// receive limit, 4 MiB by default); WatchFinished asks the host for batches
+// that fit. At least 16384.
+func WithMaxReply(n int) Option { return func(c *Client) { c.maxReply = n } }
 
 // Dial connects to the host's engine socket. The connection is made lazily;
 // the first call reports a host that is not there.
-func Dial(socket string) (*Client, error) {
-	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+func Dial(socket string, opts ...Option) (*Client, error) {
+	c := &Client{}
+	for _, o := range opts {
+		o(c)
+	}
+	dopts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	if c.maxReply != 0 {
+		if c.maxReply < minReply || c.maxReply > maxReply {
+			return nil, fmt.Errorf("engine socket %s: max reply %d bytes: want %d to %d", socket, c.maxReply, minReply, maxReply)
+		}
+		dopts = append(dopts, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(c.maxReply)))
+	}
+	conn, err := grpc.NewClient("unix://"+socket, dopts...)
 	if err != nil {
 		return nil, fmt.Errorf("engine socket %s: %w", socket, err)
 	}
-	return &Client{conn: conn, api: enginev1.NewEngineClient(conn)}, nil
+	c.conn, c.api = conn, enginev1.NewEngineClient(conn)
+	return c, nil
 }
+
+// Bounds of WithMaxReply: the host's least batch and what a uint32 holds.
+const (
+	minReply = 16 << 10
+	maxReply = 1<<31 - 1
+)
 
 // Close closes the connection.
 func (c *Client) Close() error { return c.conn.Close() }
@@ -61,15 +99,19 @@ type BlockRef struct {
 	Pool, Block uint32
 }
 
-// Finished is what finished since the last GetFinished (vLLM's
-// get_finished). A failed receive is in FinishedRecving and Failed, its
-// blocks in InvalidBlocks. Quarantined blocks must never be used again.
+// Finished is a finished report (vLLM's get_finished). A failed receive is
+// in FinishedRecving and Failed, its blocks in InvalidBlocks. Quarantined
+// blocks must never be used again.
 type Finished struct {
 	FinishedSending []string
 	FinishedRecving []string
 	Failed          []Failure
 	InvalidBlocks   []BlockRef
 	Quarantined     []BlockRef
+	// More (GetFinished only): the reply ended inside a round too large for
+	// one reply; the round's rest, a failed receive's invalid blocks among
+	// it, comes with the next call.
+	More bool
 }
 
 // RegisterPool registers blocks equal blocks of blockSize bytes at offset of
@@ -77,7 +119,7 @@ type Finished struct {
 func (c *Client) RegisterPool(ctx context.Context, name, path string, offset, blockSize uint64, blocks uint32) (uint32, error) {
 	r, err := c.api.RegisterPool(ctx, &enginev1.RegisterPoolRequest{Name: name, Path: path, Offset: offset, BlockSize: blockSize, Blocks: blocks})
 	if err != nil {
-		return 0, err
+		return 0, wrap(err)
 	}
 	return r.GetPool(), nil
 }
@@ -86,7 +128,7 @@ func (c *Client) RegisterPool(ctx context.Context, name, path string, offset, bl
 func (c *Client) Alloc(ctx context.Context, pool uint32, n int) ([]uint32, error) {
 	r, err := c.api.Alloc(ctx, &enginev1.AllocRequest{Pool: pool, Count: uint32(n)})
 	if err != nil {
-		return nil, err
+		return nil, wrap(err)
 	}
 	return r.GetBlocks(), nil
 }
@@ -94,7 +136,7 @@ func (c *Client) Alloc(ctx context.Context, pool uint32, n int) ([]uint32, error
 // Free gives blocks back to the pool.
 func (c *Client) Free(ctx context.Context, pool uint32, blocks []uint32) error {
 	_, err := c.api.Free(ctx, &enginev1.FreeRequest{Pool: pool, Blocks: blocks})
-	return err
+	return wrap(err)
 }
 
 // ConnectPeer tells the host how to reach a peer's ranks.
@@ -104,13 +146,13 @@ func (c *Client) ConnectPeer(ctx context.Context, name string, ranks ...RemoteRa
 		rs[i] = &enginev1.RemoteRank{Address: r.Address, Pool: r.Pool}
 	}
 	_, err := c.api.ConnectPeer(ctx, &enginev1.ConnectPeerRequest{Name: name, Ranks: rs})
-	return err
+	return wrap(err)
 }
 
 // RemovePeer retires a peer.
 func (c *Client) RemovePeer(ctx context.Context, name string) error {
 	_, err := c.api.RemovePeer(ctx, &enginev1.RemovePeerRequest{Name: name})
-	return err
+	return wrap(err)
 }
 
 func toParts(ps []Part) []*enginev1.Part {
@@ -125,20 +167,20 @@ func toParts(ps []Part) []*enginev1.Part {
 // producer once every part is done.
 func (c *Client) Read(ctx context.Context, request, peer string, notifyProducer bool, parts ...Part) error {
 	_, err := c.api.Read(ctx, &enginev1.ReadRequest{RequestId: request, Peer: peer, Parts: toParts(parts), NotifyProducer: notifyProducer})
-	return err
+	return wrap(err)
 }
 
 // Write pushes a request's blocks to a peer; it finishes once consumers
 // consumed notifications arrived or the lease expired.
 func (c *Client) Write(ctx context.Context, request, peer string, consumers int, lease time.Duration, parts ...Part) error {
 	_, err := c.api.Write(ctx, &enginev1.WriteRequest{RequestId: request, Peer: peer, Parts: toParts(parts), Consumers: uint32(consumers), LeaseMs: uint64(lease.Milliseconds())})
-	return err
+	return wrap(err)
 }
 
 // ExpectSend pins blocks that consumers will read.
 func (c *Client) ExpectSend(ctx context.Context, request, peer string, pool uint32, blocks []uint32, consumers int, lease time.Duration) error {
 	_, err := c.api.ExpectSend(ctx, &enginev1.ExpectSendRequest{RequestId: request, Peer: peer, Pool: pool, Blocks: blocks, Consumers: uint32(consumers), LeaseMs: uint64(lease.Milliseconds())})
-	return err
+	return wrap(err)
 }
 
 // ExpectReceive pins blocks a peer will push into until producers written
@@ -146,16 +188,23 @@ func (c *Client) ExpectSend(ctx context.Context, request, peer string, pool uint
 // the peer's handshake runs: retry.
 func (c *Client) ExpectReceive(ctx context.Context, request, peer string, pool uint32, blocks []uint32, producers int, lease time.Duration) error {
 	_, err := c.api.ExpectReceive(ctx, &enginev1.ExpectReceiveRequest{RequestId: request, Peer: peer, Pool: pool, Blocks: blocks, Producers: uint32(producers), LeaseMs: uint64(lease.Milliseconds())})
-	return err
+	return wrap(err)
 }
 
-// GetFinished returns what finished since the last call.
+// GetFinished takes what finished since the last call; the host forgets it
+// as it answers, so a reply that is lost is lost. Engines should use
+// WatchFinished. More is set when a round too large for one reply goes on in
+// the next call.
 func (c *Client) GetFinished(ctx context.Context) (Finished, error) {
 	r, err := c.api.GetFinished(ctx, &enginev1.GetFinishedRequest{})
 	if err != nil {
-		return Finished{}, err
+		return Finished{}, wrap(err)
 	}
-	f := Finished{FinishedSending: r.GetFinishedSending(), FinishedRecving: r.GetFinishedRecving()}
+	return fromProto(r), nil
+}
+
+func fromProto(r *enginev1.Finished) Finished {
+	f := Finished{FinishedSending: r.GetFinishedSending(), FinishedRecving: r.GetFinishedRecving(), More: r.GetMore()}
 	for _, x := range r.GetFailed() {
 		f.Failed = append(f.Failed, Failure{Request: x.GetRequestId(), Sending: x.GetSending(), Reason: x.GetReason()})
 	}
@@ -165,10 +214,11 @@ func (c *Client) GetFinished(ctx context.Context) (Finished, error) {
 	for _, b := range r.GetQuarantined() {
 		f.Quarantined = append(f.Quarantined, BlockRef{Pool: b.GetPool(), Block: b.GetBlock()})
 	}
-	return f, nil
+	return f
 }
 
 // Status is the host's status.
 func (c *Client) Status(ctx context.Context) (*enginev1.StatusResponse, error) {
-	return c.api.Status(ctx, &enginev1.StatusRequest{})
+	r, err := c.api.Status(ctx, &enginev1.StatusRequest{})
+	return r, wrap(err)
 }

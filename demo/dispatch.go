@@ -19,7 +19,7 @@ type outcome struct {
 	quarantined map[uint32]bool
 }
 
-// dispatcher polls one host's GetFinished and hands each request's outcome
+// dispatcher watches one host's finished reports and hands each request's outcome
 // to whoever waits for it. It checks, for failed receives, that their blocks
 // are reported invalid in the same reply.
 type dispatcher struct {
@@ -57,28 +57,26 @@ func (d *dispatcher) expect(id string, blocks []uint32) <-chan outcome {
 	return ch
 }
 
-// run polls until ctx ends.
+// run watches the host's finished reports until ctx ends. A broken stream
+// is opened again where it stopped: the client resumes at its cursor, so no
+// report is lost or handed over twice.
 func (d *dispatcher) run(ctx context.Context) {
-	t := time.NewTicker(2 * time.Millisecond)
-	defer t.Stop()
 	for {
+		err := d.c.WatchFinished(ctx, func(f client.Finished) error {
+			d.deliver(f)
+			return nil
+		})
+		if ctx.Err() != nil {
+			return
+		}
+		d.mu.Lock()
+		d.err = err
+		d.mu.Unlock()
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-time.After(10 * time.Millisecond): // pacing before reconnecting to a host that went away
 		}
-		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		f, err := d.c.GetFinished(cctx)
-		cancel()
-		if err != nil {
-			if ctx.Err() == nil {
-				d.mu.Lock()
-				d.err = err
-				d.mu.Unlock()
-			}
-			continue
-		}
-		d.deliver(f)
 	}
 }
 

@@ -1,6 +1,8 @@
 package host
 
 import (
+	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -68,4 +70,53 @@ func TestPushFinishesBothSidesOnTheirNotifications(t *testing.T) {
 	f = prefill.waitFinished("w1")
 	assert.Equal(t, []string{"w1"}, f.FinishedSending)
 	assert.Empty(t, f.Failed)
+}
+
+// The engine learns of a finished pull from the stream, with no call of its
+// own, and the report is gone from the host once processed.
+func TestPullIsReportedOnTheStream(t *testing.T) {
+	prefill := startHost(t, "prefill", 16, nil)
+	decode := startHost(t, "decode", 16, nil)
+	decode.connect("prefill", prefill)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second) // bounds a failure
+	defer cancel()
+	reports := make(chan client.Finished)
+	watched := make(chan error, 1)
+	go func() {
+		watched <- decode.c.WatchFinished(ctx, func(f client.Finished) error {
+			select {
+			case reports <- f:
+			case <-ctx.Done():
+			}
+			return nil
+		})
+	}()
+	src, dst := pull(t, prefill, decode, "s1", 2)
+	var f client.Finished
+	select {
+	case f = <-reports:
+	case err := <-watched:
+		t.Fatalf("watch ended: %v", err)
+	}
+	assert.Equal(t, []string{"s1"}, f.FinishedRecving)
+	assert.Empty(t, f.Failed)
+	sameBlocks(t, src, decode.read(dst), "s1")
+	cancel()
+	require.ErrorIs(t, <-watched, context.Canceled)
+
+	// The next watch resumes after what was processed: s1 never again.
+	pull(t, prefill, decode, "s2", 1)
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 20*time.Second) // bounds a failure
+	defer cancel2()
+	var seen []string
+	err := decode.c.WatchFinished(ctx2, func(f client.Finished) error {
+		seen = append(seen, f.FinishedRecving...)
+		if slices.Contains(f.FinishedRecving, "s2") {
+			cancel2()
+		}
+		return nil
+	})
+	require.ErrorIs(t, err, context.Canceled)
+	assert.Equal(t, []string{"s2"}, seen)
 }

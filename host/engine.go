@@ -75,9 +75,13 @@ func (h *Host) RemovePeer(ctx context.Context, name string) error {
 		if _, ok := h.links[name]; !ok {
 			return fmt.Errorf("remove peer %q: not connected", name)
 		}
+		connected := h.core.Connected(name)
 		delete(h.links, name)
-		// Also fails requests still waiting for a handshake of the peer.
-		_ = h.core.RemovePeer(time.Now(), name)
+		// Also fails requests still waiting for a handshake of the peer. A
+		// link whose handshake never finished leaves core nothing to retire.
+		if err := h.core.RemovePeer(time.Now(), name); err != nil && connected {
+			return fmt.Errorf("remove peer %q: %w", name, err)
+		}
 		return nil
 	})
 }
@@ -141,15 +145,14 @@ func (h *Host) ExpectReceive(ctx context.Context, spec core.RecvSpec) error {
 	})
 }
 
-// GetFinished returns what finished since the last call; every request
-// appears in exactly one report.
+// GetFinished returns what finished since the last call and acknowledges
+// it; every request appears in exactly one report. It reads the report log
+// (finished.go) directly, never waiting for the owner's transport work.
 func (h *Host) GetFinished(ctx context.Context) (Finished, error) {
-	var r Finished
-	err := h.do(ctx, func(context.Context) error {
-		r = h.rep.take()
-		return nil
-	})
-	return r, err
+	if err := ctx.Err(); err != nil {
+		return Finished{}, err
+	}
+	return h.rep.take(0).Finished, nil
 }
 
 // Status is a snapshot of what the host holds.

@@ -11,6 +11,7 @@ import (
 
 	enginev1 "github.com/custody-dev/custody/api/engine/v1"
 	"github.com/custody-dev/custody/core"
+	"github.com/custody-dev/custody/sdk"
 )
 
 // engineServer serves the engine API (api/engine/v1) over a Host.
@@ -26,19 +27,62 @@ func NewEngineServer(h *Host) *grpc.Server {
 	return s
 }
 
-// engineErr maps a host error to a gRPC status: the host stopped or its
-// transport restarting is Unavailable (retry), a deadline is DeadlineExceeded, and anything else is the
-// engine's bad input, InvalidArgument, with the message naming what was wrong.
+// engineErr maps a host error to a gRPC status whose code says what the
+// engine does next:
+//   - Unavailable: the host stopped, its transport restarts, a peer's
+//     handshake runs, the transport died mid-call or a peer disconnected;
+//     retry.
+//   - DeadlineExceeded: the caller's deadline, or a transport call's
+//     (TIMEOUT); Canceled: the caller gave up.
+//   - Internal: the transport failed (BACKEND); the host log says why.
+//   - Unknown: whether a transport call took effect is unknown; its
+//     request will be reported failed once its epoch is fenced.
+//   - FailedPrecondition: something still holds what the call would free
+//     (BUSY, resources held); NotFound and Unimplemented from the transport
+//     as they are.
+//   - InvalidArgument: anything else, the engine's bad input, with the
+//     message naming what was wrong.
 func engineErr(err error) error {
-	switch {
-	case err == nil:
+	if err == nil {
 		return nil
-	case errors.Is(err, ErrClosed), errors.Is(err, ErrRestarting), errors.Is(err, ErrConnecting), errors.Is(err, core.ErrNotAttached):
-		return status.Error(codes.Unavailable, err.Error())
-	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
-		return status.Error(codes.DeadlineExceeded, err.Error())
 	}
-	return status.Error(codes.InvalidArgument, err.Error())
+	return status.Error(engineCode(err), err.Error())
+}
+
+func engineCode(err error) codes.Code {
+	switch {
+	case errors.Is(err, ErrClosed), errors.Is(err, ErrRestarting), errors.Is(err, ErrConnecting),
+		errors.Is(err, core.ErrNotAttached), errors.Is(err, core.ErrFenced),
+		errors.Is(err, sdk.ErrPluginShutdown), errors.Is(err, sdk.ErrRemoteDisconnect):
+		return codes.Unavailable
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, sdk.ErrTimeout):
+		return codes.DeadlineExceeded
+	case errors.Is(err, context.Canceled), errors.Is(err, sdk.ErrCanceled):
+		return codes.Canceled
+	case errors.Is(err, core.ErrUnknownOutcome):
+		return codes.Unknown
+	case errors.Is(err, sdk.ErrBackend):
+		return codes.Internal
+	case errors.Is(err, sdk.ErrBusy), errors.Is(err, core.ErrHeld):
+		return codes.FailedPrecondition
+	case errors.Is(err, sdk.ErrNotFound):
+		return codes.NotFound
+	case errors.Is(err, sdk.ErrUnsupported):
+		return codes.Unimplemented
+	}
+	return codes.InvalidArgument
+}
+
+// checkRequestID refuses an empty request id or one longer than
+// maxRequestIDBytes: every finished report must fit a batch.
+func checkRequestID(id string) error {
+	if id == "" {
+		return status.Error(codes.InvalidArgument, "request_id is empty")
+	}
+	if len(id) > maxRequestIDBytes {
+		return status.Errorf(codes.InvalidArgument, "request_id of %d bytes: at most %d", len(id), maxRequestIDBytes)
+	}
+	return nil
 }
 
 func (s *engineServer) RegisterPool(ctx context.Context, r *enginev1.RegisterPoolRequest) (*enginev1.RegisterPoolResponse, error) {
@@ -76,12 +120,18 @@ func parts(ps []*enginev1.Part) []core.Part {
 }
 
 func (s *engineServer) Read(ctx context.Context, r *enginev1.ReadRequest) (*enginev1.Empty, error) {
+	if err := checkRequestID(r.GetRequestId()); err != nil {
+		return nil, err
+	}
 	return &enginev1.Empty{}, engineErr(s.h.Read(ctx, core.ReadSpec{
 		Request: core.RequestID(r.GetRequestId()), Peer: r.GetPeer(), Parts: parts(r.GetParts()), NotifyProducer: r.GetNotifyProducer(),
 	}))
 }
 
 func (s *engineServer) Write(ctx context.Context, r *enginev1.WriteRequest) (*enginev1.Empty, error) {
+	if err := checkRequestID(r.GetRequestId()); err != nil {
+		return nil, err
+	}
 	return &enginev1.Empty{}, engineErr(s.h.Write(ctx, core.WriteSpec{
 		Request: core.RequestID(r.GetRequestId()), Peer: r.GetPeer(), Parts: parts(r.GetParts()),
 		Consumers: int(r.GetConsumers()), Lease: time.Duration(r.GetLeaseMs()) * time.Millisecond,
@@ -89,6 +139,9 @@ func (s *engineServer) Write(ctx context.Context, r *enginev1.WriteRequest) (*en
 }
 
 func (s *engineServer) ExpectSend(ctx context.Context, r *enginev1.ExpectSendRequest) (*enginev1.Empty, error) {
+	if err := checkRequestID(r.GetRequestId()); err != nil {
+		return nil, err
+	}
 	return &enginev1.Empty{}, engineErr(s.h.ExpectSend(ctx, core.SendSpec{
 		Request: core.RequestID(r.GetRequestId()), Peer: r.GetPeer(), Pool: core.PoolID(r.GetPool()), Blocks: r.GetBlocks(),
 		Consumers: int(r.GetConsumers()), Lease: time.Duration(r.GetLeaseMs()) * time.Millisecond,
@@ -96,6 +149,9 @@ func (s *engineServer) ExpectSend(ctx context.Context, r *enginev1.ExpectSendReq
 }
 
 func (s *engineServer) ExpectReceive(ctx context.Context, r *enginev1.ExpectReceiveRequest) (*enginev1.Empty, error) {
+	if err := checkRequestID(r.GetRequestId()); err != nil {
+		return nil, err
+	}
 	return &enginev1.Empty{}, engineErr(s.h.ExpectReceive(ctx, core.RecvSpec{
 		Request: core.RequestID(r.GetRequestId()), Peer: r.GetPeer(), Pool: core.PoolID(r.GetPool()), Blocks: r.GetBlocks(),
 		Producers: int(r.GetProducers()), Lease: time.Duration(r.GetLeaseMs()) * time.Millisecond,
@@ -118,26 +174,37 @@ func ids(rs []core.RequestID) []string {
 	return out
 }
 
-// GetFinished follows vLLM: a failed receive is listed in finished_recving
-// too, its blocks in invalid_blocks of the same reply.
+// GetFinished takes the reports at the acknowledged cursor, at most one
+// default-sized batch, and acknowledges them (the simple client's implicit
+// acknowledgement). A failed receive is listed in finished_recving too, its
+// blocks in invalid_blocks of the same reply (or, for a round too large for
+// one reply, of a later part: more is set).
 func (s *engineServer) GetFinished(ctx context.Context, _ *enginev1.GetFinishedRequest) (*enginev1.Finished, error) {
-	f, err := s.h.GetFinished(ctx)
-	if err != nil {
+	if err := ctx.Err(); err != nil {
 		return nil, engineErr(err)
 	}
+	return finishedProto(s.h.rep.take(DefaultBatchBytes)), nil
+}
+
+// finishedProto is a batch as the engine API sends it, following vLLM: a
+// failed receive is listed in finished_recving too.
+func finishedProto(b Batch) *enginev1.Finished {
 	out := &enginev1.Finished{
-		FinishedSending: ids(f.FinishedSending),
-		FinishedRecving: ids(f.FinishedReceiving),
-		InvalidBlocks:   blockRefs(f.InvalidBlocks),
-		Quarantined:     blockRefs(f.Quarantined),
+		FinishedSending: ids(b.FinishedSending),
+		FinishedRecving: ids(b.FinishedReceiving),
+		InvalidBlocks:   blockRefs(b.InvalidBlocks),
+		Quarantined:     blockRefs(b.Quarantined),
+		Cursor:          b.Cursor,
+		Next:            b.Next,
+		More:            b.More,
 	}
-	for _, fl := range f.Failed {
-		out.Failed = append(out.Failed, &enginev1.Failure{RequestId: string(fl.Request), Sending: fl.Sending, Reason: fl.Reason.Error()})
+	for i, fl := range b.Failed {
+		out.Failed = append(out.Failed, &enginev1.Failure{RequestId: string(fl.Request), Sending: fl.Sending, Reason: b.Reasons[i]})
 		if !fl.Sending {
 			out.FinishedRecving = append(out.FinishedRecving, string(fl.Request))
 		}
 	}
-	return out, nil
+	return out
 }
 
 func (s *engineServer) Status(ctx context.Context, _ *enginev1.StatusRequest) (*enginev1.StatusResponse, error) {

@@ -60,7 +60,7 @@ type Host struct {
 	pools     []poolEntry // PoolID-1 indexes
 	links     map[string]*link
 	reqs      map[core.RequestID]reqInfo
-	rep       Finished
+	rep       outbox // safe for concurrent use; the engine API reads it directly
 	restartAt time.Time
 	lastStats time.Time
 	fences    uint64

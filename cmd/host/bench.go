@@ -28,6 +28,8 @@ func init() {
 		perftest   string
 		minTime    time.Duration
 		repeat     int
+		e2e        e2eConfig
+		e2eOn      bool
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -41,6 +43,15 @@ parameter) and size, prints a table, and for each size and op a line
 			p, err := parseParams(params)
 			if err != nil {
 				return err
+			}
+			if e2eOn {
+				e2e.params = p
+				if err := e2e.check(); err != nil {
+					return err
+				}
+				ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Minute)
+				defer cancel()
+				return runE2E(ctx, cmd.OutOrStdout(), e2e)
 			}
 			for _, s := range sizes {
 				if s <= 0 || s > benchRegionBytes {
@@ -64,6 +75,14 @@ parameter) and size, prints a table, and for each size and op a line
 	cmd.Flags().StringVar(&perftest, "perftest", "ucx_perftest", "ucx_perftest binary; empty skips the comparison")
 	cmd.Flags().DurationVar(&minTime, "min-time", time.Second, "least time measured per size and op")
 	cmd.Flags().IntVar(&repeat, "repeat", 3, "rounds per size, ours and the references interleaved; the best of each is reported")
+	cmd.Flags().BoolVar(&e2eOn, "e2e", false, "measure pulls through two custody hosts on the engine API instead, against an in-process transport and a bare gRPC round trip")
+	cmd.Flags().StringVar(&e2e.transport, "transport", "fake", "--e2e: the hosts' transport, fake or ucx")
+	cmd.Flags().StringVar(&e2e.custody, "custody", "", "--e2e: the custody binary the hosts run (default: this one)")
+	cmd.Flags().IntVar(&e2e.pulls, "pulls", 200, "--e2e: sequential pulls measured")
+	cmd.Flags().IntVar(&e2e.concurrency, "concurrency", 64, "--e2e: pulls in flight for the throughput run")
+	cmd.Flags().DurationVar(&e2e.duration, "duration", 3*time.Second, "--e2e: length of the throughput run")
+	cmd.Flags().IntVar(&e2e.blockSize, "block-size", 16<<10, "--e2e: bytes per block")
+	cmd.Flags().DurationVar(&e2e.poll, "poll", 0, "--e2e: poll GetFinished at this interval instead of watching the stream (the old way, for comparison)")
 	rootCmd.AddCommand(cmd)
 }
 

@@ -1,0 +1,52 @@
+package main
+
+import (
+	"bytes"
+	"path/filepath"
+	"regexp"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/custody-dev/custody/internal/testbin"
+)
+
+// TestBenchE2EPrintsItsGoalLine runs a short --e2e bench on the fake and
+// checks the figures and the goal line CI reads.
+func TestBenchE2EPrintsItsGoalLine(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts two hosts")
+	}
+	dir, err := testbin.Build(t.TempDir(), "custody", "custody-transport-fake")
+	require.NoError(t, err)
+	var out bytes.Buffer
+	err = runE2E(t.Context(), &out, e2eConfig{custody: filepath.Join(dir, "custody"), transport: "fake",
+		pulls: 10, concurrency: 4, duration: 100 * time.Millisecond, blockSize: 16 << 10})
+	require.NoError(t, err, out.String())
+	num := `[0-9]+\.[0-9]us`
+	for _, re := range []string{
+		`(?m)^e2e pull latency +p50 ` + num + ` +p99 ` + num + ` +\(10 pulls\)$`,
+		`(?m)^e2e pulls/s at 4 +[1-9][0-9]*$`,
+		`(?m)^in-process Post→DONE +p50 ` + num,
+		`(?m)^bare gRPC unary RTT +p50 ` + num,
+		`(?m)^goal name=e2e-pull-p50 value=` + num + ` target=` + num + ` met=(yes|no)$`,
+	} {
+		assert.Regexp(t, regexp.MustCompile(re), out.String())
+	}
+	assert.Contains(t, out.String(), "method:", "the output says how it measured")
+}
+
+func TestBenchE2ERefusesBadFlags(t *testing.T) {
+	for _, c := range []e2eConfig{
+		{transport: "tcp", pulls: 1, concurrency: 1, duration: time.Second, blockSize: 1},
+		{transport: "fake", pulls: 0, concurrency: 1, duration: time.Second, blockSize: 1},
+		{transport: "fake", pulls: 1, concurrency: 0, duration: time.Second, blockSize: 1},
+		{transport: "fake", pulls: 1, concurrency: 1, duration: 0, blockSize: 1},
+		{transport: "fake", pulls: 1, concurrency: 1, duration: time.Second, blockSize: 0},
+		{transport: "fake", pulls: 1, concurrency: 1, duration: time.Second, blockSize: 1, poll: -time.Millisecond},
+	} {
+		assert.Error(t, c.check(), "%+v", c)
+	}
+}

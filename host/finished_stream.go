@@ -1,0 +1,94 @@
+package host
+
+import (
+	"errors"
+	"fmt"
+	"io"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	enginev1 "github.com/custody-dev/custody/api/engine/v1"
+)
+
+// WatchFinished streams the report log from the engine's cursor: every
+// batch as soon as the owner added its round, without waiting for
+// acknowledgements, which arrive on the same stream and remove what they
+// cover. Nothing is removed by sending: a batch the engine never processed
+// (the stream broke, its deadline fired) is sent again on the next stream,
+// under the same cursor. The stream ends when the engine closes it, its
+// context ends, the host stops, or an acknowledgement names a cursor the
+// host never issued.
+func (s *engineServer) WatchFinished(stream enginev1.Engine_WatchFinishedServer) error {
+	first, err := stream.Recv()
+	if err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		return err
+	}
+	limit, err := batchLimit(first.GetMaxBatchBytes())
+	if err != nil {
+		return err
+	}
+	// The opening cursor acknowledges everything below it.
+	if err := s.h.rep.ack(first.GetCursor()); err != nil {
+		return status.Error(codes.InvalidArgument, err.Error())
+	}
+	acks := make(chan error, 1)
+	go func() { acks <- s.readAcks(stream) }()
+
+	ctx := stream.Context()
+	pos := first.GetCursor()
+	for {
+		b, ok, changed := s.h.rep.next(pos, limit)
+		if ok {
+			if err := stream.Send(finishedProto(b)); err != nil {
+				return err
+			}
+			pos = b.Next
+			continue
+		}
+		select {
+		case <-changed:
+		case err := <-acks:
+			return err
+		case <-ctx.Done():
+			return status.FromContextError(ctx.Err()).Err()
+		case <-s.h.done:
+			return status.Error(codes.Unavailable, ErrClosed.Error())
+		}
+	}
+}
+
+// readAcks applies the engine's acknowledgements until the stream ends: nil
+// when the engine closed its side, the error otherwise.
+func (s *engineServer) readAcks(stream enginev1.Engine_WatchFinishedServer) error {
+	for {
+		m, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if m.GetMaxBatchBytes() != 0 {
+			return status.Error(codes.InvalidArgument, "watch finished: max_batch_bytes is taken from the first message only; later messages carry a cursor alone")
+		}
+		if err := s.h.rep.ack(m.GetCursor()); err != nil {
+			return status.Error(codes.InvalidArgument, err.Error())
+		}
+	}
+}
+
+// batchLimit checks the engine's max_batch_bytes: 0 is DefaultBatchBytes,
+// less than MinBatchBytes is refused.
+func batchLimit(n uint32) (int, error) {
+	switch {
+	case n == 0:
+		return DefaultBatchBytes, nil
+	case n < MinBatchBytes:
+		return 0, status.Error(codes.InvalidArgument, fmt.Sprintf("watch finished: max_batch_bytes %d is below the least a batch needs, %d", n, MinBatchBytes))
+	}
+	return int(n), nil
+}

@@ -1,0 +1,474 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	enginev1 "github.com/custody-dev/custody/api/engine/v1"
+	"github.com/custody-dev/custody/client"
+	"github.com/custody-dev/custody/core"
+	"github.com/custody-dev/custody/sdk"
+)
+
+// reportServer serves the engine API of a host that has only its report
+// log: the tests add rounds to it directly, as the owner does.
+type reportServer struct {
+	t      *testing.T
+	h      *Host
+	socket string
+	gs     *grpc.Server
+	served chan error
+}
+
+func serveReports(t *testing.T) *reportServer {
+	t.Helper()
+	rs := &reportServer{t: t, h: &Host{done: make(chan struct{})}, socket: filepath.Join(t.TempDir(), "engine.sock")}
+	rs.start()
+	t.Cleanup(rs.stop)
+	return rs
+}
+
+func (rs *reportServer) start() {
+	ln, err := net.Listen("unix", rs.socket)
+	require.NoError(rs.t, err)
+	rs.gs, rs.served = NewEngineServer(rs.h), make(chan error, 1)
+	go func() { rs.served <- rs.gs.Serve(ln) }()
+}
+
+// stop closes every connection and stream at once, as a host that dies
+// or a connection that drops does.
+func (rs *reportServer) stop() {
+	if rs.gs == nil {
+		return
+	}
+	rs.gs.Stop()
+	<-rs.served
+	rs.gs = nil
+}
+
+func (rs *reportServer) dial(opts ...client.Option) *client.Client {
+	c, err := client.Dial(rs.socket, opts...)
+	require.NoError(rs.t, err)
+	rs.t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// raw opens a bare stream, for what the client library hides: batches as
+// they cross the wire and acknowledgements withheld.
+func (rs *reportServer) raw(ctx context.Context, cursor uint64, maxBytes uint32) (enginev1.Engine_WatchFinishedClient, *grpc.ClientConn) {
+	conn, err := grpc.NewClient("unix://"+rs.socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(rs.t, err)
+	rs.t.Cleanup(func() { conn.Close() })
+	st, err := enginev1.NewEngineClient(conn).WatchFinished(ctx)
+	require.NoError(rs.t, err)
+	require.NoError(rs.t, st.Send(&enginev1.WatchFinishedRequest{Cursor: cursor, MaxBatchBytes: maxBytes}))
+	return st, conn
+}
+
+// received is what an engine processed, by request id.
+type received map[string]int
+
+func (r received) add(f client.Finished) {
+	for _, id := range f.FinishedSending {
+		r[id]++
+	}
+	for _, id := range f.FinishedRecving {
+		r[id]++ // a failed receive is here too
+	}
+	for _, x := range f.Failed {
+		if x.Sending {
+			r[x.Request]++
+		}
+	}
+}
+
+// exactlyOnce asserts that every id in want was processed once and
+// nothing else was.
+func (r received) exactlyOnce(t *testing.T, want ...string) {
+	t.Helper()
+	exp := received{}
+	for _, id := range want {
+		exp[id] = 1
+	}
+	assert.Equal(t, exp, r)
+}
+
+func recvRound(ids ...string) core.Ready {
+	rd := core.Ready{}
+	for _, id := range ids {
+		rd.FinishedReceiving = append(rd.FinishedReceiving, core.RequestID(id))
+	}
+	return rd
+}
+
+// bigRound is one round of n failed receives with long ids, each with
+// blocks invalid blocks, far more than one 16 KiB reply holds.
+func bigRound(n, blocks int) (core.Ready, []string) {
+	rd := core.Ready{}
+	var ids []string
+	for i := range n {
+		id := fmt.Sprintf("%s-%04d", strings.Repeat("r", 900), i)
+		ids = append(ids, id)
+		rd.Failed = append(rd.Failed, core.Failure{Request: core.RequestID(id), Reason: fmt.Errorf("handle %d: %w", i, sdk.ErrBackend)})
+		for b := range blocks {
+			rd.InvalidBlocks = append(rd.InvalidBlocks, core.BlockRef{Pool: 1, Block: uint32(i*blocks + b)})
+		}
+	}
+	return rd, ids
+}
+
+// watchUntil runs c.WatchFinished until stop says so, adding every report
+// to got.
+func watchUntil(t *testing.T, c *client.Client, got received, stop func(client.Finished) bool) {
+	t.Helper()
+	// The timeout bounds a failure (a report that never comes); stop ends
+	// the watch by cancel.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := c.WatchFinished(ctx, func(f client.Finished) error {
+		got.add(f)
+		if stop(f) {
+			cancel()
+		}
+		return nil
+	})
+	require.ErrorIs(t, err, context.Canceled)
+}
+
+func has(id string) func(client.Finished) bool {
+	return func(f client.Finished) bool {
+		return received{}.with(f)[id] > 0
+	}
+}
+
+func (r received) with(f client.Finished) received { r.add(f); return r }
+
+func TestOutboxKeepsEveryReportUntilAcknowledged(t *testing.T) {
+	var o outbox
+	_, ok, changed := o.next(0, DefaultBatchBytes)
+	require.False(t, ok)
+	o.add(recvRound("a", "b"))
+	select {
+	case <-changed:
+	default:
+		t.Fatal("adding a round did not wake the waiting stream")
+	}
+	b, ok, _ := o.next(0, DefaultBatchBytes)
+	require.True(t, ok)
+	assert.Equal(t, []core.RequestID{"a", "b"}, b.FinishedReceiving)
+	assert.Equal(t, [2]uint64{0, 2}, [2]uint64{b.Cursor, b.Next})
+
+	// Sending removed nothing: the same batch, under the same cursor.
+	again, _, _ := o.next(0, DefaultBatchBytes)
+	assert.Equal(t, b, again)
+
+	o.add(recvRound("c"))
+	require.NoError(t, o.ack(2))
+	b, _, _ = o.next(0, DefaultBatchBytes)
+	assert.Equal(t, []core.RequestID{"c"}, b.FinishedReceiving, "an acknowledged report is gone, the rest keeps its cursor")
+	assert.Equal(t, [2]uint64{2, 3}, [2]uint64{b.Cursor, b.Next})
+	require.NoError(t, o.ack(1), "an old acknowledgement changes nothing")
+	assert.Error(t, o.ack(4), "a cursor never issued is refused")
+	b, _, _ = o.next(2, DefaultBatchBytes)
+	assert.Equal(t, uint64(2), b.Cursor, "a refused acknowledgement removed nothing")
+}
+
+// A batch holds whole rounds while they fit; a round that does not fit
+// alone is split, and every part but the last says more.
+func TestOutboxSplitsOnlyARoundTooLargeForOneBatch(t *testing.T) {
+	var o outbox
+	o.add(recvRound("a"))
+	rd, ids := bigRound(40, 20)
+	o.add(rd)
+	o.add(recvRound("z"))
+
+	first, _, _ := o.next(0, MinBatchBytes)
+	assert.Equal(t, []core.RequestID{"a"}, first.FinishedReceiving, "the small round goes alone, not with part of the big one")
+	assert.False(t, first.More)
+	var failed, invalid int
+	var recv []core.RequestID
+	pos, parts := first.Next, 0
+	for pos < o.end() {
+		b, ok, _ := o.next(pos, MinBatchBytes)
+		require.True(t, ok)
+		require.LessOrEqual(t, proto.Size(finishedProto(b)), MinBatchBytes, "batch %d", parts)
+		require.Equal(t, pos, b.Cursor, "each batch starts where the last ended")
+		pos = b.Next
+		parts++
+		failed += len(b.Failed)
+		invalid += len(b.InvalidBlocks)
+		recv = append(recv, b.FinishedReceiving...)
+		require.Equal(t, pos < o.end()-1, b.More, "batch %d: more is set until the big round ends", parts)
+	}
+	assert.Greater(t, parts, 1, "the big round was split")
+	assert.Equal(t, len(ids), failed)
+	assert.Equal(t, len(rd.InvalidBlocks), invalid)
+	assert.Equal(t, []core.RequestID{"z"}, recv, "the round after it came once")
+}
+
+// The reply is lost after the host sent it (the engine's deadline fires,
+// its context ends): the next stream delivers it again, once.
+func TestWatchFinishedDeliversAgainAReplyTheEngineNeverAcknowledged(t *testing.T) {
+	rs := serveReports(t)
+	rs.h.rep.add(recvRound("r1"))
+
+	ctx, cancel := context.WithCancel(context.Background())
+	st, _ := rs.raw(ctx, 0, 0)
+	b, err := st.Recv()
+	require.NoError(t, err)
+	require.Equal(t, []string{"r1"}, b.GetFinishedRecving(), "the host sent the report")
+	cancel() // the engine's deadline fired before it processed the reply
+
+	c := rs.dial()
+	got := received{}
+	rs.h.rep.add(recvRound("r2"))
+	watchUntil(t, c, got, has("r2"))
+	got.exactlyOnce(t, "r1", "r2")
+
+	// And once acknowledged, never again: a later watch starts after it.
+	rs.h.rep.add(recvRound("r3"))
+	got = received{}
+	watchUntil(t, c, got, has("r3"))
+	got.exactlyOnce(t, "r3")
+}
+
+// fn fails (the engine could not take the report): the report is not
+// acknowledged and comes again.
+func TestWatchFinishedDeliversAgainWhatTheEngineFailedToTake(t *testing.T) {
+	rs := serveReports(t)
+	rs.h.rep.add(recvRound("r1"))
+	c := rs.dial()
+	refused := errors.New("engine busy")
+	err := c.WatchFinished(context.Background(), func(client.Finished) error { return refused })
+	require.ErrorIs(t, err, refused)
+	got := received{}
+	watchUntil(t, c, got, has("r1"))
+	got.exactlyOnce(t, "r1")
+}
+
+// The connection drops in the middle of a round split over several
+// batches: the round arrives whole on the next stream, once.
+func TestWatchFinishedLosesNothingWhenTheConnectionDropsMidRound(t *testing.T) {
+	rs := serveReports(t)
+	rd, ids := bigRound(40, 20)
+	rs.h.rep.add(rd)
+
+	st, _ := rs.raw(context.Background(), 0, MinBatchBytes)
+	b, err := st.Recv()
+	require.NoError(t, err)
+	require.True(t, b.GetMore(), "the first part of a split round")
+	rs.stop() // the connection drops mid-round, nothing acknowledged
+	for err == nil {
+		_, err = st.Recv() // what was buffered, then the drop
+	}
+
+	rs.start()
+	c := rs.dial(client.WithMaxReply(MinBatchBytes))
+	got := received{}
+	var round client.Finished
+	watchUntil(t, c, got, func(f client.Finished) bool { round = f; return true })
+	got.exactlyOnce(t, ids...)
+	assert.Len(t, round.InvalidBlocks, len(rd.InvalidBlocks), "the failures and their invalid blocks came together")
+}
+
+// The host stops under a running watch: the watch ends with ErrUnavailable,
+// and the next one, on a host serving the same log, resumes at its cursor.
+func TestWatchFinishedResumesAfterTheHostWentAway(t *testing.T) {
+	rs := serveReports(t)
+	c := rs.dial()
+	rs.h.rep.add(recvRound("r1"))
+	got := received{}
+	processed := make(chan struct{})
+	errc := make(chan error, 1)
+	go func() {
+		errc <- c.WatchFinished(context.Background(), func(f client.Finished) error {
+			got.add(f)
+			close(processed)
+			return nil
+		})
+	}()
+	<-processed
+	rs.stop() // whether r1's acknowledgement arrived first or not
+	require.ErrorIs(t, <-errc, client.ErrUnavailable)
+
+	rs.start()
+	rs.h.rep.add(recvRound("r2"))
+	watchUntil(t, c, got, has("r2"))
+	got.exactlyOnce(t, "r1", "r2")
+}
+
+// A round far over the engine's reply limit arrives whole: gRPC would
+// refuse any reply over the limit, so an unsplit batch fails this test.
+func TestWatchFinishedSplitsWhatExceedsTheReplyLimit(t *testing.T) {
+	rs := serveReports(t)
+	rd, ids := bigRound(60, 30)
+	rs.h.rep.add(rd)
+	whole, _, _ := rs.h.rep.next(0, 0)
+	require.Greater(t, proto.Size(finishedProto(whole)), 4*MinBatchBytes, "the round is far over the limit")
+
+	c := rs.dial(client.WithMaxReply(MinBatchBytes))
+	got := received{}
+	var round client.Finished
+	watchUntil(t, c, got, func(f client.Finished) bool { round = f; return true })
+	got.exactlyOnce(t, ids...)
+	assert.Len(t, round.InvalidBlocks, len(rd.InvalidBlocks))
+	for _, f := range round.Failed {
+		assert.Contains(t, f.Reason, "BACKEND")
+	}
+}
+
+// GetFinished keeps working for simple clients: it takes what finished and
+// acknowledges it, in bounded replies.
+func TestGetFinishedTakesAndAcknowledges(t *testing.T) {
+	rs := serveReports(t)
+	c := rs.dial()
+	ctx := context.Background()
+	rs.h.rep.add(recvRound("r1"))
+	rs.h.rep.add(core.Ready{Failed: []core.Failure{{Request: "s1", Sending: true, Reason: core.ErrHoldCap}}})
+	f, err := c.GetFinished(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"r1"}, f.FinishedRecving)
+	require.Len(t, f.Failed, 1)
+	assert.Equal(t, core.ErrHoldCap.Error(), f.Failed[0].Reason)
+	f, err = c.GetFinished(ctx)
+	require.NoError(t, err)
+	assert.Empty(t, f.FinishedRecving)
+	assert.Empty(t, f.Failed)
+
+	// A round over one reply comes in parts, all of it.
+	rd, ids := bigRound(1500, 1)
+	rs.h.rep.add(rd)
+	got := received{}
+	parts := 0
+	for {
+		f, err := c.GetFinished(ctx)
+		require.NoError(t, err)
+		got.add(f)
+		parts++
+		if !f.More {
+			break
+		}
+	}
+	assert.Greater(t, parts, 1)
+	got.exactlyOnce(t, ids...)
+
+	// What GetFinished took, a watch never sees.
+	rs.h.rep.add(recvRound("r2"))
+	got = received{}
+	watchUntil(t, c, got, has("r2"))
+	got.exactlyOnce(t, "r2")
+}
+
+func TestWatchFinishedRefusesBadInputAndChangesNothing(t *testing.T) {
+	rs := serveReports(t)
+	rs.h.rep.add(recvRound("r1"))
+	for name, req := range map[string]*enginev1.WatchFinishedRequest{
+		"cursor never issued": {Cursor: 5},
+		"limit below a batch": {MaxBatchBytes: MinBatchBytes - 1},
+	} {
+		t.Run(name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second) // bounds a failure
+			defer cancel()
+			st, _ := rs.raw(ctx, req.GetCursor(), req.GetMaxBatchBytes())
+			_, err := st.Recv()
+			assert.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
+		})
+	}
+	t.Run("acknowledgement never issued", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second) // bounds a failure
+		defer cancel()
+		st, _ := rs.raw(ctx, 0, 0)
+		_, err := st.Recv()
+		require.NoError(t, err)
+		require.NoError(t, st.Send(&enginev1.WatchFinishedRequest{Cursor: 9}))
+		_, err = st.Recv()
+		assert.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
+	})
+	_, err := client.Dial(rs.socket, client.WithMaxReply(100))
+	assert.Error(t, err)
+	f, err := rs.dial().GetFinished(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, []string{"r1"}, f.FinishedRecving, "the refused calls removed nothing")
+}
+
+func TestEngineErrorsCarryTheirCode(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		code codes.Code
+	}{
+		{fmt.Errorf("read %q: %w", "r", ErrRestarting), codes.Unavailable},
+		{fmt.Errorf("post: %w", sdk.Errorf(sdk.CodeBackend, "ucx: endpoint closed")), codes.Internal},
+		{fmt.Errorf("post: %w", sdk.Errorf(sdk.CodeTimeout, "call took 5s")), codes.DeadlineExceeded},
+		{fmt.Errorf("post: %w", sdk.ErrPluginShutdown), codes.Unavailable},
+		{fmt.Errorf("post: %w", core.ErrUnknownOutcome), codes.Unknown},
+		{fmt.Errorf("free: %w", sdk.ErrBusy), codes.FailedPrecondition},
+		{context.Canceled, codes.Canceled},
+		{errors.New("alloc 5 blocks of pool 9: no such pool"), codes.InvalidArgument},
+	} {
+		err := engineErr(tc.err)
+		assert.Equal(t, tc.code, status.Code(err), "%v", tc.err)
+		assert.Equal(t, tc.err.Error(), status.Convert(err).Message())
+	}
+}
+
+func TestRequestIDsAreBounded(t *testing.T) {
+	s := &engineServer{} // refused before the host is asked
+	_, err := s.Read(context.Background(), &enginev1.ReadRequest{RequestId: strings.Repeat("x", maxRequestIDBytes+1), Peer: "p"})
+	assert.Equal(t, codes.InvalidArgument, status.Code(err))
+	_, err = s.ExpectSend(context.Background(), &enginev1.ExpectSendRequest{})
+	assert.Equal(t, codes.InvalidArgument, status.Code(err))
+}
+
+// acked returns a channel closed once o acknowledged everything below n.
+func (o *outbox) acked(n uint64) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			o.mu.Lock()
+			if o.base >= n {
+				o.mu.Unlock()
+				return
+			}
+			if o.changed == nil {
+				o.changed = make(chan struct{})
+			}
+			ch := o.changed
+			o.mu.Unlock()
+			<-ch
+		}
+	}()
+	return done
+}
+
+// An acknowledgement on the stream removes what it covers from the host.
+func TestWatchFinishedAcknowledgementRemovesTheReport(t *testing.T) {
+	rs := serveReports(t)
+	rs.h.rep.add(recvRound("r1"))
+	st, _ := rs.raw(context.Background(), 0, 0)
+	b, err := st.Recv()
+	require.NoError(t, err)
+	require.NoError(t, st.Send(&enginev1.WatchFinishedRequest{Cursor: b.GetNext()}))
+	select {
+	case <-rs.h.rep.acked(b.GetNext()):
+	case <-time.After(10 * time.Second): // a bound on failure, not a synchronisation
+		t.Fatal("the acknowledgement did not remove the report")
+	}
+	f, err := rs.dial().GetFinished(context.Background())
+	require.NoError(t, err)
+	assert.Empty(t, f.FinishedRecving)
+}
