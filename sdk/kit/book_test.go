@@ -2,6 +2,7 @@ package kit
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/custody-dev/custody/sdk"
@@ -280,15 +281,18 @@ func TestPrepareRefusesBadLists(t *testing.T) {
 	}
 }
 
-// A dlist that names one region twice pins it once: releasing the list
-// frees it.
+// A dlist that names one region twice counts once among the region's
+// users, which the BUSY message reports.
 func TestDlistPinsEachRegionOnce(t *testing.T) {
 	b := opened(t)
 	s := prepared(t, b)
-	for _, id := range []sdk.DlistID{s.ld, s.rd} {
-		if err := b.ReleaseDlist(id, nil); err != nil {
-			t.Fatal(err)
-		}
+	err := b.Deregister(s.region, nil)
+	wantCode(t, "Deregister of a region one dlist uses twice", err, sdk.CodeBusy)
+	if want := "used by 1 dlists"; !strings.Contains(sdk.MessageOf(err), want) {
+		t.Errorf("BUSY message %q does not say %q", sdk.MessageOf(err), want)
+	}
+	if err := b.ReleaseDlist(s.ld, nil); err != nil {
+		t.Fatal(err)
 	}
 	if err := b.Deregister(s.region, nil); err != nil {
 		t.Errorf("Deregister after the dlist naming it twice was released: %v", err)
