@@ -23,6 +23,7 @@ build: deps
 	$(GO) build -o $(BIN)/custody ./cmd/host
 	$(GO) build -o $(BIN)/custody-transport-fake ./plugins/fake/cmd/custody-transport-fake
 	$(GO) build -o $(BIN)/custody-transport-ucx ./plugins/ucx/cmd/custody-transport-ucx
+	$(GO) build -o $(BIN)/custody-transport-memcopy ./examples/memcopy/cmd/custody-transport-memcopy
 
 test: build lint
 	CUSTODY_BIN=$(BIN) $(GO) test -race -count=1 -timeout 20m ./...

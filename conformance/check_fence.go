@@ -27,7 +27,7 @@ const fenceInFlight = 64 << 10
 
 // needsFenceIncoming runs on transports that claim their fence stops
 // incoming transfers too, which lets the host reuse a dead agent's blocks
-// at once (DESIGN 4a).
+// at once (docs/fencing.md).
 func needsFenceIncoming(d sdk.Description) string {
 	if d.FenceScope != sdk.FenceInitiatedAndIncoming {
 		return "transport claims FenceScope " + string(d.FenceScope) + ", not " + string(sdk.FenceInitiatedAndIncoming) +

@@ -1,8 +1,9 @@
 // Package conformance is the suite every custody transport must pass: one
-// set of checks that holds a transport to the contract of DESIGN section 3
-// (package sdk), run by go test against the fake and by `custody
-// conformance --plugin PATH` against any transport binary built with
-// plugin.Serve.
+// set of checks that holds a transport to the contract (package sdk, and
+// docs/contract.md for the overview; docs/fencing.md for the fence checks),
+// run by go test against the fake and the example transport
+// (examples/memcopy), and by `custody conformance --plugin PATH` against any
+// transport binary built with plugin.Serve.
 //
 // # Use
 //
@@ -14,6 +15,10 @@
 //			New: conformance.PluginFactory("bin/custody-transport-x", plugin.LaunchOptions{}),
 //		})
 //	}
+//
+// examples/memcopy/conformance_test.go runs the suite both ways: against
+// in-process agents, and against the plugin binary (one process per agent,
+// so that the peer-loss and fence checks can kill one).
 //
 // Outside go test, Execute runs the same checks with its own runner and
 // returns a Report, which writes a table per capability, JUnit XML and

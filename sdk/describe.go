@@ -27,7 +27,9 @@ const (
 	// posted put or get.)
 	CancelNone CancelEffect = "none"
 	// CancelStops: a canceled handle stops moving bytes within a bound and
-	// then reports CANCELED (or DONE, if it finished first).
+	// then reports CANCELED (or DONE, if it finished first). Contract v1
+	// has no field for the bound: the conformance suite allows 60 s, and a
+	// transport states its own in its documentation.
 	CancelStops CancelEffect = "stops"
 	// CancelClosesPeer: Cancel force-closes the connection to the handle's
 	// peer; every handle to that peer then ends CANCELED or FAILED once the
@@ -48,7 +50,8 @@ const (
 )
 
 // FenceScope states which transfers stop when the transport process is
-// killed (DESIGN section 4a).
+// killed; docs/fencing.md says what a kill stops on which hardware, and
+// what the host does with each scope.
 type FenceScope string
 
 const (
@@ -78,13 +81,22 @@ type Capabilities struct {
 }
 
 // Limits are the bounds a transport honours. Zero means no stated limit.
+// Going over a limit is INVALID_ARGUMENT (for MaxMetadataBytes in
+// LocalMetadata, BACKEND).
 type Limits struct {
+	// MaxDescriptorsPerList bounds one dlist (PrepareDescriptors item).
 	MaxDescriptorsPerList uint32
+	// MaxDescriptorsPerPost bounds the index pairs of one PostSpec.
 	MaxDescriptorsPerPost uint32
-	MaxItemsPerCall       uint32
-	MaxNotificationBytes  uint32
-	MaxMetadataBytes      uint32
-	MaxTransferBytes      uint64
+	// MaxItemsPerCall bounds every batch: a longer one is an error of the
+	// whole call, and no item takes effect.
+	MaxItemsPerCall uint32
+	// MaxNotificationBytes bounds a notification, sent or posted.
+	MaxNotificationBytes uint32
+	// MaxMetadataBytes bounds LocalMetadata's blob and LoadPeers' input.
+	MaxMetadataBytes uint32
+	// MaxTransferBytes bounds the bytes of one PostSpec.
+	MaxTransferBytes uint64
 	// PeerLossBoundMillis bounds how long after a peer's death its handles
 	// turn terminal (PeerLossReported) or the process exits.
 	PeerLossBoundMillis uint32

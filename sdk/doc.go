@@ -2,7 +2,10 @@
 // the Transport interface every backend implements, the error codes and the
 // promises of every call. It imports no gRPC: the process boundary (the
 // proto, Serve for a plugin's main, Launch for the host) is package
-// sdk/plugin.
+// sdk/plugin. docs/contract.md is the overview, docs/fencing.md what a
+// kill of the process stops; package sdk/kit is optional help that keeps
+// the bookkeeping below for a transport, and examples/memcopy a whole
+// transport built on it.
 //
 // # Who calls what
 //
@@ -24,6 +27,21 @@
 // it: Post, Poll, Cancel, Release, Notifications and Events never wait for
 // bytes to move at all.
 //
+// # Live resources
+//
+// Live means unreleased: a handle is live from Post until Release succeeds,
+// whether or not it is terminal; a dlist from PrepareDescriptors until
+// ReleaseDescriptors succeeds. A live handle pins its two dlists, a live
+// local dlist each region it names, a live remote dlist its peer. Freeing
+// what is pinned is BUSY and changes nothing.
+//
+// # Batches
+//
+// A batch of more than Limits.MaxItemsPerCall items is an error of the
+// whole call (INVALID_ARGUMENT; no item takes effect). An empty batch is
+// not an error. Otherwise every item has its own result, and an item that
+// fails changes nothing.
+//
 // # Ids
 //
 // Ids are uint64, never zero, and never reused within one transport process,
@@ -39,44 +57,63 @@
 //
 //	call                 code                  the host may assume                       next
 //	Open                 OK                    agent ready                               register memory
-//	                     INVALID_ARGUMENT      bad agent name or parameter; not opened   fix the config
+//	                     INVALID_ARGUMENT      empty agent name, unknown or bad          fix the config
+//	                                           parameter, or opened before; not opened
 //	Close                OK                    agent ended, nothing held (also when      stop the process
 //	                                           it was closed already)
 //	                     BUSY                  something is still held; nothing changed  release it first
 //	                     INVALID_ARGUMENT      never opened                              -
 //	RegisterMemory       OK (item)             region registered, reachable by peers     re-publish metadata
-//	                     INVALID_ARGUMENT      bad path, range or kind; not registered   fix the request
+//	                     INVALID_ARGUMENT      empty or missing path, zero length,       fix the request
+//	                                           range past the file, unsupported kind;
+//	                                           not registered
 //	DeregisterMemory     OK (item)             region no longer reachable                -
 //	                     BUSY                  a live dlist or handle uses it; unchanged retry after release
 //	                     NOT_FOUND             unknown or already deregistered           drop the id
+//	LocalMetadata        OK                    blob of the regions registered now        hand it to peers
+//	                     BACKEND               over MaxMetadataBytes, or the native      register fewer regions
+//	                                           address could not be read
 //	LoadPeers            OK (item)             peer loaded                               prepare dlists
-//	                     INVALID_ARGUMENT      garbage metadata; nothing loaded          refuse the peer
+//	                     INVALID_ARGUMENT      empty name, garbage or oversized          refuse the peer
+//	                                           metadata, or a name other than the
+//	                                           metadata's agent; nothing loaded
 //	                     REMOTE_DISCONNECT     the peer is gone; nothing loaded          fetch its metadata again
 //	UnloadPeers          OK (item)             peer released                             -
 //	                     BUSY                  a live dlist or handle uses it; unchanged retry later
 //	                     NOT_FOUND             unknown or already unloaded               drop the id
 //	PrepareDescriptors   OK (item)             dlist ready                               post
-//	                     INVALID_ARGUMENT      unknown region or peer, range outside it  fix the request
+//	                     INVALID_ARGUMENT      no descriptors or over                    fix the request
+//	                                           MaxDescriptorsPerList, unknown region
+//	                                           or peer, zero-length descriptor, range
+//	                                           outside its region
 //	ReleaseDescriptors   OK (item)             dlist released                            -
 //	                     BUSY                  a live handle uses it; unchanged          retry later
 //	                     NOT_FOUND             unknown or already released               drop the id
 //	Post                 OK (item)             handle exists; bytes may move from now on poll it
-//	                     INVALID_ARGUMENT      bad op, index or length; nothing posted   fix the request
+//	                     INVALID_ARGUMENT      bad op; unknown dlist or one of the       fix the request
+//	                                           wrong side; empty or unequal index
+//	                                           lists; index outside its dlist; pair
+//	                                           lengths differ; over a limit; nothing
+//	                                           posted
 //	                     REMOTE_DISCONNECT     peer gone; nothing posted                 fail the request
 //	Poll                 OK (item)             State is true now                         release when terminal
 //	                     NOT_FOUND, BACKEND    state unknown: NOT terminal               keep holding; poll again
-//	Cancel               OK (item)             stop requested; nothing freed             poll until terminal
+//	Cancel               OK (item)             stop requested; nothing freed (on a       poll until terminal
+//	                                           terminal handle: nothing changes)
 //	                     NOT_FOUND             unknown handle                            -
 //	Release              OK (item)             handle freed; it moves no byte            hand its blocks back
 //	                     BUSY                  not terminal; handle still valid          poll, retry later
 //	                     NOT_FOUND             unknown or already released               -
 //	SendNotifications    OK (item)             message queued for delivery               -
-//	                     INVALID_ARGUMENT      too long or unknown peer                  -
+//	                     INVALID_ARGUMENT      over MaxNotificationBytes or unknown      -
+//	                                           peer (an empty message is allowed)
 //	                     REMOTE_DISCONNECT     the peer is gone; not sent                -
 //	any item but Poll's  BACKEND               the native call failed; that item did     retry next round, or
 //	                                           not take effect (a Release that failed    fail the request
 //	                                           keeps its handle held)
 //	any call             INVALID_ARGUMENT      called before Open or after Close         -
+//	                                           (Close: before Open only), or a batch
+//	                                           over MaxItemsPerCall: no item took effect
 //	any call             TIMEOUT               unknown whether it took effect            find out (Poll, Resources)
 //	any call             PLUGIN_SHUTDOWN       the process is gone: every transfer it    fence: new epoch
 //	                                           initiated has stopped (only the host's
@@ -92,9 +129,11 @@
 // # Describe's promises
 //
 // Describe states what Cancel achieves (CancelEffect), how a dead peer shows
-// (PeerLoss), which transfers a kill of the process stops (FenceScope) and
-// the Limits the transport honours. The conformance suite holds every
-// transport to them.
+// (PeerLoss), which transfers a kill of the process stops (FenceScope, see
+// docs/fencing.md) and the Limits the transport honours. The conformance
+// suite holds every transport to them. Contract v1 has no field for how
+// soon a canceled handle turns terminal: the suite allows its settle bound
+// (60 s), and a transport states a tighter bound in its own documentation.
 //
 // # Optional interfaces
 //

@@ -8,8 +8,8 @@ import "context"
 //
 // Batched calls take a slice and return one result per item, in order, with
 // an error per item; their second return value is an error of the call as a
-// whole (the transport could not be reached, the request was malformed as a
-// whole), in which case no item took effect unless that error is
+// whole (the transport could not be reached, the agent is not open, the
+// batch is over Limits.MaxItemsPerCall), in which case no item took effect unless that error is
 // CodeTimeout or CodePluginShutdown, after which the caller must not assume
 // either way.
 //
@@ -35,9 +35,12 @@ type Transport interface {
 	// LocalMetadata returns the blob a peer passes to LoadPeers to reach
 	// this agent's registered regions. It is versioned and at most
 	// Limits.MaxMetadataBytes long; call it again after registering memory.
+	// A blob that would be longer is CodeBackend (register fewer regions).
 	LocalMetadata(ctx context.Context) ([]byte, error)
-	// LoadPeers loads peers from their metadata. Garbage metadata is
-	// CodeInvalidArgument and loads nothing.
+	// LoadPeers loads peers from their metadata. An empty name, garbage
+	// metadata, or a name other than the metadata's agent is
+	// CodeInvalidArgument and loads nothing; a peer that is gone is
+	// CodeRemoteDisconnect.
 	LoadPeers(ctx context.Context, peers []PeerSpec) ([]PeerResult, error)
 	// UnloadPeers releases loaded peers. A peer a live dlist or handle
 	// references is refused with CodeBusy and stays loaded.
@@ -57,6 +60,8 @@ type Transport interface {
 	Poll(ctx context.Context, ids []HandleID) ([]HandleStatus, error)
 	// Cancel asks the backend to stop transfers. It frees nothing: a
 	// canceled handle must still be polled until terminal and released.
+	// Canceling a terminal handle is OK and changes nothing; an unknown or
+	// released one is CodeNotFound.
 	Cancel(ctx context.Context, ids []HandleID) ([]error, error)
 	// Release frees terminal handles. A handle that is not terminal is
 	// refused with CodeBusy and stays valid; an unknown or already released
@@ -102,7 +107,9 @@ type Waker interface {
 
 // OpenRequest starts an agent.
 type OpenRequest struct {
-	// Agent names this agent among its peers; non-empty.
+	// Agent names this agent among its peers; non-empty. Peers load this
+	// agent under this name (PeerSpec.Name), and its notifications reach
+	// them with it as Notification.From.
 	Agent string
 	// Params are transport-specific settings (k=v), for example a fake's
 	// faults or UCX's tls. An unknown key is CodeInvalidArgument.
@@ -123,7 +130,8 @@ type Registration struct {
 	Err error
 }
 
-// PeerSpec is a peer to load: its agent name and metadata blob.
+// PeerSpec is a peer to load: its agent name (non-empty, the name the peer
+// gave its own Open, which its metadata names) and metadata blob.
 type PeerSpec struct {
 	Name     string
 	Metadata []byte
@@ -137,7 +145,8 @@ type PeerResult struct {
 
 // Descriptor is one contiguous range of a region. In a local dlist Region is
 // a RegionID of this agent; in a remote dlist it is the peer's RegionID, as
-// the peer's RegisterMemory returned it.
+// the peer's RegisterMemory returned it. Length is non-zero, and the range
+// lies inside the region: otherwise CodeInvalidArgument.
 type Descriptor struct {
 	Region RegionID
 	Offset uint64
@@ -145,6 +154,7 @@ type Descriptor struct {
 }
 
 // DlistSpec is a descriptor list to prepare. Peer is zero for a local list.
+// It has at least one descriptor and at most Limits.MaxDescriptorsPerList.
 type DlistSpec struct {
 	Peer        PeerID
 	Descriptors []Descriptor
@@ -157,7 +167,10 @@ type DlistResult struct {
 }
 
 // PostSpec is one transfer: LocalIndices[i] of the local dlist moves to or
-// from RemoteIndices[i] of the remote dlist, whose lengths must match. When
+// from RemoteIndices[i] of the remote dlist, whose lengths must match. The
+// index lists are non-empty and of equal length, each index inside its
+// dlist, and paired descriptors of equal length; otherwise the item is
+// CodeInvalidArgument. When
 // Notification is non-empty it is delivered to the peer once the transfer is
 // DONE, and never if it is not.
 type PostSpec struct {
@@ -200,16 +213,22 @@ type OutboundNotification struct {
 
 // Notification is a message received from the agent named From.
 type Notification struct {
+	// From is the sender's agent name as it gave it to its own Open.
 	From    string
 	Message []byte
 }
 
-// Resources counts an agent's native resources.
+// Resources counts an agent's native resources. A new or closed agent
+// holds nothing.
 type Resources struct {
-	Regions  uint64
-	Peers    uint64
-	Dlists   uint64
-	Handles  uint64
+	Regions uint64 // registered regions
+	Peers   uint64 // loaded peers (with native state still closing)
+	Dlists  uint64 // live (unreleased) dlists
+	Handles uint64 // live (unreleased) handles, terminal or not
+	// InFlight counts transfers whose bytes may still move: posted and not
+	// yet terminal (a transport may count native work it still runs for
+	// them). It is not a count of handles: a terminal, unreleased handle
+	// is in Handles only.
 	InFlight uint64
 }
 

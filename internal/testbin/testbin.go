@@ -17,6 +17,8 @@ var packages = map[string]string{
 	"custody":                "github.com/custody-dev/custody/cmd/host",
 	"custody-transport-fake": "github.com/custody-dev/custody/plugins/fake/cmd/custody-transport-fake",
 	"custody-transport-ucx":  "github.com/custody-dev/custody/plugins/ucx/cmd/custody-transport-ucx",
+	// The example transport, a template for authors (examples/memcopy).
+	"custody-transport-memcopy": "github.com/custody-dev/custody/examples/memcopy/cmd/custody-transport-memcopy",
 }
 
 // EnvDir names a directory where the binaries are already built (make test

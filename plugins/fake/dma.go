@@ -91,7 +91,7 @@ func (t *Transport) step() (copied, again bool, wait time.Duration) {
 		}
 		switch {
 		case x.canceled && !x.earlyDone:
-			t.finish(x, sdk.StateCanceled, sdk.Errorf(sdk.CodeCanceled, "fake: handle %d canceled", x.h.id))
+			t.finish(x, sdk.StateCanceled, sdk.Errorf(sdk.CodeCanceled, "fake: handle %d canceled", x.h.ID))
 		case x.earlyDone && now.Before(x.earlyAt):
 			wait = shorter(wait, x.earlyAt.Sub(now))
 		case x.stall && (x.stallUntil.IsZero() || now.Before(x.stallUntil)):
@@ -116,7 +116,7 @@ func (t *Transport) step() (copied, again bool, wait time.Duration) {
 	}
 	x := pick
 	if x.failAfter >= 0 && x.chunks >= x.failAfter {
-		t.finish(x, sdk.StateFailed, sdk.Errorf(x.failCode, "fake: handle %d: injected fault %q after %d chunks", x.h.id, x.failRule, x.chunks))
+		t.finish(x, sdk.StateFailed, sdk.Errorf(x.failCode, "fake: handle %d: injected fault %q after %d chunks", x.h.ID, x.failRule, x.chunks))
 		t.mu.Unlock()
 		return false, true, wait
 	}
@@ -148,7 +148,7 @@ func (t *Transport) step() (copied, again bool, wait time.Duration) {
 	case last:
 		t.finish(x, sdk.StateDone, nil)
 	case x.canceled && !x.earlyDone:
-		t.finish(x, sdk.StateCanceled, sdk.Errorf(sdk.CodeCanceled, "fake: handle %d canceled", x.h.id))
+		t.finish(x, sdk.StateCanceled, sdk.Errorf(sdk.CodeCanceled, "fake: handle %d canceled", x.h.ID))
 	}
 	return true, true, wait
 }
@@ -222,15 +222,12 @@ func (t *Transport) finish(x *transfer, state sdk.State, reason error) {
 	t.report(x, state, reason)
 }
 
-// report turns x's handle terminal, records the event and, when DONE,
+// report turns x's handle terminal (the Book records the event, and
+// ignores a handle already terminal or released) and, when DONE,
 // queues the post's notification in the outbox (or, under a notif-delay
 // fault, among the delayed ones).
 func (t *Transport) report(x *transfer, state sdk.State, reason error) {
-	h := x.h
-	if !h.released {
-		h.state, h.reason = state, reason
-		t.recordEvent(sdk.Event{Handle: h.id, State: state, Reason: reason})
-	}
+	t.book.Complete(x.h, state, reason)
 	if state != sdk.StateDone || len(x.note) == 0 || x.noteDrop {
 		return
 	}
@@ -242,29 +239,15 @@ func (t *Transport) report(x *transfer, state sdk.State, reason error) {
 	t.outbox = append(t.outbox, n)
 }
 
-// maxEvents is how many undrained events an agent keeps before it forgets
-// those of handles already released: a caller that polls and never calls
-// Events must not grow the queue without bound, and one that released a
-// handle has seen its terminal state.
-const maxEvents = 1 << 16
-
-// recordEvent queues e for Events.
-func (t *Transport) recordEvent(e sdk.Event) {
-	if len(t.events) >= maxEvents {
-		t.events = slices.DeleteFunc(t.events, func(e sdk.Event) bool { return t.handles[e.Handle] == nil })
-	}
-	t.events = append(t.events, e)
-}
-
 // disconnected is the reason of a transfer whose peer's lease is gone.
 func disconnected(x *transfer) error {
-	return sdk.Errorf(sdk.CodeRemoteDisconnect, "fake: handle %d: the remote region's lease is gone (peer deregistered it or died)", x.h.id)
+	return sdk.Errorf(sdk.CodeRemoteDisconnect, "fake: handle %d: the remote region's lease is gone (peer deregistered it or died)", x.h.ID)
 }
 
 // peerGone is the reason of a transfer whose peer agent the watch found
 // dead (fence=initiated).
 func peerGone(x *transfer) error {
-	return sdk.Errorf(sdk.CodeRemoteDisconnect, "fake: handle %d: peer %s closed or died (its life lease is gone)", x.h.id, x.peer.name)
+	return sdk.Errorf(sdk.CodeRemoteDisconnect, "fake: handle %d: peer %s closed or died (its life lease is gone)", x.h.ID, x.peer.name)
 }
 
 // shorter returns the shorter of two waits, where zero means none.

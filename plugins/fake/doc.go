@@ -81,11 +81,14 @@
 //
 // # Contract details
 //
-// Ids of every kind come from one counter per process: never zero, never
-// reused. A dlist is in use while an unreleased handle (terminal or not)
-// uses it; a region while a local dlist uses it; a peer while a remote dlist
-// references it. PeerSpec.Name must equal the agent name in the metadata.
-// A descriptor of zero length is INVALID_ARGUMENT. Cancel stops a transfer
+// The contract's bookkeeping is a kit.Book (package sdk/kit), the same
+// rules every transport built on the kit follows: ids of every kind come
+// from one counter per process, never zero, never reused. A dlist is in
+// use while an unreleased handle (terminal or not) uses it; a region while
+// a local dlist uses it; a peer while a remote dlist references it.
+// PeerSpec.Name must be non-empty and equal the agent name in the
+// metadata. An empty dlist, empty index lists and a descriptor of zero
+// length are INVALID_ARGUMENT. The fake states no MaxItemsPerCall. Cancel stops a transfer
 // before its next chunk: it then reports CANCELED, or DONE if its last chunk
 // had landed (under cancel=none it changes nothing). Events reports each
 // handle's turn to a terminal state (no IN_PROGRESS events). Calls before
@@ -196,7 +199,8 @@
 //	                     selectors.
 //
 // Misbehaving modes violate the contract so that the conformance suite can
-// prove it catches each violation:
+// prove it catches each violation (release-running and reuse-ids through
+// kit.Misbehave, the Book's one door for breaking its rules):
 //
 //	release-running  Release of a running handle returns OK and its bytes
 //	                 keep moving (the transfer keeps the memory mapped and

@@ -8,17 +8,11 @@ import (
 	"github.com/custody-dev/custody/sdk"
 )
 
-// handle is a posted transfer as the caller sees it: its last state and the
-// dlists it holds until released.
-type handle struct {
-	id           sdk.HandleID
-	state        sdk.State
-	reason       error
-	local        *dlist
-	remote       *dlist
-	pollFails    int  // Poll failures still to inject (poll-fail)
-	releaseFails int  // Release failures still to inject (release-fail)
-	released     bool // released while running (misbehave=release-running)
+// handleFaults are the faults injected into one handle's calls, selected
+// at Post; the Book keeps them as the handle's value.
+type handleFaults struct {
+	pollFails    int // Poll failures still to inject (poll-fail)
+	releaseFails int // Release failures still to inject (release-fail)
 }
 
 // Post validates each transfer, selects the faults that apply to it and
@@ -36,96 +30,56 @@ func (t *Transport) Post(ctx context.Context, posts []sdk.PostSpec) ([]sdk.PostR
 	out := make([]sdk.PostResult, len(posts))
 	now := time.Now()
 	for i, spec := range posts {
-		id, err := t.post(spec, now)
+		id, err := t.book.Post(spec, func(h *handle) error { return t.start(h, now) })
 		out[i] = sdk.PostResult{ID: id, Err: err}
 	}
 	t.kick()
 	return out, nil
 }
 
-func (t *Transport) post(spec sdk.PostSpec, now time.Time) (sdk.HandleID, error) {
-	segs, err := t.resolve(spec)
-	if err != nil {
-		return 0, err
-	}
-	local, remote := t.dlists[spec.Local], t.dlists[spec.Remote]
-	if !remote.peer.alive() {
-		return 0, sdk.Errorf(sdk.CodeRemoteDisconnect, "fake: Post: peer %s closed or died (its life lease is gone); nothing posted, unload it", remote.peer.name)
+// start hands a checked transfer to the DMA engine, unless its peer is
+// gone or a post-fail fault selects it.
+func (t *Transport) start(h *handle, now time.Time) error {
+	p := h.Remote.Peer.Value
+	if !p.alive() {
+		return sdk.Errorf(sdk.CodeRemoteDisconnect, "fake: Post: peer %s closed or died (its life lease is gone); nothing posted, unload it", p.name)
 	}
 	t.posts++
-	if r := t.fault(faultPostFail, t.posts, remote.peer.name, -1); r != nil {
-		return 0, sdk.Errorf(r.code, "fake: Post: injected fault %q on transfer %d; nothing posted", r.text, t.posts)
+	if r := t.fault(faultPostFail, t.posts, p.name, -1); r != nil {
+		return sdk.Errorf(r.code, "fake: Post: injected fault %q on transfer %d; nothing posted", r.text, t.posts)
 	}
-	h := &handle{id: t.newHandleID(), state: sdk.StateInProgress, local: local, remote: remote}
-	x := &transfer{h: h, segs: segs, failAfter: -1, to: remote.peer.notify, peer: remote.peer, watched: now}
-	remote.peer.hold()
-	if len(spec.Notification) > 0 {
-		x.note = append([]byte(nil), spec.Notification...)
+	if len(t.freed) > 0 && t.freed[0] == h.ID {
+		t.freed = t.freed[1:] // misbehave=reuse-ids took it
 	}
-	t.applyFaults(x, remote.peer.name, now)
-	for _, s := range segs {
+	x := &transfer{h: h, failAfter: -1, to: p.notify, peer: p, watched: now, note: h.Notification}
+	for _, pair := range h.Pairs {
+		local, remote, lm, rm := pairBytes(h, pair)
+		if h.Op == sdk.OpWrite {
+			x.segs = append(x.segs, segment{dst: remote, src: local, dstMap: rm, srcMap: lm, probe: rm.probe})
+		} else {
+			x.segs = append(x.segs, segment{dst: local, src: remote, dstMap: lm, srcMap: rm, probe: rm.probe})
+		}
+	}
+	p.hold()
+	t.applyFaults(x, p.name, now)
+	for _, s := range x.segs {
 		x.hold(s.dstMap)
 		x.hold(s.srcMap)
 	}
 	for _, m := range x.maps {
 		m.ref()
 	}
-	local.handles++
-	remote.handles++
-	t.handles[h.id] = h
 	t.active = append(t.active, x)
-	return h.id, nil
+	return nil
 }
 
-// resolve checks a PostSpec and returns the segments it moves.
-func (t *Transport) resolve(spec sdk.PostSpec) ([]segment, error) {
-	bad := func(format string, args ...any) ([]segment, error) {
-		return nil, sdk.Errorf(sdk.CodeInvalidArgument, "fake: Post: "+format, args...)
+// reusedID is the Book's misbehave hook under misbehave=reuse-ids: once
+// 64 transfers were posted, each new handle takes the oldest released id.
+func (t *Transport) reusedID() (sdk.HandleID, bool) {
+	if t.posts < reuseAfter || len(t.freed) == 0 {
+		return 0, false
 	}
-	if !spec.Op.Valid() {
-		return bad("op %v is neither READ nor WRITE", spec.Op)
-	}
-	local, remote := t.dlists[spec.Local], t.dlists[spec.Remote]
-	switch {
-	case local == nil || local.peer != nil:
-		return bad("local dlist %d is unknown or not local", spec.Local)
-	case remote == nil || remote.peer == nil:
-		return bad("remote dlist %d is unknown or not remote", spec.Remote)
-	case len(spec.LocalIndices) == 0 || len(spec.LocalIndices) != len(spec.RemoteIndices):
-		return bad("%d local and %d remote indices; want equal, non-zero counts", len(spec.LocalIndices), len(spec.RemoteIndices))
-	case len(spec.LocalIndices) > maxDescriptorsPerPost:
-		return bad("%d descriptors exceed the limit of %d", len(spec.LocalIndices), maxDescriptorsPerPost)
-	case len(spec.Notification) > maxNotificationBytes:
-		return bad("notification of %d bytes exceeds the limit of %d", len(spec.Notification), maxNotificationBytes)
-	}
-	segs := make([]segment, len(spec.LocalIndices))
-	for i, li := range spec.LocalIndices {
-		ri := spec.RemoteIndices[i]
-		if int(li) >= len(local.descs) || int(ri) >= len(remote.descs) {
-			return bad("pair %d: index %d or %d out of range (dlists of %d and %d)", i, li, ri, len(local.descs), len(remote.descs))
-		}
-		l, r := local.descs[li], remote.descs[ri]
-		if l.length != r.length {
-			return bad("pair %d: local descriptor %d has %d bytes, remote descriptor %d has %d", i, li, l.length, ri, r.length)
-		}
-		if spec.Op == sdk.OpWrite {
-			segs[i] = segment{dst: r.bytes(), src: l.bytes(), dstMap: r.m, srcMap: l.m, probe: r.m.probe}
-		} else {
-			segs[i] = segment{dst: l.bytes(), src: r.bytes(), dstMap: l.m, srcMap: r.m, probe: r.m.probe}
-		}
-	}
-	return segs, nil
-}
-
-// newHandleID returns a fresh id, or under misbehave=reuse-ids, once 64
-// transfers were posted, the oldest released one.
-func (t *Transport) newHandleID() sdk.HandleID {
-	if t.p.misbehave == misbehaveReuseIDs && t.posts > reuseAfter && len(t.freed) > 0 {
-		id := t.freed[0]
-		t.freed = t.freed[1:]
-		return id
-	}
-	return sdk.HandleID(newID())
+	return t.freed[0], true
 }
 
 // Poll reports each handle's state. An unknown or released handle is
@@ -146,16 +100,16 @@ func (t *Transport) Poll(ctx context.Context, ids []sdk.HandleID) ([]sdk.HandleS
 	}()
 	out := make([]sdk.HandleStatus, len(ids))
 	for i, id := range ids {
-		h, ok := t.handles[id]
+		h, err := t.book.Handle("Poll", id)
 		switch {
-		case !ok:
-			out[i].Err = sdk.Errorf(sdk.CodeNotFound, "fake: Poll: handle %d unknown or already released", id)
-		case h.pollFails > 0:
-			h.pollFails--
+		case err != nil:
+			out[i].Err = err
+		case h.Value.pollFails > 0:
+			h.Value.pollFails--
 			out[i].Err = sdk.Errorf(sdk.CodeBackend, "fake: Poll: injected poll-fail on handle %d; its state is unknown, poll again", id)
 		default:
-			out[i] = sdk.HandleStatus{State: h.state, Reason: h.reason}
-			running = running || !h.state.Terminal()
+			out[i] = t.book.Poll(id)
+			running = running || !out[i].State.Terminal()
 		}
 	}
 	return out, nil
@@ -171,21 +125,19 @@ func (t *Transport) Cancel(ctx context.Context, ids []sdk.HandleID) ([]error, er
 		return nil, err
 	}
 	defer t.mu.Unlock()
-	out := make([]error, len(ids))
-	for i, id := range ids {
-		h, ok := t.handles[id]
-		if !ok {
-			out[i] = sdk.Errorf(sdk.CodeNotFound, "fake: Cancel: handle %d unknown or already released", id)
-			continue
-		}
-		if t.p.cancel == cancelNone {
-			continue
-		}
+	stop := func(h *handle) {
 		for _, x := range t.active {
 			if x.h == h {
 				x.canceled = true
 			}
 		}
+	}
+	if t.p.cancel == cancelNone {
+		stop = nil
+	}
+	out := make([]error, len(ids))
+	for i, id := range ids {
+		out[i] = t.book.Cancel(id, stop)
 	}
 	t.kick()
 	return out, nil
@@ -195,6 +147,7 @@ func (t *Transport) Cancel(ctx context.Context, ids []sdk.HandleID) ([]error, er
 // handle is BUSY and stays valid (under misbehave=release-running it is
 // released and keeps moving bytes); an unknown or released one is
 // NOT_FOUND; an injected release-fail is BACKEND and keeps the handle.
+// A running transfer keeps its own hold on the memory it touches.
 func (t *Transport) Release(ctx context.Context, ids []sdk.HandleID) ([]error, error) {
 	if err := t.lock(ctx, crashAtRelease); err != nil {
 		return nil, err
@@ -202,32 +155,18 @@ func (t *Transport) Release(ctx context.Context, ids []sdk.HandleID) ([]error, e
 	defer t.mu.Unlock()
 	out := make([]error, len(ids))
 	for i, id := range ids {
-		h, ok := t.handles[id]
-		switch {
-		case !ok:
-			out[i] = sdk.Errorf(sdk.CodeNotFound, "fake: Release: handle %d unknown or already released", id)
-		case !h.state.Terminal() && t.p.misbehave != misbehaveReleaseRunning:
-			out[i] = sdk.Errorf(sdk.CodeBusy, "fake: Release: handle %d is %v; poll until terminal (Cancel to stop it)", id, h.state)
-		case h.releaseFails > 0:
-			h.releaseFails--
-			out[i] = sdk.Errorf(sdk.CodeBackend, "fake: Release: injected release-fail on handle %d; it stays held, retry", id)
-		default:
-			t.releaseHandle(h)
-		}
+		out[i] = t.book.Release(id, func(h *handle) error {
+			if h.Value.releaseFails > 0 {
+				h.Value.releaseFails--
+				return sdk.Errorf(sdk.CodeBackend, "fake: Release: injected release-fail on handle %d; it stays held, retry", id)
+			}
+			if t.p.misbehave == misbehaveReuseIDs {
+				t.freed = append(t.freed, id)
+			}
+			return nil
+		})
 	}
 	return out, nil
-}
-
-// releaseHandle forgets h and drops its hold on its dlists. A running
-// transfer keeps its own hold on the memory it touches.
-func (t *Transport) releaseHandle(h *handle) {
-	delete(t.handles, h.id)
-	h.released = true
-	h.local.handles--
-	h.remote.handles--
-	if t.p.misbehave == misbehaveReuseIDs {
-		t.freed = append(t.freed, h.id)
-	}
 }
 
 // Events drains up to max state changes (all when max <= 0) in the order
@@ -237,11 +176,5 @@ func (t *Transport) Events(ctx context.Context, max int) ([]sdk.Event, error) {
 		return nil, err
 	}
 	defer t.mu.Unlock()
-	n := len(t.events)
-	if max > 0 && max < n {
-		n = max
-	}
-	out := append([]sdk.Event(nil), t.events[:n]...)
-	t.events = t.events[n:]
-	return out, nil
+	return t.book.Events(max), nil
 }

@@ -199,7 +199,7 @@ func TestCancelStops(t *testing.T) {
 func killLeases(a *Transport) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	for _, r := range a.regions {
-		r.lease.close()
+	for _, r := range a.book.Regions() {
+		r.Value.lease.close()
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
-	"sort"
 
 	"github.com/custody-dev/custody/sdk"
 )
@@ -46,11 +45,10 @@ func (t *Transport) LocalMetadata(ctx context.Context) ([]byte, error) {
 		return nil, err
 	}
 	md := metadata{Agent: t.agent, PID: pid, Notify: t.addr, Life: t.life.path(), Regions: []metaRegion{}}
-	for _, r := range t.regions {
-		md.Regions = append(md.Regions, metaRegion{ID: uint64(r.id), Path: r.spec.Path, Offset: r.spec.Offset, Length: r.spec.Length, Lease: r.lease.path()})
+	for _, r := range t.book.Regions() {
+		md.Regions = append(md.Regions, metaRegion{ID: uint64(r.ID), Path: r.Spec.Path, Offset: r.Spec.Offset, Length: r.Spec.Length, Lease: r.Value.lease.path()})
 	}
 	t.mu.Unlock()
-	sort.Slice(md.Regions, func(i, j int) bool { return md.Regions[i].ID < md.Regions[j].ID })
 	blob, err := encodeMetadata(md)
 	if err != nil {
 		return nil, sdk.Errorf(sdk.CodeBackend, "fake: LocalMetadata of agent %q: %v", md.Agent, err)

@@ -84,8 +84,8 @@ func (t *Transport) receive(conn *net.UnixConn) {
 			continue
 		}
 		t.mu.Lock()
-		if t.state == stateOpen {
-			t.inbox = append(t.inbox, sdk.Notification{From: from, Message: msg})
+		if !t.crashed {
+			t.book.Deliver(from, msg)
 		}
 		t.mu.Unlock()
 	}
@@ -195,12 +195,13 @@ func (t *Transport) SendNotifications(ctx context.Context, msgs []sdk.OutboundNo
 	out := make([]error, len(msgs))
 	sends := make([]note, len(msgs))
 	for i, m := range msgs {
-		p, ok := t.peers[m.Peer]
+		kp, err := t.book.CheckSend(m)
+		if err != nil {
+			out[i] = err
+			continue
+		}
+		p := kp.Value
 		switch {
-		case !ok:
-			out[i] = sdk.Errorf(sdk.CodeInvalidArgument, "fake: SendNotifications: peer %d unknown or unloaded", m.Peer)
-		case len(m.Message) > maxNotificationBytes:
-			out[i] = sdk.Errorf(sdk.CodeInvalidArgument, "fake: SendNotifications to %s: %d bytes exceed the limit of %d", p.name, len(m.Message), maxNotificationBytes)
 		case t.fault(faultNotifDrop, 0, p.name, -1) != nil:
 		default:
 			n := note{to: p.notify, msg: append([]byte(nil), m.Message...)}
@@ -259,11 +260,5 @@ func (t *Transport) Notifications(ctx context.Context, max int) ([]sdk.Notificat
 		return nil, err
 	}
 	defer t.mu.Unlock()
-	n := len(t.inbox)
-	if max > 0 && max < n {
-		n = max
-	}
-	out := append([]sdk.Notification(nil), t.inbox[:n]...)
-	t.inbox = t.inbox[n:]
-	return out, nil
+	return t.book.Notifications(max), nil
 }

@@ -71,7 +71,7 @@ func TestSendNotificationsOrder(t *testing.T) {
 	require.Eventually(t, func() bool {
 		p.b.mu.Lock()
 		defer p.b.mu.Unlock()
-		return len(p.b.inbox) == 100
+		return p.b.book.Inbox() == 100
 	}, wait, time.Millisecond)
 	first, err := p.b.Notifications(ctx, 10)
 	require.NoError(t, err)

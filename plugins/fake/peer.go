@@ -5,18 +5,17 @@ import (
 	"net"
 
 	"github.com/custody-dev/custody/sdk"
+	"github.com/custody-dev/custody/sdk/kit"
 )
 
 // peer is a loaded peer agent: its regions mapped here, each with a probe
 // of its owner's lease (nil under fence=initiated), a probe of the agent's
 // life lease, and its notification address.
 type peer struct {
-	id      sdk.PeerID
 	name    string
 	notify  *net.UnixAddr
 	life    *lease // probe of the agent's life lease: held while it lives
 	regions map[sdk.RegionID]*mapping
-	dlists  int // live remote dlists that reference the peer
 	refs    int // holders of the life probe: the peer table and transfers
 }
 
@@ -36,9 +35,9 @@ func (p *peer) drop() {
 }
 
 // LoadPeers loads each peer from its metadata, mapping the peer's region
-// files. Garbage metadata, or a name that differs from the metadata's
-// agent, is INVALID_ARGUMENT; a peer that closed or died, or (unless
-// fence=initiated) whose region lease is no longer held, is
+// files. An empty name, garbage metadata, or a name that differs from the
+// metadata's agent, is INVALID_ARGUMENT; a peer that closed or died, or
+// (unless fence=initiated) whose region lease is no longer held, is
 // REMOTE_DISCONNECT. A failed item loads nothing.
 func (t *Transport) LoadPeers(ctx context.Context, peers []sdk.PeerSpec) ([]sdk.PeerResult, error) {
 	if err := t.lock(ctx, ""); err != nil {
@@ -47,34 +46,36 @@ func (t *Transport) LoadPeers(ctx context.Context, peers []sdk.PeerSpec) ([]sdk.
 	defer t.mu.Unlock()
 	out := make([]sdk.PeerResult, len(peers))
 	for i, spec := range peers {
-		id, err := t.loadPeer(spec)
+		id, err := t.book.LoadPeer(spec, func() (kit.Loaded[*peer], error) { return t.loadPeer(spec) })
 		out[i] = sdk.PeerResult{ID: id, Err: err}
 	}
 	return out, nil
 }
 
-func (t *Transport) loadPeer(spec sdk.PeerSpec) (sdk.PeerID, error) {
+func (t *Transport) loadPeer(spec sdk.PeerSpec) (kit.Loaded[*peer], error) {
+	var none kit.Loaded[*peer]
 	md, err := decodeMetadata(spec.Metadata)
 	if err != nil {
-		return 0, sdk.Errorf(sdk.CodeInvalidArgument, "fake: LoadPeers %q: %v; pass the blob the peer's LocalMetadata returned", spec.Name, err)
+		return none, sdk.Errorf(sdk.CodeInvalidArgument, "fake: LoadPeers %q: %v; pass the blob the peer's LocalMetadata returned", spec.Name, err)
 	}
 	if spec.Name != md.Agent {
-		return 0, sdk.Errorf(sdk.CodeInvalidArgument, "fake: LoadPeers: name %q differs from the metadata's agent %q", spec.Name, md.Agent)
+		return none, sdk.Errorf(sdk.CodeInvalidArgument, "fake: LoadPeers: name %q differs from the metadata's agent %q", spec.Name, md.Agent)
 	}
 	rank := t.loads
 	t.loads++
 	if t.fault(faultLoadPeerFail, 0, md.Agent, rank) != nil {
-		return 0, sdk.Errorf(sdk.CodeBackend, "fake: LoadPeers %q: injected load-peer-fail at item %d; nothing loaded", md.Agent, rank)
+		return none, sdk.Errorf(sdk.CodeBackend, "fake: LoadPeers %q: injected load-peer-fail at item %d; nothing loaded", md.Agent, rank)
 	}
 	life, err := openLease(md.Life)
 	if err != nil {
-		return 0, sdk.Errorf(sdk.CodeRemoteDisconnect, "fake: LoadPeers %q: life lease: %v; the peer closed or died, fetch fresh metadata", md.Agent, err)
+		return none, sdk.Errorf(sdk.CodeRemoteDisconnect, "fake: LoadPeers %q: life lease: %v; the peer closed or died, fetch fresh metadata", md.Agent, err)
 	}
 	p := &peer{name: md.Agent, notify: &net.UnixAddr{Name: md.Notify, Net: "unixgram"}, life: life, regions: map[sdk.RegionID]*mapping{}, refs: 1}
 	if !p.alive() {
 		life.close()
-		return 0, sdk.Errorf(sdk.CodeRemoteDisconnect, "fake: LoadPeers %q: its life lease is not held; the peer closed or died, fetch fresh metadata", md.Agent)
+		return none, sdk.Errorf(sdk.CodeRemoteDisconnect, "fake: LoadPeers %q: its life lease is not held; the peer closed or died, fetch fresh metadata", md.Agent)
 	}
+	lengths := map[sdk.RegionID]uint64{}
 	for _, r := range md.Regions {
 		m, err := t.mapPeerRegion(md.Agent, r)
 		if err != nil {
@@ -82,16 +83,15 @@ func (t *Transport) loadPeer(spec sdk.PeerSpec) (sdk.PeerID, error) {
 				m.unmap()
 			}
 			life.close()
-			return 0, err
+			return none, err
 		}
 		p.regions[sdk.RegionID(r.ID)] = m
+		lengths[sdk.RegionID(r.ID)] = r.Length
 	}
-	p.id = sdk.PeerID(newID())
-	t.peers[p.id] = p
 	for _, m := range p.regions {
 		t.maps[m] = struct{}{}
 	}
-	return p.id, nil
+	return kit.Loaded[*peer]{Value: p, Regions: lengths}, nil
 }
 
 // mapPeerRegion maps one of a peer's regions and, unless fence=initiated,
@@ -130,21 +130,17 @@ func (t *Transport) UnloadPeers(ctx context.Context, ids []sdk.PeerID) ([]error,
 	defer t.mu.Unlock()
 	out := make([]error, len(ids))
 	for i, id := range ids {
-		p, ok := t.peers[id]
-		switch {
-		case !ok:
-			out[i] = sdk.Errorf(sdk.CodeNotFound, "fake: UnloadPeers: peer %d unknown or already unloaded", id)
-		case p.dlists > 0:
-			out[i] = sdk.Errorf(sdk.CodeBusy, "fake: UnloadPeers: peer %d (%s) is referenced by %d dlists; release them first", id, p.name, p.dlists)
-		case t.fault(faultUnloadFail, 0, p.name, -1) != nil:
-			out[i] = sdk.Errorf(sdk.CodeBackend, "fake: UnloadPeers: injected unload-fail on peer %d (%s); it stays loaded, retry", id, p.name)
-		default:
-			delete(t.peers, id)
+		out[i] = t.book.UnloadPeer(id, func(kp *kit.Peer[*peer]) error {
+			p := kp.Value
+			if t.fault(faultUnloadFail, 0, p.name, -1) != nil {
+				return sdk.Errorf(sdk.CodeBackend, "fake: UnloadPeers: injected unload-fail on peer %d (%s); it stays loaded, retry", id, p.name)
+			}
 			for _, m := range p.regions {
 				t.unref(m)
 			}
 			p.drop()
-		}
+			return nil
+		})
 	}
 	return out, nil
 }

@@ -4,16 +4,24 @@ import (
 	"context"
 
 	"github.com/custody-dev/custody/sdk"
+	"github.com/custody-dev/custody/sdk/kit"
+)
+
+// The fake's bookkeeping is a kit.Book over its own values: a region's
+// mapping and lease, a peer's mappings and probes, a handle's injected
+// faults. The Book holds the contract's rules (ids, NOT_FOUND, BUSY pins,
+// handle states, events, inbox, gate, limits); this package holds the
+// simulation.
+type (
+	book   = kit.Book[*region, *peer, handleFaults]
+	handle = kit.Handle[*region, *peer, handleFaults]
 )
 
 // region is memory this agent registered: a mapping of the region's file
 // and the lease that grants peers access to it.
 type region struct {
-	id     sdk.RegionID
-	spec   sdk.Region
-	m      *mapping
-	lease  *lease
-	dlists int // live local dlists that use the region
+	m     *mapping
+	lease *lease
 }
 
 // RegisterMemory maps each region's file range and takes its lease. A bad
@@ -26,32 +34,24 @@ func (t *Transport) RegisterMemory(ctx context.Context, regions []sdk.Region) ([
 	defer t.mu.Unlock()
 	out := make([]sdk.Registration, len(regions))
 	for i, spec := range regions {
-		id, err := t.register(spec)
+		id, err := t.book.Register(spec, func() (*region, error) { return t.register(spec) })
 		out[i] = sdk.Registration{ID: id, Err: err}
 	}
 	return out, nil
 }
 
-func (t *Transport) register(spec sdk.Region) (sdk.RegionID, error) {
-	if spec.Kind != "" && spec.Kind != sdk.MemoryHost {
-		return 0, sdk.Errorf(sdk.CodeInvalidArgument, "fake: RegisterMemory %s: memory kind %q unsupported; use %q", spec.Path, spec.Kind, sdk.MemoryHost)
-	}
-	if spec.Path == "" || spec.Length == 0 {
-		return 0, sdk.Errorf(sdk.CodeInvalidArgument, "fake: RegisterMemory: region needs a path and a non-zero length (got path %q, length %d)", spec.Path, spec.Length)
-	}
+func (t *Transport) register(spec sdk.Region) (*region, error) {
 	m, err := mapFile(spec.Path, spec.Offset, spec.Length)
 	if err != nil {
-		return 0, sdk.Errorf(sdk.CodeInvalidArgument, "fake: RegisterMemory %s [%d, +%d): %v", spec.Path, spec.Offset, spec.Length, err)
+		return nil, sdk.Errorf(sdk.CodeInvalidArgument, "fake: RegisterMemory %s [%d, +%d): %v", spec.Path, spec.Offset, spec.Length, err)
 	}
 	l, err := acquireLease(t.p.dir)
 	if err != nil {
 		m.unmap()
-		return 0, sdk.Errorf(sdk.CodeBackend, "fake: RegisterMemory %s: lease in %s: %v; check dir=", spec.Path, t.p.dir, err)
+		return nil, sdk.Errorf(sdk.CodeBackend, "fake: RegisterMemory %s: lease in %s: %v; check dir=", spec.Path, t.p.dir, err)
 	}
-	r := &region{id: sdk.RegionID(newID()), spec: spec, m: m, lease: l}
-	t.regions[r.id] = r
 	t.maps[m] = struct{}{}
-	return r.id, nil
+	return &region{m: m, lease: l}, nil
 }
 
 // DeregisterMemory drops each region's lease, so that peers' transfers into
@@ -64,17 +64,11 @@ func (t *Transport) DeregisterMemory(ctx context.Context, ids []sdk.RegionID) ([
 	defer t.mu.Unlock()
 	out := make([]error, len(ids))
 	for i, id := range ids {
-		r, ok := t.regions[id]
-		switch {
-		case !ok:
-			out[i] = sdk.Errorf(sdk.CodeNotFound, "fake: DeregisterMemory: region %d unknown or already deregistered", id)
-		case r.dlists > 0:
-			out[i] = sdk.Errorf(sdk.CodeBusy, "fake: DeregisterMemory: region %d is used by %d dlists; release them first", id, r.dlists)
-		default:
-			delete(t.regions, id)
-			r.lease.release()
-			t.unref(r.m)
-		}
+		out[i] = t.book.Deregister(id, func(r *kit.Region[*region]) error {
+			r.Value.lease.release()
+			t.unref(r.Value.m)
+			return nil
+		})
 	}
 	return out, nil
 }

@@ -85,9 +85,9 @@ func (t *Transport) applyFaults(x *transfer, peer string, now time.Time) {
 				x.failCode = sdk.CodeRemoteDisconnect
 			}
 		case faultReleaseFail:
-			x.h.releaseFails = r.count
+			x.h.Value.releaseFails = r.count
 		case faultPollFail:
-			x.h.pollFails = r.count
+			x.h.Value.pollFails = r.count
 		case faultNotifDrop:
 			x.noteDrop = true
 		case faultNotifDelay:

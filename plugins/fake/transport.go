@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/custody-dev/custody/sdk"
+	"github.com/custody-dev/custody/sdk/kit"
 )
 
 // Version is the fake transport's version, as Describe reports it.
@@ -23,14 +24,6 @@ const (
 	maxNotificationBytes  = 4096
 	maxMetadataBytes      = 1 << 20
 	peerLossBoundMillis   = 1000
-)
-
-// Lifecycle states of an agent.
-const (
-	stateNew = iota
-	stateOpen
-	stateClosed
-	stateCrashed
 )
 
 // Transport is one fake agent. The zero value is not usable; call New. It
@@ -55,16 +48,15 @@ type Transport struct {
 	// is sent.
 	sendFault func(msg []byte) error
 
-	mu    sync.Mutex
-	state int
-	agent string
-	p     params
-	rng   *rand.Rand
+	mu sync.Mutex
+	// book keeps the contract's bookkeeping: the tables, pins, handle
+	// states, events, inbox, and the gate of Open and Close.
+	book    *book
+	crashed bool // a crash fault or Kill ended the agent
+	agent   string
+	p       params
+	rng     *rand.Rand
 
-	regions  map[sdk.RegionID]*region
-	peers    map[sdk.PeerID]*peer
-	dlists   map[sdk.DlistID]*dlist
-	handles  map[sdk.HandleID]*handle
 	active   []*transfer           // transfers the DMA engine still runs
 	next     int                   // round-robin position in active
 	maps     map[*mapping]struct{} // every live mapping, for teardown
@@ -74,8 +66,6 @@ type Transport struct {
 	loads    int                   // valid LoadPeers items, for load-peer-fail
 	prepares int                   // valid remote dlists, for prepare-fail
 
-	events  []sdk.Event
-	inbox   []sdk.Notification
 	delayed []delayedNote
 	outbox  []note // notifications the engine still has to deliver, in order
 
@@ -108,6 +98,7 @@ func WithExitOnCrash() Option {
 // PLUGIN_SHUTDOWN), which is what in-process tests want.
 func New(opts ...Option) *Transport {
 	t := &Transport{p: defaultParams(), watch: peerWatch}
+	t.book = kit.NewBook[*region, *peer, handleFaults]("fake", t.limits(t.p))
 	for _, o := range opts {
 		o(t)
 	}
@@ -120,7 +111,7 @@ func New(opts ...Option) *Transport {
 func (t *Transport) Describe(ctx context.Context) (sdk.Description, error) {
 	t.mu.Lock()
 	p := t.p
-	crashed := t.state == stateCrashed
+	crashed := t.crashed
 	t.mu.Unlock()
 	if crashed {
 		return sdk.Description{}, shutdownError()
@@ -143,14 +134,19 @@ func (t *Transport) Describe(ctx context.Context) (sdk.Description, error) {
 		CancelEffect:  cancel,
 		PeerLoss:      sdk.PeerLossReported,
 		FenceScope:    fence,
-		Limits: sdk.Limits{
-			MaxDescriptorsPerList: maxDescriptorsPerList,
-			MaxDescriptorsPerPost: maxDescriptorsPerPost,
-			MaxNotificationBytes:  maxNotificationBytes,
-			MaxMetadataBytes:      maxMetadataBytes,
-			PeerLossBoundMillis:   peerLossBoundMillis + uint32(p.chunkDelay.Milliseconds()),
-		},
+		Limits:        t.limits(p),
 	}, nil
+}
+
+// limits are the Limits the fake states and its Book enforces.
+func (t *Transport) limits(p params) sdk.Limits {
+	return sdk.Limits{
+		MaxDescriptorsPerList: maxDescriptorsPerList,
+		MaxDescriptorsPerPost: maxDescriptorsPerPost,
+		MaxNotificationBytes:  maxNotificationBytes,
+		MaxMetadataBytes:      maxMetadataBytes,
+		PeerLossBoundMillis:   peerLossBoundMillis + uint32(p.chunkDelay.Milliseconds()),
+	}
 }
 
 // Open starts the agent: it parses the parameters, takes the agent's life
@@ -165,16 +161,17 @@ func (t *Transport) Open(ctx context.Context, req sdk.OpenRequest) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	// The agent's state first: a crashed agent answers PLUGIN_SHUTDOWN
-	// whatever the request, an opened one refuses any.
-	if t.state == stateCrashed {
+	// whatever the request, an opened one refuses any (the Book's gate).
+	if t.crashed {
 		return shutdownError()
 	}
-	if t.state != stateNew {
-		return sdk.Errorf(sdk.CodeInvalidArgument, "fake: Open: agent %q was opened before; an agent opens once, make a new one", t.agent)
-	}
-	if req.Agent == "" {
-		return sdk.Errorf(sdk.CodeInvalidArgument, "fake: Open: agent name is empty; name the agent")
-	}
+	return t.book.Open(req.Agent, func() error { return t.open(req) })
+}
+
+// open is Open's own work, once the Book's gate let it through. The
+// Book's limits, set at New, differ from those after Open only in
+// PeerLossBoundMillis, which the Book does not enforce.
+func (t *Transport) open(req sdk.OpenRequest) error {
 	p, err := parseParams(req.Params)
 	if err != nil {
 		return err
@@ -195,12 +192,14 @@ func (t *Transport) Open(ctx context.Context, req sdk.OpenRequest) error {
 		return sdk.Errorf(sdk.CodeBackend, "fake: Open: sending socket: %v", err)
 	}
 	t.life, t.out = life, out
-	t.state, t.agent, t.p = stateOpen, req.Agent, p
+	t.agent, t.p = req.Agent, p
+	switch p.misbehave {
+	case misbehaveReleaseRunning:
+		t.book.SetMisbehave(kit.Misbehave{ReleaseRunning: true})
+	case misbehaveReuseIDs:
+		t.book.SetMisbehave(kit.Misbehave{HandleID: t.reusedID})
+	}
 	t.rng = rand.New(rand.NewPCG(p.seed, p.seed))
-	t.regions = map[sdk.RegionID]*region{}
-	t.peers = map[sdk.PeerID]*peer{}
-	t.dlists = map[sdk.DlistID]*dlist{}
-	t.handles = map[sdk.HandleID]*handle{}
 	t.maps = map[*mapping]struct{}{}
 	t.calls = map[string]int{}
 	t.conn, t.addr = conn, addr
@@ -222,23 +221,15 @@ func (t *Transport) Close(ctx context.Context) error {
 		return err
 	}
 	t.mu.Lock()
-	switch t.state {
-	case stateNew:
-		t.mu.Unlock()
-		return sdk.Errorf(sdk.CodeInvalidArgument, "fake: Close: agent is not open; call Open first")
-	case stateClosed:
-		t.mu.Unlock()
-		return nil
-	case stateCrashed:
+	if t.crashed {
 		t.mu.Unlock()
 		return shutdownError()
 	}
-	if r := t.resourcesLocked(); r.Regions+r.Peers+r.Dlists+r.Handles > 0 {
-		t.mu.Unlock()
-		return sdk.Errorf(sdk.CodeBusy, "fake: Close of agent %q: still held: %d regions, %d peers, %d dlists, %d handles; release them first", t.agent, r.Regions, r.Peers, r.Dlists, r.Handles)
-	}
-	t.state = stateClosed
+	closed, err := t.book.Close(nil)
 	t.mu.Unlock()
+	if !closed {
+		return err // refused, or closed before: OK without effect
+	}
 	t.teardown()
 	_ = os.Remove(t.life.path())
 	return nil
@@ -255,10 +246,10 @@ func (t *Transport) Close(ctx context.Context) error {
 // agent does nothing. Tests use it to kill one in-process agent alone.
 func (t *Transport) Kill() {
 	t.mu.Lock()
-	was := t.state
-	t.state = stateCrashed
+	was := !t.crashed && t.book.Opened()
+	t.crashed = true
 	t.mu.Unlock()
-	if was == stateOpen {
+	if was {
 		t.teardown()
 	}
 }
@@ -271,23 +262,15 @@ func (t *Transport) Resources(ctx context.Context) (sdk.Resources, error) {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	switch t.state {
-	case stateCrashed:
+	if t.crashed {
 		return sdk.Resources{}, shutdownError()
-	case stateOpen:
-		return t.resourcesLocked(), nil
 	}
-	return sdk.Resources{}, nil
-}
-
-func (t *Transport) resourcesLocked() sdk.Resources {
-	return sdk.Resources{
-		Regions:  uint64(len(t.regions)),
-		Peers:    uint64(len(t.peers)),
-		Dlists:   uint64(len(t.dlists)),
-		Handles:  uint64(len(t.handles)),
-		InFlight: uint64(len(t.active)),
-	}
+	// InFlight counts the transfers the engine runs, which under
+	// misbehave=release-running or early-done outlive their handle's
+	// IN_PROGRESS state.
+	r := t.book.Resources()
+	r.InFlight = uint64(len(t.active))
+	return r, nil
 }
 
 // lock takes t.mu for a call of an open agent, or returns the error the call
@@ -298,21 +281,18 @@ func (t *Transport) lock(ctx context.Context, call string) error {
 		return err
 	}
 	t.mu.Lock()
-	switch t.state {
-	case stateNew:
-		t.mu.Unlock()
-		return sdk.Errorf(sdk.CodeInvalidArgument, "fake: agent is not open; call Open first")
-	case stateClosed:
-		t.mu.Unlock()
-		return sdk.Errorf(sdk.CodeInvalidArgument, "fake: agent %q is closed; make a new one", t.agent)
-	case stateCrashed:
+	if t.crashed {
 		t.mu.Unlock()
 		return shutdownError()
+	}
+	if err := t.book.Check(); err != nil {
+		t.mu.Unlock()
+		return err
 	}
 	if call == "" || !t.crashDue(call) {
 		return nil
 	}
-	t.state = stateCrashed
+	t.crashed = true
 	t.mu.Unlock()
 	if t.exitOnCrash {
 		os.Exit(3)
@@ -347,19 +327,18 @@ func (t *Transport) teardown() {
 	for m := range t.maps {
 		m.unmap()
 	}
-	for _, r := range t.regions {
-		r.lease.close()
+	for _, r := range t.book.Regions() {
+		r.Value.lease.close()
 	}
-	for _, p := range t.peers {
-		p.life.close()
+	for _, p := range t.book.Peers() {
+		p.Value.life.close()
 	}
 	for _, x := range t.active {
 		x.peer.life.close()
 	}
 	t.life.close()
 	_ = syscall.Close(t.out)
-	t.regions, t.peers, t.dlists, t.handles, t.maps = nil, nil, nil, nil, nil
-	t.active, t.delayed, t.outbox, t.inbox, t.events = nil, nil, nil, nil, nil
+	t.maps, t.active, t.delayed, t.outbox = nil, nil, nil, nil
 }
 
 // kick wakes the DMA engine.

@@ -1,0 +1,211 @@
+package kit
+
+import (
+	"github.com/custody-dev/custody/sdk"
+)
+
+// Handle is a posted transfer as a Book records it. Its state starts
+// IN_PROGRESS and turns terminal exactly once, by Complete.
+type Handle[R, P, H any] struct {
+	ID           sdk.HandleID
+	Op           sdk.Op
+	Local        *Dlist[R, P]
+	Remote       *Dlist[R, P]
+	Pairs        []Pair[R]
+	Notification []byte // a copy of the post's, nil when none
+	Value        H      // the transport's own state: a native request
+
+	state    sdk.State
+	reason   error
+	released bool
+}
+
+// Pair is one descriptor pair of a post: Local[i] moves to or from
+// Remote[i]. Region is the local descriptor's region; the remote
+// descriptor's region is the peer's (Handle.Remote.Peer).
+type Pair[R any] struct {
+	Local  sdk.Descriptor
+	Region *Region[R]
+	Remote sdk.Descriptor
+}
+
+// State returns the handle's last state and the reason of a FAILED or
+// CANCELED one.
+func (h *Handle[R, P, H]) State() (sdk.State, error) { return h.state, h.reason }
+
+// Released reports whether the handle was released (a running transfer of
+// a misbehaving transport can outlive its handle).
+func (h *Handle[R, P, H]) Released() bool { return h.released }
+
+// Bytes is the number of bytes the transfer moves.
+func (h *Handle[R, P, H]) Bytes() uint64 {
+	var n uint64
+	for _, p := range h.Pairs {
+		n += p.Local.Length
+	}
+	return n
+}
+
+// Post checks a transfer and records its handle, IN_PROGRESS. An invalid
+// op; a local dlist that is unknown or remote, or a remote one that is
+// unknown or local; empty or unequal index lists; more pairs than
+// Limits.MaxDescriptorsPerPost; an index outside its dlist; pairs whose
+// lengths differ; more bytes than Limits.MaxTransferBytes; or a
+// notification over Limits.MaxNotificationBytes are INVALID_ARGUMENT.
+//
+// start then begins the transfer natively; it must not wait for bytes to
+// move. When it fails (a lost peer: REMOTE_DISCONNECT) nothing is recorded
+// and its error is the item's; the id it saw is never used again. A
+// recorded handle pins both dlists until it is released.
+func (b *Book[R, P, H]) Post(spec sdk.PostSpec, start func(*Handle[R, P, H]) error) (sdk.HandleID, error) {
+	h, err := b.checkPost(spec)
+	if err != nil {
+		return 0, err
+	}
+	h.ID = b.newHandleID()
+	if start != nil {
+		if err := start(h); err != nil {
+			return 0, err
+		}
+	}
+	h.state = sdk.StateInProgress
+	b.handles[h.ID] = h
+	b.running++
+	h.Local.users++
+	h.Remote.users++
+	return h.ID, nil
+}
+
+func (b *Book[R, P, H]) checkPost(spec sdk.PostSpec) (*Handle[R, P, H], error) {
+	bad := func(format string, args ...any) (*Handle[R, P, H], error) {
+		return nil, b.errorf(sdk.CodeInvalidArgument, "Post: "+format, args...)
+	}
+	if !spec.Op.Valid() {
+		return bad("op %v is neither READ nor WRITE", spec.Op)
+	}
+	local, remote := b.dlists[spec.Local], b.dlists[spec.Remote]
+	n := len(spec.LocalIndices)
+	lim := b.limits
+	switch {
+	case local == nil || !local.Local():
+		return bad("local dlist %d is unknown or not local", spec.Local)
+	case remote == nil || remote.Local():
+		return bad("remote dlist %d is unknown or not remote", spec.Remote)
+	case n == 0 || n != len(spec.RemoteIndices):
+		return bad("%d local and %d remote indices; want equal, non-zero counts", n, len(spec.RemoteIndices))
+	case lim.MaxDescriptorsPerPost > 0 && n > int(lim.MaxDescriptorsPerPost):
+		return bad("%d descriptor pairs exceed the limit of %d", n, lim.MaxDescriptorsPerPost)
+	case lim.MaxNotificationBytes > 0 && len(spec.Notification) > int(lim.MaxNotificationBytes):
+		return bad("notification of %d bytes exceeds the limit of %d", len(spec.Notification), lim.MaxNotificationBytes)
+	}
+	h := &Handle[R, P, H]{Op: spec.Op, Local: local, Remote: remote, Pairs: make([]Pair[R], n)}
+	var total uint64
+	for i, li := range spec.LocalIndices {
+		ri := spec.RemoteIndices[i]
+		if int(li) >= len(local.Descs) || int(ri) >= len(remote.Descs) {
+			return bad("pair %d: index %d or %d out of range (dlists of %d and %d)", i, li, ri, len(local.Descs), len(remote.Descs))
+		}
+		l, r := local.Descs[li], remote.Descs[ri]
+		if l.Length != r.Length {
+			return bad("pair %d: local descriptor %d has %d bytes, remote descriptor %d has %d", i, li, l.Length, ri, r.Length)
+		}
+		h.Pairs[i] = Pair[R]{Local: l, Region: local.Regions[li], Remote: r}
+		total += l.Length
+	}
+	if max := lim.MaxTransferBytes; max > 0 && total > max {
+		return bad("%d bytes exceed the limit of %d per transfer", total, max)
+	}
+	if len(spec.Notification) > 0 {
+		h.Notification = append([]byte(nil), spec.Notification...)
+	}
+	return h, nil
+}
+
+// newHandleID draws a fresh id, unless a misbehaving owner picks one.
+func (b *Book[R, P, H]) newHandleID() sdk.HandleID {
+	if f := b.misbehave.HandleID; f != nil {
+		if id, ok := f(); ok {
+			return id
+		}
+	}
+	return sdk.HandleID(NewID())
+}
+
+// Handle returns a live (unreleased) handle, or NOT_FOUND naming call.
+func (b *Book[R, P, H]) Handle(call string, id sdk.HandleID) (*Handle[R, P, H], error) {
+	h, ok := b.handles[id]
+	if !ok {
+		return nil, b.errorf(sdk.CodeNotFound, "%s: handle %d unknown or already released", call, id)
+	}
+	return h, nil
+}
+
+// Poll returns a handle's status: its state, or NOT_FOUND (the state is
+// unknown, never terminal) when unknown or released.
+func (b *Book[R, P, H]) Poll(id sdk.HandleID) sdk.HandleStatus {
+	h, err := b.Handle("Poll", id)
+	if err != nil {
+		return sdk.HandleStatus{Err: err}
+	}
+	return sdk.HandleStatus{State: h.state, Reason: h.reason}
+}
+
+// Complete turns an IN_PROGRESS handle terminal, once: state must be DONE,
+// FAILED or CANCELED, and reason says why a FAILED or CANCELED one ended.
+// It queues the event. It reports false, changing nothing, when the handle
+// is already terminal or was released, or state is not terminal, so a
+// transport may report a completion twice without harm.
+func (b *Book[R, P, H]) Complete(h *Handle[R, P, H], state sdk.State, reason error) bool {
+	if h.released || h.state.Terminal() || !state.Terminal() {
+		return false
+	}
+	if state == sdk.StateDone {
+		reason = nil
+	}
+	h.state, h.reason = state, reason
+	b.running--
+	b.event(sdk.Event{Handle: h.ID, State: state, Reason: reason})
+	return true
+}
+
+// Cancel asks to stop a handle: NOT_FOUND when unknown or released. It
+// frees nothing. stop, which asks the backend to stop the transfer, runs
+// only while the handle is IN_PROGRESS: canceling a terminal handle is OK
+// and changes nothing. stop may be nil (CancelNone).
+func (b *Book[R, P, H]) Cancel(id sdk.HandleID, stop func(*Handle[R, P, H])) error {
+	h, err := b.Handle("Cancel", id)
+	if err != nil {
+		return err
+	}
+	if stop != nil && !h.state.Terminal() {
+		stop(h)
+	}
+	return nil
+}
+
+// Release frees a terminal handle and its pins on its dlists: NOT_FOUND
+// when unknown or already released, BUSY (the handle stays valid) when it
+// is not terminal. free releases it natively; when it fails the handle
+// stays held and its error is the item's. free may be nil.
+func (b *Book[R, P, H]) Release(id sdk.HandleID, free func(*Handle[R, P, H]) error) error {
+	h, err := b.Handle("Release", id)
+	if err != nil {
+		return err
+	}
+	if !h.state.Terminal() && !b.misbehave.ReleaseRunning {
+		return b.errorf(sdk.CodeBusy, "Release: handle %d is %v; poll until terminal (Cancel to stop it)", id, h.state)
+	}
+	if free != nil {
+		if err := free(h); err != nil {
+			return err
+		}
+	}
+	delete(b.handles, id)
+	h.released = true
+	if !h.state.Terminal() {
+		b.running--
+	}
+	h.Local.users--
+	h.Remote.users--
+	return nil
+}
