@@ -34,6 +34,11 @@ type Config struct {
 	Metrics MetricsConfig `yaml:"metrics"`
 	// LogLevel is hclog's level: trace, debug, info, warn or error.
 	LogLevel string `yaml:"log_level"`
+	// StateDir is a private (0700) directory for what must outlive a host:
+	// each host's record of its transport, so a restarted host fences one
+	// its predecessor left behind. Default: $XDG_RUNTIME_DIR/custody, else
+	// custody-<uid> in the temp directory.
+	StateDir string `yaml:"state_dir"`
 }
 
 // TransportConfig names the transport plugin and its parameters.
@@ -144,6 +149,9 @@ func (c *Config) defaults() {
 	if c.LogLevel == "" {
 		c.LogLevel = "info"
 	}
+	if c.StateDir == "" {
+		c.StateDir = defaultStateDir()
+	}
 }
 
 // Validate checks every field and returns all problems at once, each naming
@@ -211,6 +219,9 @@ func (c *Config) Validate() error {
 		bad("engine.socket", "required: the engine API's unix socket path")
 	} else if !filepath.IsAbs(c.Engine.Socket) {
 		bad("engine.socket", "%q must be an absolute path", c.Engine.Socket)
+	}
+	if !filepath.IsAbs(c.StateDir) {
+		bad("state_dir", "%q must be an absolute path", c.StateDir)
 	}
 	switch strings.ToLower(c.LogLevel) {
 	case "trace", "debug", "info", "warn", "error":

@@ -47,6 +47,7 @@ func startHost(t *testing.T, name string, blocks int, mod func(*Config), params 
 		Metadata:  MetadataConfig{Listen: "127.0.0.1:0"},
 		Engine:    EngineConfig{Socket: filepath.Join(dir, "engine.sock")},
 		LogLevel:  "warn",
+		StateDir:  filepath.Join(filepath.Dir(dir), "state"), // one per test, shared by its hosts
 	}
 	cfg.defaults()
 	if mod != nil {

@@ -49,6 +49,7 @@ type Host struct {
 	cfg     *Config
 	log     hclog.Logger
 	metrics *Metrics
+	state   *hostState // locked for the host's life (orphan.go)
 
 	// Owner goroutine state: touched only inside Run and the commands it runs.
 	core      *core.Core
@@ -115,14 +116,20 @@ func New(ctx context.Context, cfg *Config, log hclog.Logger) (*Host, error) {
 		done:       make(chan struct{}),
 	}
 	h.bgCtx, h.bgCancel = context.WithCancel(context.Background())
+	if h.state, err = openState(cfg, log); err != nil {
+		h.bgCancel()
+		return nil, err
+	}
 	if err := h.start(ctx); err != nil {
 		h.bgCancel()
+		h.state.close()
 		return nil, err
 	}
 	for _, p := range cfg.Pools {
 		if _, err := h.registerPool(ctx, p.Name, core.PoolSpec{Path: p.Path, BlockSize: p.BlockSize, Blocks: uint32(p.Blocks)}); err != nil {
 			_ = h.tp.Kill()
 			h.bgCancel()
+			h.state.close()
 			return nil, fmt.Errorf("config: pools: %w", err)
 		}
 	}
@@ -342,6 +349,10 @@ func (h *Host) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := h.state.recordTransport(pl.Pid()); err != nil {
+		_ = pl.Kill()
+		return err
+	}
 	if err := h.core.Attach(ctx, pl, next); err != nil {
 		_ = pl.Kill()
 		h.core.Fenced(next)
@@ -394,6 +405,7 @@ func (h *Host) publish(ctx context.Context) error {
 func (h *Host) shutdown() error {
 	h.bgCancel()
 	defer h.bg.Wait()
+	defer h.state.close()
 	deadline := time.Now().Add(closeGrace)
 	var err error
 	for {
