@@ -108,6 +108,13 @@ const (
 // DefaultCap is the bounded hold's default (DESIGN rule 8).
 const DefaultCap = 120 * time.Second
 
+// Ranges of the config's durations: each is added to a clock, so each is
+// bounded far from where that could overflow.
+const (
+	MaxCap         = 24 * time.Hour
+	MaxCallTimeout = 10 * time.Minute
+)
+
 // LoadConfig reads and validates the YAML file at path. Unknown fields are
 // errors, so a misspelt key never silently falls back to a default.
 func LoadConfig(path string) (*Config, error) {
@@ -124,7 +131,7 @@ func ParseConfig(raw []byte) (*Config, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(raw))
 	dec.KnownFields(true)
 	if err := dec.Decode(&c); err != nil {
-		return nil, fmt.Errorf("config: %w", err)
+		return nil, fmt.Errorf("config: %s%w", fieldsAt(raw, err), err)
 	}
 	c.defaults()
 	if err := c.Validate(); err != nil {
@@ -172,8 +179,8 @@ func (c *Config) Validate() error {
 			bad("transport.sha256", "want 64 hex digits, got %q", s)
 		}
 	}
-	if c.Transport.CallTimeout < 0 {
-		bad("transport.call_timeout", "must be positive, got %v", c.Transport.CallTimeout)
+	if c.Transport.CallTimeout <= 0 || c.Transport.CallTimeout > MaxCallTimeout {
+		bad("transport.call_timeout", "%v out of range: want more than 0 and at most %v", c.Transport.CallTimeout, MaxCallTimeout)
 	}
 	pools := map[string]bool{}
 	for i, p := range c.Pools {
@@ -188,11 +195,8 @@ func (c *Config) Validate() error {
 		if p.Path == "" {
 			bad(f+".path", "required: the region file")
 		}
-		if p.BlockSize == 0 {
-			bad(f+".block_size", "must be positive")
-		}
-		if p.Blocks == 0 {
-			bad(f+".blocks", "must be positive")
+		if err := checkPoolGeometry("config", f+".", 0, p.BlockSize, p.Blocks); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	peers := map[string]bool{c.Name: true}
@@ -209,8 +213,8 @@ func (c *Config) Validate() error {
 			bad(f+".address", "required: the peer's metadata endpoint host:port")
 		}
 	}
-	if c.Escalation.Cap < 0 {
-		bad("escalation.cap", "must be positive, got %v", c.Escalation.Cap)
+	if c.Escalation.Cap <= 0 || c.Escalation.Cap > MaxCap {
+		bad("escalation.cap", "%v out of range: want more than 0 and at most %v", c.Escalation.Cap, MaxCap)
 	}
 	if c.Escalation.Policy != PolicyFence && c.Escalation.Policy != PolicyReleaseAndReuse {
 		bad("escalation.policy", "%q: want %q or %q", c.Escalation.Policy, PolicyFence, PolicyReleaseAndReuse)
@@ -229,4 +233,55 @@ func (c *Config) Validate() error {
 		bad("log_level", "%q: want trace, debug, info, warn or error", c.LogLevel)
 	}
 	return errors.Join(errs...)
+}
+
+// fieldsAt names the fields a YAML decoding error is about ("transport.
+// call_timeout: "), from the lines its messages cite, so that a value of
+// the wrong type or out of its type's range names its field too.
+func fieldsAt(raw []byte, err error) string {
+	var te *yaml.TypeError
+	if !errors.As(err, &te) {
+		return ""
+	}
+	var root yaml.Node
+	if yaml.Unmarshal(raw, &root) != nil {
+		return ""
+	}
+	lines := map[int]string{}
+	var walk func(n *yaml.Node, path string)
+	walk = func(n *yaml.Node, path string) {
+		switch n.Kind {
+		case yaml.DocumentNode:
+			for _, c := range n.Content {
+				walk(c, path)
+			}
+		case yaml.MappingNode:
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				p := n.Content[i].Value
+				if path != "" {
+					p = path + "." + p
+				}
+				lines[n.Content[i+1].Line] = p
+				walk(n.Content[i+1], p)
+			}
+		case yaml.SequenceNode:
+			for i, c := range n.Content {
+				p := fmt.Sprintf("%s[%d]", path, i)
+				lines[c.Line] = p
+				walk(c, p)
+			}
+		}
+	}
+	walk(&root, "")
+	var names []string
+	for _, msg := range te.Errors {
+		var line int
+		if _, err := fmt.Sscanf(msg, "line %d:", &line); err == nil && lines[line] != "" {
+			names = append(names, lines[line])
+		}
+	}
+	if len(names) == 0 {
+		return ""
+	}
+	return strings.Join(names, ", ") + ": "
 }

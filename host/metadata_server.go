@@ -92,8 +92,8 @@ func FetchPeerInfo(ctx context.Context, addr string) (PeerInfo, error) {
 	if err := json.Unmarshal(body, &pi); err != nil {
 		return PeerInfo{}, fmt.Errorf("peer metadata at %s: %w", addr, err)
 	}
-	if pi.Name == "" || pi.Compat == "" {
-		return PeerInfo{}, fmt.Errorf("peer metadata at %s: name and compat are required", addr)
+	if err := pi.validate(); err != nil {
+		return PeerInfo{}, fmt.Errorf("peer metadata at %s: %w", addr, err)
 	}
 	return pi, nil
 }

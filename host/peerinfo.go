@@ -55,3 +55,23 @@ func (p PeerInfo) CheckCompat(ours string) error {
 	}
 	return nil
 }
+
+// maxPeerPools bounds how many pools a peer may publish.
+const maxPeerPools = 1024
+
+// validate checks what a peer sent before anything uses it: names present,
+// and every number in range before it is narrowed.
+func (p PeerInfo) validate() error {
+	if p.Name == "" || p.Compat == "" {
+		return fmt.Errorf("name and compat are required")
+	}
+	if len(p.Pools) > maxPeerPools {
+		return fmt.Errorf("%d pools exceed the limit of %d", len(p.Pools), maxPeerPools)
+	}
+	for i, pl := range p.Pools {
+		if err := checkPoolGeometry(fmt.Sprintf("pool %.64q", pl.Name), fmt.Sprintf("pools[%d].", i), 0, pl.BlockSize, pl.Blocks); err != nil {
+			return err
+		}
+	}
+	return nil
+}
