@@ -74,8 +74,22 @@ type PeerConfig struct {
 
 // MetadataConfig is where this host serves its metadata to peers.
 type MetadataConfig struct {
-	// Listen is the peer endpoint's TCP address, e.g. 127.0.0.1:0.
+	// Listen is the peer endpoint's TCP address (default 127.0.0.1:0:
+	// loopback, any port). Listen on another interface only by naming it.
 	Listen string `yaml:"listen"`
+	// TLS is the cluster's CA and this host's certificate for mutual TLS
+	// with peers. Unset, hosts on one machine use a CA custody makes in
+	// state_dir/ca (trust.go).
+	TLS TLSConfig `yaml:"tls"`
+}
+
+// TLSConfig names PEM files: the CA that signs every host's certificate,
+// and this host's certificate (naming it by the URI SAN
+// custody://peer/NAME) and key.
+type TLSConfig struct {
+	CA   string `yaml:"ca"`
+	Cert string `yaml:"cert"`
+	Key  string `yaml:"key"`
 }
 
 // EscalationConfig is the bounded hold (DESIGN rule 8).
@@ -159,6 +173,9 @@ func (c *Config) defaults() {
 	if c.StateDir == "" {
 		c.StateDir = defaultStateDir()
 	}
+	if c.Metadata.Listen == "" {
+		c.Metadata.Listen = "127.0.0.1:0"
+	}
 }
 
 // Validate checks every field and returns all problems at once, each naming
@@ -223,6 +240,9 @@ func (c *Config) Validate() error {
 		bad("engine.socket", "required: the engine API's unix socket path")
 	} else if !filepath.IsAbs(c.Engine.Socket) {
 		bad("engine.socket", "%q must be an absolute path", c.Engine.Socket)
+	}
+	if t := c.Metadata.TLS; (t.CA != "" || t.Cert != "" || t.Key != "") && (t.CA == "" || t.Cert == "" || t.Key == "") {
+		bad("metadata.tls", "set ca, cert and key together, or none of them for the one-machine CA in state_dir")
 	}
 	if !filepath.IsAbs(c.StateDir) {
 		bad("state_dir", "%q must be an absolute path", c.StateDir)

@@ -50,6 +50,7 @@ type Host struct {
 	log     hclog.Logger
 	metrics *Metrics
 	state   *hostState // locked for the host's life (orphan.go)
+	trust   *peerTrust // this host's TLS identity and CA (trust.go), set by Serve
 
 	// Owner goroutine state: touched only inside Run and the commands it runs.
 	core      *core.Core

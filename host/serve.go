@@ -18,10 +18,15 @@ import (
 // engine API stops first, then the host tears down (rule 12), then the
 // endpoints close.
 func Serve(ctx context.Context, cfg *Config, log hclog.Logger, ready func(*Host)) (err error) {
+	trust, err := loadTrust(cfg)
+	if err != nil {
+		return err
+	}
 	h, err := New(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
+	h.trust = trust // before Run and the engine API: every fetch sees it
 	runCtx, stop := context.WithCancel(context.Background())
 	runErr := make(chan error, 1)
 	go func() { runErr <- h.Run(runCtx) }()
@@ -30,7 +35,7 @@ func Serve(ctx context.Context, cfg *Config, log hclog.Logger, ready func(*Host)
 		err = errors.Join(err, <-runErr)
 	}()
 
-	meta, err := ServeMetadata(cfg.Metadata.Listen, func() (PeerInfo, error) {
+	meta, err := ServeMetadata(cfg.Metadata.Listen, trust.serverTLS(), func() (PeerInfo, error) {
 		if pi, ok := h.Info(); ok {
 			return pi, nil
 		}
