@@ -9,7 +9,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"time"
 )
 
 // metadataPath is where a host serves its PeerInfo.
@@ -41,7 +40,7 @@ func ServeMetadata(addr string, tc *tls.Config, info func() (PeerInfo, error)) (
 	if err != nil {
 		return nil, fmt.Errorf("metadata endpoint: listen on %q: %w", addr, err)
 	}
-	ln = tls.NewListener(ln, tc)
+	ln = tls.NewListener(boundedListener(ln, maxMetadataConns), tc)
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+metadataPath, func(w http.ResponseWriter, _ *http.Request) {
 		pi, err := info()
@@ -53,7 +52,7 @@ func ServeMetadata(addr string, tc *tls.Config, info func() (PeerInfo, error)) (
 		_ = json.NewEncoder(w).Encode(pi)
 	})
 	s := &MetadataServer{
-		srv:  &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second},
+		srv:  boundedServer(mux),
 		ln:   ln,
 		done: make(chan error, 1),
 	}

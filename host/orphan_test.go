@@ -5,10 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -116,8 +118,16 @@ func TestStateDirMustBePrivate(t *testing.T) {
 	require.ErrorContains(t, err, "must be private")
 }
 
+// serveExtra are optional settings of startServe: a descriptor limit
+// (soft and hard) for the process, and a metrics endpoint.
+type serveExtra struct {
+	nofile  int
+	metrics string
+}
+
 // serveProc is a `custody serve` process and an engine client for it.
 type serveProc struct {
+	log    *lockedBuffer // the host's stdout and stderr
 	cmd    *exec.Cmd
 	exited chan error
 	c      *client.Client
@@ -128,7 +138,7 @@ type serveProc struct {
 // startServe runs `custody serve` as a process named name, with a pool of
 // blocks blocks in dir, its metadata endpoint on metaAddr, and the state
 // directory and fake parameters given.
-func startServe(t *testing.T, name, dir, metaAddr, stateDir string, blocks int, params map[string]string) *serveProc {
+func startServe(t *testing.T, name, dir, metaAddr, stateDir string, blocks int, params map[string]string, extra serveExtra) *serveProc {
 	t.Helper()
 	p := &serveProc{pool: filepath.Join(dir, name+".kv")}
 	require.NoError(t, os.WriteFile(p.pool, make([]byte, blocks*testBlockSize), 0o600))
@@ -141,12 +151,20 @@ func startServe(t *testing.T, name, dir, metaAddr, stateDir string, blocks int, 
 		"state_dir": stateDir,
 		"log_level": "warn",
 	}
+	if extra.metrics != "" {
+		cfg["metrics"] = map[string]any{"listen": extra.metrics}
+	}
 	raw, err := yaml.Marshal(cfg)
 	require.NoError(t, err)
 	cfgPath := filepath.Join(dir, name+".yaml")
 	require.NoError(t, os.WriteFile(cfgPath, raw, 0o600))
 	p.cmd = exec.Command(custodyBin, "serve", "--config", cfgPath)
-	p.cmd.Stdout, p.cmd.Stderr = testWriter{t}, testWriter{t}
+	if extra.nofile > 0 {
+		p.cmd = exec.Command("sh", "-c", fmt.Sprintf(`ulimit -n %d && exec "$0" serve --config "$1"`, extra.nofile), custodyBin, cfgPath)
+	}
+	p.log = &lockedBuffer{}
+	p.cmd.Stdout = io.MultiWriter(testWriter{t}, p.log)
+	p.cmd.Stderr = p.cmd.Stdout
 	require.NoError(t, p.cmd.Start())
 	p.exited = make(chan error, 1)
 	go func() { p.exited <- p.cmd.Wait() }()
@@ -183,6 +201,24 @@ func startServe(t *testing.T, name, dir, metaAddr, stateDir string, blocks int, 
 	return p
 }
 
+// lockedBuffer is a buffer safe for concurrent writes and reads.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
 func loopbackPort(t *testing.T) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -210,7 +246,7 @@ func TestKilledHostsTransportWritesNothingAfterward(t *testing.T) {
 	dir := filepath.Join(shared, "victim")
 	require.NoError(t, os.MkdirAll(dir, 0o700))
 	metaAddr := loopbackPort(t)
-	victim := startServe(t, "decode", dir, metaAddr, prefill.cfg.StateDir, blocks, map[string]string{"dir": dir})
+	victim := startServe(t, "decode", dir, metaAddr, prefill.cfg.StateDir, blocks, map[string]string{"dir": dir}, serveExtra{})
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

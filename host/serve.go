@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
-	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -53,7 +51,8 @@ func Serve(ctx context.Context, cfg *Config, log hclog.Logger, ready func(*Host)
 			return fmt.Errorf("metrics: listen on %q: %w", cfg.Metrics.Listen, err)
 		}
 		h.metrAddr = mln.Addr().String()
-		msrv := &http.Server{Handler: promhttp.HandlerFor(h.Metrics().Registry, promhttp.HandlerOpts{}), ReadHeaderTimeout: 5 * time.Second}
+		mln = boundedListener(mln, maxMetricsConns)
+		msrv := boundedServer(promhttp.HandlerFor(h.Metrics().Registry, promhttp.HandlerOpts{}))
 		mdone := make(chan struct{})
 		go func() { defer close(mdone); _ = msrv.Serve(mln) }()
 		defer func() { _ = msrv.Close(); <-mdone }()
