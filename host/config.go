@@ -55,6 +55,8 @@ type TransportConfig struct {
 	SHA256 string `yaml:"sha256"`
 	// CallTimeout bounds every call to the transport.
 	CallTimeout time.Duration `yaml:"call_timeout"`
+
+	socketDir string // set by the host: where the process's socket directory goes
 }
 
 // PoolConfig is a region file cut into equal blocks.
@@ -155,9 +157,6 @@ func ParseConfig(raw []byte) (*Config, error) {
 }
 
 func (c *Config) defaults() {
-	if c.Transport.Name == "" && c.Transport.Path == "" {
-		c.Transport.Name = "fake"
-	}
 	if c.Transport.CallTimeout == 0 {
 		c.Transport.CallTimeout = 10 * time.Second
 	}
@@ -187,9 +186,22 @@ func (c *Config) Validate() error {
 	}
 	if c.Name == "" {
 		bad("name", "required: this host's agent name among its peers")
+	} else if err := checkName(c.Name); err != nil {
+		bad("name", "%v", err)
+	} else if strings.ContainsRune(c.Name, '/') || c.Name == "." || c.Name == ".." {
+		bad("name", "%q: a host name names its state directory: no '/', not . or ..", c.Name)
 	}
-	if c.Transport.Path == "" && c.Transport.Name != "fake" && c.Transport.Name != "ucx" {
-		bad("transport.name", "%q is not a built-in transport (fake, ucx); set transport.path for another", c.Transport.Name)
+	switch {
+	case c.Transport.Name == "" && c.Transport.Path == "":
+		bad("transport", "required: set transport.name (fake, ucx) or transport.path")
+	case c.Transport.Path != "":
+		if st, err := os.Stat(c.Transport.Path); err != nil {
+			bad("transport.path", "%v", err)
+		} else if !st.Mode().IsRegular() || st.Mode().Perm()&0o111 == 0 {
+			bad("transport.path", "%s is not an executable file", c.Transport.Path)
+		}
+	case c.Transport.Name != "fake" && c.Transport.Name != "ucx":
+		bad("transport.name", "%.256q is not a built-in transport (fake, ucx); set transport.path for another", c.Transport.Name)
 	}
 	if s := c.Transport.SHA256; s != "" {
 		if b, err := hex.DecodeString(s); err != nil || len(b) != 32 {
@@ -205,6 +217,8 @@ func (c *Config) Validate() error {
 		switch {
 		case p.Name == "":
 			bad(f+".name", "required")
+		case checkName(p.Name) != nil:
+			bad(f+".name", "%v", checkName(p.Name))
 		case pools[p.Name]:
 			bad(f+".name", "pool %q is defined twice", p.Name)
 		}
@@ -222,12 +236,21 @@ func (c *Config) Validate() error {
 		switch {
 		case p.Name == "":
 			bad(f+".name", "required")
+		case checkName(p.Name) != nil:
+			bad(f+".name", "%v", checkName(p.Name))
 		case peers[p.Name]:
 			bad(f+".name", "%q is this host or another peer's name", p.Name)
 		}
 		peers[p.Name] = true
 		if p.Address == "" {
 			bad(f+".address", "required: the peer's metadata endpoint host:port")
+		} else if err := checkName(p.Address); err != nil {
+			bad(f+".address", "%v", err)
+		}
+	}
+	if c.Metrics.Listen != "" {
+		if err := checkName(c.Metrics.Listen); err != nil {
+			bad("metrics.listen", "%v", err)
 		}
 	}
 	if c.Escalation.Cap <= 0 || c.Escalation.Cap > MaxCap {
@@ -240,6 +263,10 @@ func (c *Config) Validate() error {
 		bad("engine.socket", "required: the engine API's unix socket path")
 	} else if !filepath.IsAbs(c.Engine.Socket) {
 		bad("engine.socket", "%q must be an absolute path", c.Engine.Socket)
+	} else if st, err := os.Stat(filepath.Dir(c.Engine.Socket)); err != nil {
+		bad("engine.socket", "its directory: %v; create it or choose another path", err)
+	} else if !st.IsDir() {
+		bad("engine.socket", "%s is not a directory", filepath.Dir(c.Engine.Socket))
 	}
 	if t := c.Metadata.TLS; (t.CA != "" || t.Cert != "" || t.Key != "") && (t.CA == "" || t.Cert == "" || t.Key == "") {
 		bad("metadata.tls", "set ca, cert and key together, or none of them for the one-machine CA in state_dir")

@@ -173,8 +173,10 @@ func (h *Host) Status(ctx context.Context) (Status, error) {
 				s.Native = r
 			}
 		}
-		for name := range h.links {
-			s.Peers = append(s.Peers, name)
+		for name, l := range h.links {
+			if h.listed(name, l) { // peers.go
+				s.Peers = append(s.Peers, name)
+			}
 		}
 		return nil
 	})

@@ -346,7 +346,7 @@ func (h *Host) restart() {
 func (h *Host) start(ctx context.Context) error {
 	next := h.epoch + 1
 	h.epoch = next
-	pl, err := startTransport(ctx, h.cfg.Transport, fmt.Sprintf("%s.%d", h.cfg.Name, next), h.log.Named("transport"))
+	pl, err := startTransport(ctx, h.state.transportConfig(h.cfg.Transport), fmt.Sprintf("%s.%d", h.cfg.Name, next), h.log.Named("transport"))
 	if err != nil {
 		return err
 	}

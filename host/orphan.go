@@ -2,6 +2,7 @@ package host
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"os"
@@ -13,6 +14,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
+
+	"github.com/custody-dev/custody/sdk/plugin"
 )
 
 // A transport could outlive its host if both of its death mechanisms (the
@@ -31,9 +34,10 @@ const orphanWait = 10 * time.Second
 
 // hostState is a host's private state directory, locked while it runs.
 type hostState struct {
-	dir  string // <state_dir>/hosts/<name>
-	lock *os.File
-	log  hclog.Logger
+	dir     string // <state_dir>/hosts/<name>
+	sockets string // where each transport's socket directory is made
+	lock    *os.File
+	log     hclog.Logger
 }
 
 // defaultStateDir is where hosts keep state when state_dir is not set:
@@ -93,12 +97,36 @@ func openState(cfg *Config, log hclog.Logger) (*hostState, error) {
 		}
 		return nil, fmt.Errorf("host %q: state lock: %w", cfg.Name, err)
 	}
-	s := &hostState{dir: dir, lock: lock, log: log}
+	s := &hostState{dir: dir, sockets: socketParent(dir), lock: lock, log: log}
 	if err := s.fenceOrphan(); err != nil {
 		s.close()
 		return nil, err
 	}
+	// No transport of this host name lives now: what earlier ones left
+	// (killed, they could not clean up) goes.
+	if err := privateDir(s.sockets); err != nil {
+		s.close()
+		return nil, err
+	}
+	if err := plugin.RemoveStaleSocketDirs(s.sockets); err != nil {
+		s.log.Warn("stale transport sockets remain", "failure_type", "stale_sockets", "error", err.Error())
+	}
 	return s, nil
+}
+
+// socketParent is where a host's transports make their socket
+// directories: a private directory in the temp directory, named after the
+// host's state directory (unix socket paths must stay short, so not within
+// it), the same at every start of the host.
+func socketParent(hostDir string) string {
+	sum := sha256.Sum256([]byte(hostDir))
+	return filepath.Join(os.TempDir(), fmt.Sprintf("custody-%d-%x", os.Getuid(), sum[:6]))
+}
+
+// transportConfig is tc with this host's socket directory.
+func (s *hostState) transportConfig(tc TransportConfig) TransportConfig {
+	tc.socketDir = s.sockets
+	return tc
 }
 
 func (s *hostState) pidfile() string { return filepath.Join(s.dir, "transport.pid") }
@@ -168,9 +196,12 @@ func (s *hostState) forget() error {
 	return nil
 }
 
-// close releases the lock; the record stays for the next host to check.
+// close removes the socket directory's parent when it is empty (the
+// transport is gone) and releases the lock; the record stays for the next
+// host to check.
 func (s *hostState) close() {
 	if s != nil && s.lock != nil {
+		_ = os.Remove(s.sockets)
 		s.lock.Close()
 		s.lock = nil
 	}

@@ -184,3 +184,11 @@ func (h *Host) dropStalePeer(name string) {
 	}
 	h.log.Warn("peer disconnected; it will be connected again on the next request", "failure_type", "peer_disconnected", "peer", name)
 }
+
+// listed reports whether Status lists a link: while it is connected or its
+// handshake runs. A link whose handshake failed is kept (the next request
+// for the peer tries again) but not listed, so a peer that was never
+// reached does not stay in Status.
+func (h *Host) listed(name string, l *link) bool {
+	return l.pending || h.core.Connected(name)
+}

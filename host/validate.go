@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -41,11 +42,64 @@ func validateUnary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handle
 	return handler(ctx, req)
 }
 
-// validateRequest checks the numbers of one engine request.
+// MaxNameBytes bounds every name and id from outside: request ids, host,
+// peer and pool names, addresses. Longer ones are refused, never logged
+// whole.
+const MaxNameBytes = 256
+
+// checkName refuses a name or id longer than MaxNameBytes, or with a NUL
+// byte, without repeating it.
+func checkName(s string) error {
+	if len(s) > MaxNameBytes {
+		return fmt.Errorf("%d bytes long, more than %d", len(s), MaxNameBytes)
+	}
+	if strings.IndexByte(s, 0) >= 0 {
+		return fmt.Errorf("holds a NUL byte")
+	}
+	return nil
+}
+
+// checkNames checks each field of a request that is a name or id.
+func checkNames(what string, fields ...string) error {
+	for i := 0; i+1 < len(fields); i += 2 {
+		if err := checkName(fields[i+1]); err != nil {
+			return fmt.Errorf("%s: %s %w", what, fields[i], err)
+		}
+	}
+	return nil
+}
+
+// validateRequest checks the names and numbers of one engine request.
 func validateRequest(req any) error {
 	switch r := req.(type) {
 	case *enginev1.RegisterPoolRequest:
-		return checkPoolGeometry("register pool "+r.GetName(), "", r.GetOffset(), r.GetBlockSize(), uint64(r.GetBlocks()))
+		if err := checkNames("register pool", "name", r.GetName()); err != nil {
+			return err
+		}
+		return checkPoolGeometry(fmt.Sprintf("register pool %q", r.GetName()), "", r.GetOffset(), r.GetBlockSize(), uint64(r.GetBlocks()))
+	case *enginev1.ConnectPeerRequest:
+		if err := checkNames("connect peer", "name", r.GetName()); err != nil {
+			return err
+		}
+		for i, rk := range r.GetRanks() {
+			if err := checkNames(fmt.Sprintf("connect peer %q rank %d", r.GetName(), i), "address", rk.GetAddress(), "pool", rk.GetPool()); err != nil {
+				return err
+			}
+		}
+	case *enginev1.RemovePeerRequest:
+		return checkNames("remove peer", "name", r.GetName())
+	case *enginev1.ReadRequest:
+		return checkNames("read request", "request_id", r.GetRequestId(), "peer", r.GetPeer())
+	}
+	if r, ok := req.(interface {
+		GetRequestId() string
+		GetPeer() string
+	}); ok {
+		if err := checkNames("request", "request_id", r.GetRequestId(), "peer", r.GetPeer()); err != nil {
+			return err
+		}
+	}
+	switch r := req.(type) {
 	case *enginev1.WriteRequest:
 		return checkPush("write request", r.GetRequestId(), "consumers", r.GetConsumers(), r.GetLeaseMs())
 	case *enginev1.ExpectSendRequest:

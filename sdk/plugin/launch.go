@@ -50,6 +50,10 @@ type LaunchOptions struct {
 	// StartTimeout bounds the start and handshake of the process. Zero
 	// means DefaultStartTimeout.
 	StartTimeout time.Duration
+	// SocketDir is where the process's private socket directory is made
+	// (removed once the process is gone; scratch.go). Empty means the temp
+	// directory.
+	SocketDir string
 }
 
 // ContractVersionError is Launch's refusal of a plugin that speaks another
@@ -124,6 +128,12 @@ func Launch(ctx context.Context, path string, opts LaunchOptions) (*Plugin, erro
 
 	cmd := exec.Command(path)
 	life, err := attachLifeline(cmd)
+	if err == nil {
+		life.dir, err = attachSocketDir(cmd, opts.SocketDir)
+		if err != nil {
+			life.cut()
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("launch transport %s: %w", path, err)
 	}
@@ -146,8 +156,8 @@ func Launch(ctx context.Context, path string, opts LaunchOptions) (*Plugin, erro
 	abort := func() {
 		if cmd.Process != nil {
 			_ = cmd.Process.Kill()
+			client.Kill() // never reached for a process that never started: nothing to end, nothing to log
 		}
-		client.Kill()
 		life.cut()
 	}
 	if err := life.start(func() error { _, err := client.Start(); return err }); err != nil {

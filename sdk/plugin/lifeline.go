@@ -42,7 +42,8 @@ var (
 // lifeline is the host's end of a transport's lifeline.
 type lifeline struct {
 	r, w *os.File
-	held bool // a reference on launchThread
+	dir  string // the process's socket directory (scratch.go), removed at cut
+	held bool   // a reference on launchThread
 	once sync.Once
 }
 
@@ -99,6 +100,9 @@ func (l *lifeline) cut() {
 		}
 		if l.held {
 			launchThread.release()
+		}
+		if l.dir != "" {
+			_ = os.RemoveAll(l.dir)
 		}
 	})
 }
