@@ -174,6 +174,9 @@ func startServe(t *testing.T, name, dir, metaAddr, stateDir string, blocks int, 
 		}
 		_ = p.cmd.Process.Kill()
 		<-p.exited
+		// A killed host cannot remove its transports' socket directories;
+		// the next host of its name would.
+		_ = os.RemoveAll(socketParent(filepath.Join(stateDir, "hosts", name)))
 	})
 	p.c, err = client.Dial(socket)
 	require.NoError(t, err)
