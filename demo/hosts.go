@@ -75,6 +75,7 @@ func startHost(ctx context.Context, s hostSpec) (*hostProc, error) {
 		"escalation": map[string]any{"cap": s.cap.String(), "policy": s.policy},
 		"engine":     map[string]any{"socket": h.socket},
 		"log_level":  s.logLevel,
+		"state_dir":  filepath.Join(s.dir, "state"),
 	}
 	raw, err := yaml.Marshal(cfg)
 	if err != nil {

@@ -34,6 +34,11 @@ type Config struct {
 	Metrics MetricsConfig `yaml:"metrics"`
 	// LogLevel is hclog's level: trace, debug, info, warn or error.
 	LogLevel string `yaml:"log_level"`
+	// StateDir is a private (0700) directory for what must outlive a host:
+	// each host's record of its transport, so a restarted host fences one
+	// its predecessor left behind. Default: $XDG_RUNTIME_DIR/custody, else
+	// custody-<uid> in the temp directory.
+	StateDir string `yaml:"state_dir"`
 }
 
 // TransportConfig names the transport plugin and its parameters.
@@ -50,6 +55,8 @@ type TransportConfig struct {
 	SHA256 string `yaml:"sha256"`
 	// CallTimeout bounds every call to the transport.
 	CallTimeout time.Duration `yaml:"call_timeout"`
+
+	socketDir string // set by the host: where the process's socket directory goes
 }
 
 // PoolConfig is a region file cut into equal blocks.
@@ -69,8 +76,22 @@ type PeerConfig struct {
 
 // MetadataConfig is where this host serves its metadata to peers.
 type MetadataConfig struct {
-	// Listen is the peer endpoint's TCP address, e.g. 127.0.0.1:0.
+	// Listen is the peer endpoint's TCP address (default 127.0.0.1:0:
+	// loopback, any port). Listen on another interface only by naming it.
 	Listen string `yaml:"listen"`
+	// TLS is the cluster's CA and this host's certificate for mutual TLS
+	// with peers. Unset, hosts on one machine use a CA custody makes in
+	// state_dir/ca (trust.go).
+	TLS TLSConfig `yaml:"tls"`
+}
+
+// TLSConfig names PEM files: the CA that signs every host's certificate,
+// and this host's certificate (naming it by the URI SAN
+// custody://peer/NAME) and key.
+type TLSConfig struct {
+	CA   string `yaml:"ca"`
+	Cert string `yaml:"cert"`
+	Key  string `yaml:"key"`
 }
 
 // EscalationConfig is the bounded hold (DESIGN rule 8).
@@ -103,6 +124,13 @@ const (
 // DefaultCap is the bounded hold's default (DESIGN rule 8).
 const DefaultCap = 120 * time.Second
 
+// Ranges of the config's durations: each is added to a clock, so each is
+// bounded far from where that could overflow.
+const (
+	MaxCap         = 24 * time.Hour
+	MaxCallTimeout = 10 * time.Minute
+)
+
 // LoadConfig reads and validates the YAML file at path. Unknown fields are
 // errors, so a misspelt key never silently falls back to a default.
 func LoadConfig(path string) (*Config, error) {
@@ -119,7 +147,7 @@ func ParseConfig(raw []byte) (*Config, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(raw))
 	dec.KnownFields(true)
 	if err := dec.Decode(&c); err != nil {
-		return nil, fmt.Errorf("config: %w", err)
+		return nil, fmt.Errorf("config: %s%w", fieldsAt(raw, err), err)
 	}
 	c.defaults()
 	if err := c.Validate(); err != nil {
@@ -129,9 +157,6 @@ func ParseConfig(raw []byte) (*Config, error) {
 }
 
 func (c *Config) defaults() {
-	if c.Transport.Name == "" && c.Transport.Path == "" {
-		c.Transport.Name = "fake"
-	}
 	if c.Transport.CallTimeout == 0 {
 		c.Transport.CallTimeout = 10 * time.Second
 	}
@@ -144,6 +169,12 @@ func (c *Config) defaults() {
 	if c.LogLevel == "" {
 		c.LogLevel = "info"
 	}
+	if c.StateDir == "" {
+		c.StateDir = defaultStateDir()
+	}
+	if c.Metadata.Listen == "" {
+		c.Metadata.Listen = "127.0.0.1:0"
+	}
 }
 
 // Validate checks every field and returns all problems at once, each naming
@@ -155,17 +186,30 @@ func (c *Config) Validate() error {
 	}
 	if c.Name == "" {
 		bad("name", "required: this host's agent name among its peers")
+	} else if err := checkName(c.Name); err != nil {
+		bad("name", "%v", err)
+	} else if strings.ContainsRune(c.Name, '/') || c.Name == "." || c.Name == ".." {
+		bad("name", "%q: a host name names its state directory: no '/', not . or ..", c.Name)
 	}
-	if c.Transport.Path == "" && c.Transport.Name != "fake" && c.Transport.Name != "ucx" {
-		bad("transport.name", "%q is not a built-in transport (fake, ucx); set transport.path for another", c.Transport.Name)
+	switch {
+	case c.Transport.Name == "" && c.Transport.Path == "":
+		bad("transport", "required: set transport.name (fake, ucx) or transport.path")
+	case c.Transport.Path != "":
+		if st, err := os.Stat(c.Transport.Path); err != nil {
+			bad("transport.path", "%v", err)
+		} else if !st.Mode().IsRegular() || st.Mode().Perm()&0o111 == 0 {
+			bad("transport.path", "%s is not an executable file", c.Transport.Path)
+		}
+	case c.Transport.Name != "fake" && c.Transport.Name != "ucx":
+		bad("transport.name", "%.256q is not a built-in transport (fake, ucx); set transport.path for another", c.Transport.Name)
 	}
 	if s := c.Transport.SHA256; s != "" {
 		if b, err := hex.DecodeString(s); err != nil || len(b) != 32 {
 			bad("transport.sha256", "want 64 hex digits, got %q", s)
 		}
 	}
-	if c.Transport.CallTimeout < 0 {
-		bad("transport.call_timeout", "must be positive, got %v", c.Transport.CallTimeout)
+	if c.Transport.CallTimeout <= 0 || c.Transport.CallTimeout > MaxCallTimeout {
+		bad("transport.call_timeout", "%v out of range: want more than 0 and at most %v", c.Transport.CallTimeout, MaxCallTimeout)
 	}
 	pools := map[string]bool{}
 	for i, p := range c.Pools {
@@ -173,6 +217,8 @@ func (c *Config) Validate() error {
 		switch {
 		case p.Name == "":
 			bad(f+".name", "required")
+		case checkName(p.Name) != nil:
+			bad(f+".name", "%v", checkName(p.Name))
 		case pools[p.Name]:
 			bad(f+".name", "pool %q is defined twice", p.Name)
 		}
@@ -180,11 +226,8 @@ func (c *Config) Validate() error {
 		if p.Path == "" {
 			bad(f+".path", "required: the region file")
 		}
-		if p.BlockSize == 0 {
-			bad(f+".block_size", "must be positive")
-		}
-		if p.Blocks == 0 {
-			bad(f+".blocks", "must be positive")
+		if err := checkPoolGeometry("config", f+".", 0, p.BlockSize, p.Blocks); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	peers := map[string]bool{c.Name: true}
@@ -193,16 +236,25 @@ func (c *Config) Validate() error {
 		switch {
 		case p.Name == "":
 			bad(f+".name", "required")
+		case checkName(p.Name) != nil:
+			bad(f+".name", "%v", checkName(p.Name))
 		case peers[p.Name]:
 			bad(f+".name", "%q is this host or another peer's name", p.Name)
 		}
 		peers[p.Name] = true
 		if p.Address == "" {
 			bad(f+".address", "required: the peer's metadata endpoint host:port")
+		} else if err := checkName(p.Address); err != nil {
+			bad(f+".address", "%v", err)
 		}
 	}
-	if c.Escalation.Cap < 0 {
-		bad("escalation.cap", "must be positive, got %v", c.Escalation.Cap)
+	if c.Metrics.Listen != "" {
+		if err := checkName(c.Metrics.Listen); err != nil {
+			bad("metrics.listen", "%v", err)
+		}
+	}
+	if c.Escalation.Cap <= 0 || c.Escalation.Cap > MaxCap {
+		bad("escalation.cap", "%v out of range: want more than 0 and at most %v", c.Escalation.Cap, MaxCap)
 	}
 	if c.Escalation.Policy != PolicyFence && c.Escalation.Policy != PolicyReleaseAndReuse {
 		bad("escalation.policy", "%q: want %q or %q", c.Escalation.Policy, PolicyFence, PolicyReleaseAndReuse)
@@ -211,6 +263,16 @@ func (c *Config) Validate() error {
 		bad("engine.socket", "required: the engine API's unix socket path")
 	} else if !filepath.IsAbs(c.Engine.Socket) {
 		bad("engine.socket", "%q must be an absolute path", c.Engine.Socket)
+	} else if st, err := os.Stat(filepath.Dir(c.Engine.Socket)); err != nil {
+		bad("engine.socket", "its directory: %v; create it or choose another path", err)
+	} else if !st.IsDir() {
+		bad("engine.socket", "%s is not a directory", filepath.Dir(c.Engine.Socket))
+	}
+	if t := c.Metadata.TLS; (t.CA != "" || t.Cert != "" || t.Key != "") && (t.CA == "" || t.Cert == "" || t.Key == "") {
+		bad("metadata.tls", "set ca, cert and key together, or none of them for the one-machine CA in state_dir")
+	}
+	if !filepath.IsAbs(c.StateDir) {
+		bad("state_dir", "%q must be an absolute path", c.StateDir)
 	}
 	switch strings.ToLower(c.LogLevel) {
 	case "trace", "debug", "info", "warn", "error":
@@ -218,4 +280,55 @@ func (c *Config) Validate() error {
 		bad("log_level", "%q: want trace, debug, info, warn or error", c.LogLevel)
 	}
 	return errors.Join(errs...)
+}
+
+// fieldsAt names the fields a YAML decoding error is about ("transport.
+// call_timeout: "), from the lines its messages cite, so that a value of
+// the wrong type or out of its type's range names its field too.
+func fieldsAt(raw []byte, err error) string {
+	var te *yaml.TypeError
+	if !errors.As(err, &te) {
+		return ""
+	}
+	var root yaml.Node
+	if yaml.Unmarshal(raw, &root) != nil {
+		return ""
+	}
+	lines := map[int]string{}
+	var walk func(n *yaml.Node, path string)
+	walk = func(n *yaml.Node, path string) {
+		switch n.Kind {
+		case yaml.DocumentNode:
+			for _, c := range n.Content {
+				walk(c, path)
+			}
+		case yaml.MappingNode:
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				p := n.Content[i].Value
+				if path != "" {
+					p = path + "." + p
+				}
+				lines[n.Content[i+1].Line] = p
+				walk(n.Content[i+1], p)
+			}
+		case yaml.SequenceNode:
+			for i, c := range n.Content {
+				p := fmt.Sprintf("%s[%d]", path, i)
+				lines[c.Line] = p
+				walk(c, p)
+			}
+		}
+	}
+	walk(&root, "")
+	var names []string
+	for _, msg := range te.Errors {
+		var line int
+		if _, err := fmt.Sscanf(msg, "line %d:", &line); err == nil && lines[line] != "" {
+			names = append(names, lines[line])
+		}
+	}
+	if len(names) == 0 {
+		return ""
+	}
+	return strings.Join(names, ", ") + ": "
 }

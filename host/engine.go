@@ -184,8 +184,10 @@ func (h *Host) Status(ctx context.Context) (Status, error) {
 			s.TransportPid = h.tp.Pid()
 			tp = h.tp
 		}
-		for name := range h.links {
-			s.Peers = append(s.Peers, name)
+		for name, l := range h.links {
+			if h.listed(name, l) { // peers.go
+				s.Peers = append(s.Peers, name)
+			}
 		}
 		return nil
 	})

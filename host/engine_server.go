@@ -22,7 +22,7 @@ type engineServer struct {
 
 // NewEngineServer returns a gRPC server serving h's engine API.
 func NewEngineServer(h *Host) *grpc.Server {
-	s := grpc.NewServer()
+	s := grpc.NewServer(grpc.UnaryInterceptor(validateUnary)) // validate.go: numbers range-checked first
 	enginev1.RegisterEngineServer(s, &engineServer{h: h})
 	return s
 }

@@ -37,7 +37,7 @@ func startHost(t *testing.T, name string, blocks int, mod func(*Config), params 
 	dir := t.TempDir()
 	pool := filepath.Join(dir, "kv.region")
 	require.NoError(t, os.WriteFile(pool, make([]byte, blocks*testBlockSize), 0o600))
-	p := map[string]string{"dir": dir}
+	p := map[string]string{"dir": dir, "peer_dirs": filepath.Dir(dir)} // the test's hosts share a parent
 	for i := 0; i+1 < len(params); i += 2 {
 		p[params[i]] = params[i+1]
 	}
@@ -47,6 +47,7 @@ func startHost(t *testing.T, name string, blocks int, mod func(*Config), params 
 		Metadata:  MetadataConfig{Listen: "127.0.0.1:0"},
 		Engine:    EngineConfig{Socket: filepath.Join(dir, "engine.sock")},
 		LogLevel:  "warn",
+		StateDir:  filepath.Join(filepath.Dir(dir), "state"), // one per test, shared by its hosts
 	}
 	cfg.defaults()
 	if mod != nil {

@@ -51,6 +51,8 @@ type Host struct {
 	cfg     *Config
 	log     hclog.Logger
 	metrics *Metrics
+	state   *hostState // locked for the host's life (orphan.go)
+	trust   *peerTrust // this host's TLS identity and CA (trust.go), set by Serve
 
 	// Owner goroutine state: touched only inside Run and the commands it runs.
 	core      *core.Core
@@ -139,9 +141,15 @@ func New(ctx context.Context, cfg *Config, log hclog.Logger) (*Host, error) {
 	}
 	h.bgCtx, h.bgCancel = context.WithCancel(context.Background())
 	h.exec = newExecutor(cfg.Transport.CallTimeout)
+	if h.state, err = openState(cfg, log); err != nil {
+		h.bgCancel()
+		h.exec.close()
+		return nil, err
+	}
 	if err := h.start(ctx); err != nil {
 		h.bgCancel()
 		h.exec.close()
+		h.state.close()
 		return nil, err
 	}
 	for _, p := range cfg.Pools {
@@ -149,6 +157,7 @@ func New(ctx context.Context, cfg *Config, log hclog.Logger) (*Host, error) {
 			_ = h.tp.Kill()
 			h.bgCancel()
 			h.exec.close()
+			h.state.close()
 			return nil, fmt.Errorf("config: pools: %w", err)
 		}
 	}
@@ -474,8 +483,12 @@ func (h *Host) restart() {
 func (h *Host) start(ctx context.Context) error {
 	next := h.epoch + 1
 	h.epoch = next
-	pl, err := startTransport(ctx, h.cfg.Transport, fmt.Sprintf("%s.%d", h.cfg.Name, next), h.log.Named("transport"))
+	pl, err := startTransport(ctx, h.state.transportConfig(h.cfg.Transport), fmt.Sprintf("%s.%d", h.cfg.Name, next), h.log.Named("transport"))
 	if err != nil {
+		return err
+	}
+	if err := h.state.recordTransport(pl.Pid()); err != nil {
+		_ = pl.Kill()
 		return err
 	}
 	desc, err := pl.Describe(ctx)
@@ -560,6 +573,7 @@ func (h *Host) publish(ctx context.Context) error {
 func (h *Host) shutdown() error {
 	h.bgCancel()
 	defer h.bg.Wait()
+	defer h.state.close()
 	deadline := time.Now().Add(closeGrace)
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()

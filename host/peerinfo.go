@@ -55,3 +55,29 @@ func (p PeerInfo) CheckCompat(ours string) error {
 	}
 	return nil
 }
+
+// maxPeerPools bounds how many pools a peer may publish.
+const maxPeerPools = 1024
+
+// validate checks what a peer sent before anything uses it: names present,
+// and every number in range before it is narrowed.
+func (p PeerInfo) validate() error {
+	if p.Name == "" || p.Compat == "" {
+		return fmt.Errorf("name and compat are required")
+	}
+	if err := checkNames("peer info", "name", p.Name, "agent", p.Agent, "transport", p.Transport, "compat", p.Compat); err != nil {
+		return err
+	}
+	if len(p.Pools) > maxPeerPools {
+		return fmt.Errorf("%d pools exceed the limit of %d", len(p.Pools), maxPeerPools)
+	}
+	for i, pl := range p.Pools {
+		if err := checkNames("peer info", fmt.Sprintf("pools[%d].name", i), pl.Name); err != nil {
+			return err
+		}
+		if err := checkPoolGeometry(fmt.Sprintf("pool %.64q", pl.Name), fmt.Sprintf("pools[%d].", i), 0, pl.BlockSize, pl.Blocks); err != nil {
+			return err
+		}
+	}
+	return nil
+}

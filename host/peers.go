@@ -132,13 +132,18 @@ func (h *Host) settle(hs handshake) {
 func (h *Host) fetchPeer(ctx context.Context, name string, ranks []RemoteRank, compat string) (core.PeerSpec, error) {
 	spec := core.PeerSpec{Name: name}
 	for i, r := range ranks {
-		addr := r.Address
+		// The host asked for: a peer of the static list when the address
+		// names one, else the peer itself.
+		addr, want := r.Address, name
 		for _, p := range h.cfg.Peers {
 			if p.Name == addr {
-				addr = p.Address
+				addr, want = p.Address, p.Name
 			}
 		}
-		pi, err := FetchPeerInfo(ctx, addr)
+		if h.trust == nil {
+			return spec, fmt.Errorf("peer %q: this host has no TLS identity (start it with Serve)", name)
+		}
+		pi, err := FetchPeerInfo(ctx, addr, want, h.trust.clientTLS(want))
 		if err != nil {
 			return spec, fmt.Errorf("peer %q rank %d: %w", name, i, err)
 		}
@@ -174,4 +179,12 @@ func (h *Host) dropStalePeer(name string) {
 		return
 	}
 	h.log.Warn("peer disconnected; it will be connected again on the next request", "failure_type", "peer_disconnected", "peer", name)
+}
+
+// listed reports whether Status lists a link: while it is connected or its
+// handshake runs. A link whose handshake failed is kept (the next request
+// for the peer tries again) but not listed, so a peer that was never
+// reached does not stay in Status.
+func (h *Host) listed(name string, l *link) bool {
+	return l.pending || h.core.Connected(name)
 }

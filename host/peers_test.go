@@ -134,7 +134,7 @@ func TestInvalidEngineCallsChangeNothing(t *testing.T) {
 		}, "empty"},
 		{"zero consumers", func() error {
 			return th.c.ExpectSend(th.ctx(), "x5", "", th.poolID, mine[:1], 0, time.Second)
-		}, "Consumers"},
+		}, "consumers"},
 		{"free a block the engine does not hold", func() error { return th.c.Free(th.ctx(), th.poolID, []uint32{3, 3}) }, ""},
 	}
 	for _, tc := range cases {

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
-	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -18,10 +16,15 @@ import (
 // engine API stops first, then the host tears down (rule 12), then the
 // endpoints close.
 func Serve(ctx context.Context, cfg *Config, log hclog.Logger, ready func(*Host)) (err error) {
+	trust, err := loadTrust(cfg)
+	if err != nil {
+		return err
+	}
 	h, err := New(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
+	h.trust = trust // before Run and the engine API: every fetch sees it
 	runCtx, stop := context.WithCancel(context.Background())
 	runErr := make(chan error, 1)
 	go func() { runErr <- h.Run(runCtx) }()
@@ -30,7 +33,7 @@ func Serve(ctx context.Context, cfg *Config, log hclog.Logger, ready func(*Host)
 		err = errors.Join(err, <-runErr)
 	}()
 
-	meta, err := ServeMetadata(cfg.Metadata.Listen, func() (PeerInfo, error) {
+	meta, err := ServeMetadata(cfg.Metadata.Listen, trust.serverTLS(), func() (PeerInfo, error) {
 		if pi, ok := h.Info(); ok {
 			return pi, nil
 		}
@@ -48,7 +51,8 @@ func Serve(ctx context.Context, cfg *Config, log hclog.Logger, ready func(*Host)
 			return fmt.Errorf("metrics: listen on %q: %w", cfg.Metrics.Listen, err)
 		}
 		h.metrAddr = mln.Addr().String()
-		msrv := &http.Server{Handler: promhttp.HandlerFor(h.Metrics().Registry, promhttp.HandlerOpts{}), ReadHeaderTimeout: 5 * time.Second}
+		mln = boundedListener(mln, maxMetricsConns)
+		msrv := boundedServer(promhttp.HandlerFor(h.Metrics().Registry, promhttp.HandlerOpts{}))
 		mdone := make(chan struct{})
 		go func() { defer close(mdone); _ = msrv.Serve(mln) }()
 		defer func() { _ = msrv.Close(); <-mdone }()

@@ -29,7 +29,7 @@ func PluginPath(tc TransportConfig) (string, error) {
 	}
 	p, err := exec.LookPath(bin)
 	if err != nil {
-		return "", fmt.Errorf("transport %q: %s is neither next to this binary nor on PATH; run make build or set transport.path", tc.Name, bin)
+		return "", fmt.Errorf("config: transport.name %q: %s is neither next to this binary nor on PATH; run make build or set transport.path", tc.Name, bin)
 	}
 	return p, nil
 }
@@ -45,7 +45,7 @@ func startTransport(ctx context.Context, tc TransportConfig, agent string, log h
 	if tc.SHA256 != "" {
 		sum, _ = hex.DecodeString(tc.SHA256) // validated at load
 	}
-	pl, err := plugin.Launch(ctx, path, plugin.LaunchOptions{Checksum: sum, Logger: log, CallTimeout: tc.CallTimeout})
+	pl, err := plugin.Launch(ctx, path, plugin.LaunchOptions{Checksum: sum, Logger: log, CallTimeout: tc.CallTimeout, SocketDir: tc.socketDir})
 	if err != nil {
 		return nil, err
 	}

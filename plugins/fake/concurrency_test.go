@@ -1,6 +1,7 @@
 package fake
 
 import (
+	"os"
 	"sync"
 	"testing"
 
@@ -90,7 +91,7 @@ func TestCloseStopsRunningTransfer(t *testing.T) {
 // ends once.
 func TestConcurrentClose(t *testing.T) {
 	a := New()
-	require.NoError(t, a.Open(ctx, sdk.OpenRequest{Agent: "a", Params: map[string]string{"dir": t.TempDir()}}))
+	require.NoError(t, a.Open(ctx, sdk.OpenRequest{Agent: "a", Params: map[string]string{"dir": t.TempDir(), "peer_dirs": os.TempDir()}}))
 	errs := make(chan error, 8)
 	for i := 0; i < cap(errs); i++ {
 		go func() { errs <- a.Close(ctx) }()

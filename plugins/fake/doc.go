@@ -122,6 +122,12 @@
 //	                    changes nothing, as UCX's (CancelEffect none,
 //	                    Capabilities.Cancel false)
 //	dir=PATH            where lease files live (default os.TempDir())
+//	peer_dirs=DIR[:DIR...]
+//	                    the only directories a peer's metadata may name
+//	                    files in (its regions and lease files), links
+//	                    resolved (default: dir and /dev/shm); LoadPeers
+//	                    refuses any other path, and any notification socket
+//	                    that is not a fake's, with INVALID_ARGUMENT
 //	fault=RULE[;RULE...]
 //	                    faults to inject, below
 //	misbehave=MODE      break the contract on purpose, below

@@ -1,6 +1,7 @@
 package fake
 
 import (
+	"os"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -268,7 +269,7 @@ func TestLifecycle(t *testing.T) {
 	require.ErrorIs(t, err, sdk.ErrInvalidArgument, "before Open")
 	require.ErrorIs(t, a.Open(ctx, sdk.OpenRequest{}), sdk.ErrInvalidArgument, "no agent name")
 	require.ErrorIs(t, a.Open(ctx, sdk.OpenRequest{Agent: "a", Params: map[string]string{"bogus": "1"}}), sdk.ErrInvalidArgument)
-	require.NoError(t, a.Open(ctx, sdk.OpenRequest{Agent: "a", Params: map[string]string{"dir": t.TempDir()}}))
+	require.NoError(t, a.Open(ctx, sdk.OpenRequest{Agent: "a", Params: map[string]string{"dir": t.TempDir(), "peer_dirs": os.TempDir()}}))
 	require.ErrorIs(t, a.Open(ctx, sdk.OpenRequest{Agent: "a"}), sdk.ErrInvalidArgument, "twice")
 	require.NoError(t, a.Close(ctx))
 	require.NoError(t, a.Close(ctx), "a second Close: the agent has ended and holds nothing")

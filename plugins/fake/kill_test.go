@@ -2,6 +2,7 @@ package fake
 
 import (
 	"context"
+	"os"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -75,7 +76,7 @@ func TestKill(t *testing.T) {
 func TestKillBeforeOpen(t *testing.T) {
 	a := New()
 	a.Kill()
-	require.ErrorIs(t, a.Open(ctx, sdk.OpenRequest{Agent: "a", Params: map[string]string{"dir": t.TempDir()}}), sdk.ErrPluginShutdown)
+	require.ErrorIs(t, a.Open(ctx, sdk.OpenRequest{Agent: "a", Params: map[string]string{"dir": t.TempDir(), "peer_dirs": os.TempDir()}}), sdk.ErrPluginShutdown)
 }
 
 // TestKillOpenChecksStateFirst: after Kill, Open is PLUGIN_SHUTDOWN whatever
@@ -83,8 +84,8 @@ func TestKillBeforeOpen(t *testing.T) {
 // request, as for every other call.
 func TestKillOpenChecksStateFirst(t *testing.T) {
 	reqs := map[string]sdk.OpenRequest{
-		"valid":         {Agent: "a", Params: map[string]string{"dir": t.TempDir()}},
-		"empty agent":   {Agent: "", Params: map[string]string{"dir": t.TempDir()}},
+		"valid":         {Agent: "a", Params: map[string]string{"dir": t.TempDir(), "peer_dirs": os.TempDir()}},
+		"empty agent":   {Agent: "", Params: map[string]string{"dir": t.TempDir(), "peer_dirs": os.TempDir()}},
 		"unknown param": {Agent: "a", Params: map[string]string{"no-such-key": "1"}},
 		"bad fault":     {Agent: "a", Params: map[string]string{"fault": "nonsense"}},
 	}
@@ -92,7 +93,7 @@ func TestKillOpenChecksStateFirst(t *testing.T) {
 		"killed new": func(t *testing.T) *Transport { return New() },
 		"killed open": func(t *testing.T) *Transport {
 			a := New()
-			require.NoError(t, a.Open(ctx, sdk.OpenRequest{Agent: "a", Params: map[string]string{"dir": t.TempDir()}}))
+			require.NoError(t, a.Open(ctx, sdk.OpenRequest{Agent: "a", Params: map[string]string{"dir": t.TempDir(), "peer_dirs": os.TempDir()}}))
 			return a
 		},
 	}

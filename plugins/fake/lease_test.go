@@ -2,6 +2,7 @@ package fake
 
 import (
 	"bytes"
+	"os"
 	"strconv"
 	"sync"
 	"testing"
@@ -51,6 +52,7 @@ func newGatedPair(t *testing.T, size, chunk int, aParams map[string]string, setu
 	}
 	aParams["chunk"] = strconv.Itoa(chunk)
 	aParams["dir"] = t.TempDir()
+	aParams["peer_dirs"] = os.TempDir() // the test's region files too
 	a := New()
 	a.stepHook = g.hook
 	for _, f := range setup {

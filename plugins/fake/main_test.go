@@ -36,6 +36,9 @@ func open(t testing.TB, name string, params map[string]string) *Transport {
 	if _, ok := params["dir"]; !ok {
 		params["dir"] = t.TempDir()
 	}
+	if _, ok := params["peer_dirs"]; !ok {
+		params["peer_dirs"] = os.TempDir() // where the tests' region and lease files are
+	}
 	a := New()
 	require.NoError(t, a.Open(ctx, sdk.OpenRequest{Agent: name, Params: params}))
 	t.Cleanup(func() {

@@ -90,7 +90,7 @@ func TestSendNotificationsOrder(t *testing.T) {
 func TestSendToGonePeer(t *testing.T) {
 	a := open(t, "a", nil)
 	b := New()
-	require.NoError(t, b.Open(ctx, sdk.OpenRequest{Agent: "b", Params: map[string]string{"dir": t.TempDir()}}))
+	require.NoError(t, b.Open(ctx, sdk.OpenRequest{Agent: "b", Params: map[string]string{"dir": t.TempDir(), "peer_dirs": os.TempDir()}}))
 	id := loadPeer(t, a, b)
 	require.NoError(t, b.Close(ctx))
 	errs, err := a.SendNotifications(ctx, []sdk.OutboundNotification{{Peer: id, Message: []byte("x")}})
@@ -133,7 +133,7 @@ func TestSendWaitsOutAQueueOthersFilled(t *testing.T) {
 	resume := func() { unhold.Do(rx.mu.Unlock) }
 	s := New()
 	s.sendRetryHook = resume // the receiver drains once s waits for room
-	require.NoError(t, s.Open(ctx, sdk.OpenRequest{Agent: "s", Params: map[string]string{"dir": t.TempDir()}}))
+	require.NoError(t, s.Open(ctx, sdk.OpenRequest{Agent: "s", Params: map[string]string{"dir": t.TempDir(), "peer_dirs": os.TempDir()}}))
 	t.Cleanup(func() { _ = s.Close(ctx) })
 	peer := loadPeer(t, s, rx)
 	defer func() { _, _ = s.UnloadPeers(ctx, []sdk.PeerID{peer}) }()
@@ -167,7 +167,7 @@ func TestSendFailureKeepsOrder(t *testing.T) {
 		}
 		return nil
 	}
-	require.NoError(t, s.Open(ctx, sdk.OpenRequest{Agent: "s", Params: map[string]string{"dir": t.TempDir()}}))
+	require.NoError(t, s.Open(ctx, sdk.OpenRequest{Agent: "s", Params: map[string]string{"dir": t.TempDir(), "peer_dirs": os.TempDir()}}))
 	t.Cleanup(func() { _ = s.Close(ctx) })
 	toRx, toOther := loadPeer(t, s, rx), loadPeer(t, s, other)
 	defer func() { _, _ = s.UnloadPeers(ctx, []sdk.PeerID{toRx, toOther}) }()
@@ -208,7 +208,7 @@ func TestSocketNameNotReused(t *testing.T) {
 	a := open(t, "a", nil)
 	before := socketSeq.Load()
 	dead := New()
-	require.NoError(t, dead.Open(ctx, sdk.OpenRequest{Agent: "b", Params: map[string]string{"dir": t.TempDir()}}))
+	require.NoError(t, dead.Open(ctx, sdk.OpenRequest{Agent: "b", Params: map[string]string{"dir": t.TempDir(), "peer_dirs": os.TempDir()}}))
 	stale := loadPeer(t, a, dead)
 	defer func() { _, _ = a.UnloadPeers(ctx, []sdk.PeerID{stale}) }()
 	dead.Kill()
@@ -315,7 +315,7 @@ func TestSendStopsAtContextEnd(t *testing.T) {
 			rx1, rx2 := open(t, "rx1", nil), open(t, "rx2", nil)
 			s := New()
 			s.sendRetryHook = retry
-			require.NoError(t, s.Open(ctx, sdk.OpenRequest{Agent: "s", Params: map[string]string{"dir": t.TempDir()}}))
+			require.NoError(t, s.Open(ctx, sdk.OpenRequest{Agent: "s", Params: map[string]string{"dir": t.TempDir(), "peer_dirs": os.TempDir()}}))
 			t.Cleanup(func() { _ = s.Close(ctx) })
 			p1, p2 := loadPeer(t, s, rx1), loadPeer(t, s, rx2)
 			defer func() { _, _ = s.UnloadPeers(ctx, []sdk.PeerID{p1, p2}) }()

@@ -29,6 +29,7 @@ type params struct {
 	fence      string
 	cancel     string
 	dir        string
+	peerDirs   []string // nil: defaultPeerDirs(dir)
 	faults     []rule
 	misbehave  misbehave
 }
@@ -46,6 +47,9 @@ func parseParams(in map[string]string) (params, error) {
 		if err := p.set(k, v); err != nil {
 			return params{}, sdk.Errorf(sdk.CodeInvalidArgument, "fake: parameter %s=%q: %v", k, v, err)
 		}
+	}
+	if p.peerDirs == nil {
+		p.peerDirs = defaultPeerDirs(p.dir)
 	}
 	return p, nil
 }
@@ -90,6 +94,12 @@ func (p *params) set(k, v string) error {
 			return fmt.Errorf("not a directory")
 		}
 		p.dir = v
+	case "peer_dirs":
+		dirs, err := parsePeerDirs(v)
+		if err != nil {
+			return err
+		}
+		p.peerDirs = dirs
 	case "fault":
 		rules, err := parseRules(v)
 		if err != nil {
@@ -103,7 +113,7 @@ func (p *params) set(k, v string) error {
 		}
 		p.misbehave = m
 	default:
-		return fmt.Errorf("unknown key; known: seed, chunk, chunk_delay, fence, cancel, dir, fault, misbehave")
+		return fmt.Errorf("unknown key; known: seed, chunk, chunk_delay, fence, cancel, dir, peer_dirs, fault, misbehave")
 	}
 	return nil
 }

@@ -59,7 +59,10 @@ func (t *Transport) loadPeer(spec sdk.PeerSpec) (kit.Loaded[*peer], error) {
 		return none, sdk.Errorf(sdk.CodeInvalidArgument, "fake: LoadPeers %q: %v; pass the blob the peer's LocalMetadata returned", spec.Name, err)
 	}
 	if spec.Name != md.Agent {
-		return none, sdk.Errorf(sdk.CodeInvalidArgument, "fake: LoadPeers: name %q differs from the metadata's agent %q", spec.Name, md.Agent)
+		return none, sdk.Errorf(sdk.CodeInvalidArgument, "fake: LoadPeers: name %.256q differs from the metadata's agent %.256q", spec.Name, md.Agent)
+	}
+	if err := checkPeerPaths(md, t.p.peerDirs); err != nil {
+		return none, sdk.Errorf(sdk.CodeInvalidArgument, "fake: LoadPeers %.256q: %v; nothing loaded", spec.Name, err)
 	}
 	rank := t.loads
 	t.loads++

@@ -40,7 +40,7 @@ func BenchmarkFakeWriteProcesses(b *testing.B) {
 			b.Fatal(err)
 		}
 		defer pl.Stop()
-		if err := pl.Open(ctx, sdk.OpenRequest{Agent: []string{"bench-a", "bench-b"}[i], Params: map[string]string{"dir": b.TempDir()}}); err != nil {
+		if err := pl.Open(ctx, sdk.OpenRequest{Agent: []string{"bench-a", "bench-b"}[i], Params: map[string]string{"dir": b.TempDir(), "peer_dirs": os.TempDir()}}); err != nil {
 			b.Fatal(err)
 		}
 		path, err := fake.NewRegionFile("", slots*size)

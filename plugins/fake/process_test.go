@@ -114,7 +114,7 @@ func TestTwoProcesses(t *testing.T) {
 	g := newGate()
 	a := New()
 	a.stepHook = g.hook
-	require.NoError(t, a.Open(ctx, sdk.OpenRequest{Agent: "a", Params: map[string]string{"dir": t.TempDir(), "chunk": "65536"}}))
+	require.NoError(t, a.Open(ctx, sdk.OpenRequest{Agent: "a", Params: map[string]string{"dir": t.TempDir(), "peer_dirs": os.TempDir(), "chunk": "65536"}}))
 	t.Cleanup(func() {
 		g.open()
 		require.NoError(t, a.Close(ctx))

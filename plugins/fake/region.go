@@ -45,7 +45,7 @@ func (t *Transport) register(spec sdk.Region) (*region, error) {
 	if err != nil {
 		return nil, sdk.Errorf(sdk.CodeInvalidArgument, "fake: RegisterMemory %s [%d, +%d): %v", spec.Path, spec.Offset, spec.Length, err)
 	}
-	l, err := acquireLease(t.p.dir)
+	l, err := acquireLease(t.home.path)
 	if err != nil {
 		m.unmap()
 		return nil, sdk.Errorf(sdk.CodeBackend, "fake: RegisterMemory %s: lease in %s: %v; check dir=", spec.Path, t.p.dir, err)

@@ -70,6 +70,7 @@ type Transport struct {
 	outbox  []note // notifications the engine still has to deliver, in order
 
 	life *lease // held from Open until Close or death: peers watch it
+	home *home  // the directory of the agent's lease files (home.go)
 	conn *net.UnixConn
 	addr string
 	out  int // the engine's non-blocking sending socket (outbox.go)
@@ -176,22 +177,29 @@ func (t *Transport) open(req sdk.OpenRequest) error {
 	if err != nil {
 		return err
 	}
-	life, err := acquireLease(p.dir)
+	hm, err := makeHome(p.dir)
 	if err != nil {
+		return sdk.Errorf(sdk.CodeBackend, "fake: Open: lease directory in %s: %v; check dir=", p.dir, err)
+	}
+	life, err := acquireLease(hm.path)
+	if err != nil {
+		hm.remove()
 		return sdk.Errorf(sdk.CodeBackend, "fake: Open: life lease in %s: %v; check dir=", p.dir, err)
 	}
 	conn, addr, err := listenNotifications(req.Agent)
 	if err != nil {
 		life.release()
+		hm.remove()
 		return sdk.Errorf(sdk.CodeBackend, "fake: Open: notification socket: %v", err)
 	}
 	out, err := openOutSocket()
 	if err != nil {
 		conn.Close()
 		life.release()
+		hm.remove()
 		return sdk.Errorf(sdk.CodeBackend, "fake: Open: sending socket: %v", err)
 	}
-	t.life, t.out = life, out
+	t.life, t.out, t.home = life, out, hm
 	t.agent, t.p = req.Agent, p
 	switch p.misbehave {
 	case misbehaveReleaseRunning:
@@ -231,7 +239,6 @@ func (t *Transport) Close(ctx context.Context) error {
 		return err // refused, or closed before: OK without effect
 	}
 	t.teardown()
-	_ = os.Remove(t.life.path())
 	return nil
 }
 
@@ -337,6 +344,7 @@ func (t *Transport) teardown() {
 		x.peer.life.close()
 	}
 	t.life.close()
+	t.home.remove() // every lease file: the agent is gone
 	_ = syscall.Close(t.out)
 	t.maps, t.active, t.delayed, t.outbox = nil, nil, nil, nil
 }

@@ -50,6 +50,10 @@ type LaunchOptions struct {
 	// StartTimeout bounds the start and handshake of the process. Zero
 	// means DefaultStartTimeout.
 	StartTimeout time.Duration
+	// SocketDir is where the process's private socket directory is made
+	// (removed once the process is gone; scratch.go). Empty means the temp
+	// directory.
+	SocketDir string
 }
 
 // ContractVersionError is Launch's refusal of a plugin that speaks another
@@ -82,6 +86,7 @@ type Plugin struct {
 	cmd    *exec.Cmd
 	proc   *os.Process
 	desc   sdk.Description
+	life   *lifeline
 }
 
 var (
@@ -122,11 +127,22 @@ func Launch(ctx context.Context, path string, opts LaunchOptions) (*Plugin, erro
 	}
 
 	cmd := exec.Command(path)
+	life, err := attachLifeline(cmd)
+	if err == nil {
+		life.dir, err = attachSocketDir(cmd, opts.SocketDir)
+		if err != nil {
+			life.cut()
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("launch transport %s: %w", path, err)
+	}
 	binding := &grpcPlugin{timeout: opts.CallTimeout}
 	client := plugin.NewClient(&plugin.ClientConfig{
 		HandshakeConfig:  handshake(sdk.ContractMajor),
 		Plugins:          plugin.PluginSet{pluginName: binding},
 		Cmd:              cmd,
+		SkipHostEnv:      true, // attachLifeline put it in cmd.Env
 		SecureConfig:     secure,
 		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
 		AutoMTLS:         true,
@@ -140,10 +156,11 @@ func Launch(ctx context.Context, path string, opts LaunchOptions) (*Plugin, erro
 	abort := func() {
 		if cmd.Process != nil {
 			_ = cmd.Process.Kill()
+			client.Kill() // never reached for a process that never started: nothing to end, nothing to log
 		}
-		client.Kill()
+		life.cut()
 	}
-	if _, err := client.Start(); err != nil {
+	if err := life.start(func() error { _, err := client.Start(); return err }); err != nil {
 		abort()
 		return nil, launchError(path, err)
 	}
@@ -158,7 +175,7 @@ func Launch(ctx context.Context, path string, opts LaunchOptions) (*Plugin, erro
 		abort()
 		return nil, fmt.Errorf("launch %s: %w", binding.name, err)
 	}
-	p := &Plugin{grpcClient: raw.(*grpcClient), client: client, cmd: cmd, proc: cmd.Process}
+	p := &Plugin{grpcClient: raw.(*grpcClient), client: client, cmd: cmd, proc: cmd.Process, life: life}
 	if p.desc, err = p.grpcClient.Describe(ctx); err != nil {
 		abort()
 		return nil, fmt.Errorf("launch %s: %w", binding.name, err)
@@ -247,6 +264,7 @@ func (p *Plugin) Kill() error {
 		return fmt.Errorf("kill %s: the process was sent SIGKILL but was not reaped within %s; a child of it may hold its stdout or stderr open", p.name, killWait)
 	}
 	p.client.Kill()
+	p.life.cut()
 	return nil
 }
 
@@ -275,4 +293,5 @@ func (p *Plugin) Stop() {
 			// cleanup finishes when it lets go. The process itself is dead.
 		}
 	}
+	p.life.cut()
 }

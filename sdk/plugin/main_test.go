@@ -47,6 +47,9 @@ func TestMain(m *testing.M) {
 		plugin.Serve(&blockingTransport{Transport: fake.New()})
 		os.Exit(0)
 	}
+	if mode := os.Getenv(hostHelperEnv); mode != "" {
+		os.Exit(helperHost(mode))
+	}
 	os.Exit(run(m))
 }
 

@@ -18,9 +18,13 @@ import (
 // It speaks gRPC only, announces contract major version ContractMajor in
 // the handshake, and logs as JSON to stderr, which the host's logger
 // re-emits; CUSTODY_TRANSPORT_LOG_LEVEL (trace, debug, info, warn, error;
-// default info) sets the plugin's level. It returns when the host shuts the plugin down. Started by hand,
+// default info) sets the plugin's level. Launched by Launch, it dies with
+// its host: it exits at once, before any other work, when the host is
+// already gone, and the moment the host goes later (lifeline.go). It
+// returns when the host shuts the plugin down. Started by hand,
 // without the host, it says it is a plugin and exits with status 1.
 func Serve(impl sdk.Transport) {
+	holdLifeline() // before any other work: a host already gone ends the process here
 	logger := hclog.New(&hclog.LoggerOptions{
 		Name:       "custody-transport",
 		Level:      hclog.LevelFromString(os.Getenv("CUSTODY_TRANSPORT_LOG_LEVEL")),

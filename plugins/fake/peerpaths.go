@@ -1,0 +1,88 @@
+package fake
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// A peer's metadata names files (its regions and lease files) and a
+// notification socket. A forged peer could name any file of this user, so
+// the fake acts only on paths its own configuration allows: files within
+// the directories of the peer_dirs parameter (default: its dir and
+// /dev/shm), after symbolic links are resolved, and notification sockets
+// in the abstract namespace the fake itself uses.
+
+// shmDir is where regions in RAM live.
+const shmDir = "/dev/shm"
+
+// notifyPrefix opens every fake's notification socket name.
+const notifyPrefix = "@custody-fake/"
+
+// defaultPeerDirs are the directories peers' files may lie in unless
+// peer_dirs says otherwise.
+func defaultPeerDirs(dir string) []string {
+	return []string{dir, shmDir}
+}
+
+// parsePeerDirs parses peer_dirs: absolute directories separated by ':'.
+func parsePeerDirs(v string) ([]string, error) {
+	var out []string
+	for _, d := range strings.Split(v, ":") {
+		if d == "" {
+			continue
+		}
+		if !filepath.IsAbs(d) {
+			return nil, fmt.Errorf("%q is not an absolute path", d)
+		}
+		out = append(out, d)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("want absolute directories separated by ':'")
+	}
+	return out, nil
+}
+
+// checkPeerPaths refuses metadata that names a file outside the allowed
+// directories or a socket outside the fake's namespace.
+func checkPeerPaths(md metadata, dirs []string) error {
+	if !strings.HasPrefix(md.Notify, notifyPrefix) {
+		return fmt.Errorf("notification socket %.256q is not a fake's (%s...)", md.Notify, notifyPrefix)
+	}
+	if err := allowedPath("life lease", md.Life, dirs); err != nil {
+		return err
+	}
+	for _, r := range md.Regions {
+		if err := allowedPath(fmt.Sprintf("region %d", r.ID), r.Path, dirs); err != nil {
+			return err
+		}
+		if err := allowedPath(fmt.Sprintf("region %d lease", r.ID), r.Lease, dirs); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// allowedPath reports whether path, its links resolved, lies within one of
+// dirs (their links resolved too).
+func allowedPath(what, path string, dirs []string) error {
+	real, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		if os.IsNotExist(err) {
+			real = filepath.Clean(path) // gone: nothing will open it; the check below still applies
+		} else {
+			return fmt.Errorf("%s %.256q: %v", what, path, err)
+		}
+	}
+	for _, d := range dirs {
+		rd, err := filepath.EvalSymlinks(d)
+		if err != nil {
+			continue
+		}
+		if rel, err := filepath.Rel(rd, real); err == nil && rel != ".." && !strings.HasPrefix(rel, "../") && rel != "." {
+			return nil
+		}
+	}
+	return fmt.Errorf("%s %.256q lies outside the directories this agent may open for peers (%s); set the peer_dirs parameter to allow another", what, path, strings.Join(dirs, ":"))
+}
