@@ -2,6 +2,7 @@ package fake
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/custody-dev/custody/sdk"
 )
@@ -101,24 +103,50 @@ func TestSendToGonePeer(t *testing.T) {
 
 // fillQueue fills a's notification socket queue with datagrams from a
 // socket of the test's own, while a's receiver is held (a.mu locked), and
-// returns how many it queued. It stops at the first try the kernel refuses
-// for want of room, so the queue is full when it returns.
+// returns how many it queued. The receiver takes one datagram and then
+// waits for a.mu, so fillQueue first waits until the queue is empty again
+// (the receiver holds the first datagram), then queues datagrams without
+// waiting until the kernel refuses one for want of room: the queue is full
+// when it returns, whatever the scheduler did.
 func fillQueue(t *testing.T, a *Transport) int {
 	t.Helper()
 	name := fmt.Sprintf("@custody-fake-test/%d/%d", pid, socketSeq.Add(1))
 	c, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: name, Net: "unixgram"})
 	require.NoError(t, err)
 	t.Cleanup(func() { c.Close() })
-	to := &net.UnixAddr{Name: a.addr, Net: "unixgram"}
 	msg := append([]byte{0, 6}, "filler"...)
-	for n := 0; ; n++ {
+	_, err = c.WriteToUnix(msg, &net.UnixAddr{Name: a.addr, Net: "unixgram"})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return queued(t, a.conn) == 0 }, 10*time.Second, 50*time.Microsecond,
+		"the receiver never took the first datagram")
+	rc, err := c.SyscallConn()
+	require.NoError(t, err)
+	to := &unix.SockaddrUnix{Name: a.addr}
+	for n := 1; ; n++ {
 		require.Less(t, n, 1<<16, "the queue never filled")
-		require.NoError(t, c.SetWriteDeadline(time.Now().Add(10*time.Millisecond)))
-		if _, err := c.WriteToUnix(msg, to); err != nil {
-			require.ErrorIs(t, err, os.ErrDeadlineExceeded)
+		var serr error
+		require.NoError(t, rc.Write(func(fd uintptr) bool {
+			serr = unix.Sendto(int(fd), msg, unix.MSG_DONTWAIT, to)
+			return true // never wait for room
+		}))
+		if errors.Is(serr, unix.EAGAIN) {
 			return n
 		}
+		require.NoError(t, serr)
 	}
+}
+
+// queued is the size of the next datagram in conn's receive queue, 0 when
+// it is empty.
+func queued(t *testing.T, conn *net.UnixConn) int {
+	t.Helper()
+	rc, err := conn.SyscallConn()
+	require.NoError(t, err)
+	var n int
+	var ierr error
+	require.NoError(t, rc.Control(func(fd uintptr) { n, ierr = unix.IoctlGetInt(int(fd), unix.SIOCINQ) }))
+	require.NoError(t, ierr)
+	return n
 }
 
 // TestSendWaitsOutAQueueOthersFilled: a sender that finds the peer's queue
