@@ -38,7 +38,7 @@ func Serve(impl sdk.Transport) {
 	}
 	plugin.Serve(&plugin.ServeConfig{
 		HandshakeConfig: handshake(major),
-		Plugins:         plugin.PluginSet{pluginName: &grpcPlugin{impl: impl}},
+		Plugins:         plugin.PluginSet{pluginName: &grpcPlugin{impl: impl, log: logger}},
 		GRPCServer: func(opts []grpc.ServerOption) *grpc.Server {
 			opts = append(opts, grpc.MaxRecvMsgSize(maxMessageBytes), grpc.MaxSendMsgSize(maxMessageBytes))
 			return grpc.NewServer(opts...)
