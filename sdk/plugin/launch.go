@@ -50,6 +50,9 @@ type LaunchOptions struct {
 	// StartTimeout bounds the start and handshake of the process. Zero
 	// means DefaultStartTimeout.
 	StartTimeout time.Duration
+	// DisableRings keeps Post, Release and completions on gRPC instead of
+	// the shared-memory rings Open negotiates (ring_host.go).
+	DisableRings bool
 }
 
 // ContractVersionError is Launch's refusal of a plugin that speaks another
@@ -82,6 +85,7 @@ type Plugin struct {
 	cmd    *exec.Cmd
 	proc   *os.Process
 	desc   sdk.Description
+	ringState
 }
 
 var (
@@ -158,7 +162,9 @@ func Launch(ctx context.Context, path string, opts LaunchOptions) (*Plugin, erro
 		abort()
 		return nil, fmt.Errorf("launch %s: %w", binding.name, err)
 	}
-	p := &Plugin{grpcClient: raw.(*grpcClient), client: client, cmd: cmd, proc: cmd.Process}
+	p := &Plugin{grpcClient: raw.(*grpcClient), client: client, cmd: cmd, proc: cmd.Process,
+		ringState: ringState{noRings: opts.DisableRings, log: opts.Logger, wake: make(chan struct{}, 1)}}
+	p.kill = p.Kill
 	if p.desc, err = p.grpcClient.Describe(ctx); err != nil {
 		abort()
 		return nil, fmt.Errorf("launch %s: %w", binding.name, err)
@@ -206,7 +212,7 @@ func (p *Plugin) Events(ctx context.Context, max int) ([]sdk.Event, error) {
 	if !p.HasEvents() {
 		return nil, sdk.Errorf(sdk.CodeUnsupported, "Events: %s does not claim events in Describe; poll every live handle instead", p.name)
 	}
-	return p.grpcClient.Events(ctx, max)
+	return p.events(ctx, max)
 }
 
 // Pid is the plugin process's id.
@@ -247,6 +253,7 @@ func (p *Plugin) Kill() error {
 		return fmt.Errorf("kill %s: the process was sent SIGKILL but was not reaped within %s; a child of it may hold its stdout or stderr open", p.name, killWait)
 	}
 	p.client.Kill()
+	p.closeRings()
 	return nil
 }
 
@@ -275,4 +282,5 @@ func (p *Plugin) Stop() {
 			// cleanup finishes when it lets go. The process itself is dead.
 		}
 	}
+	p.closeRings()
 }

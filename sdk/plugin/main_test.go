@@ -90,12 +90,34 @@ func launch(tb testing.TB, path string, opts plugin.LaunchOptions) *plugin.Plugi
 	if opts.Logger == nil {
 		opts.Logger = hclog.NewNullLogger()
 	}
+	if ringsOff {
+		opts.DisableRings = true
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	p, err := plugin.Launch(ctx, path, opts)
 	require.NoError(tb, err)
 	tb.Cleanup(func() { require.NoError(tb, p.Kill()) })
 	return p
+}
+
+// ringsOff makes launch keep every call on gRPC (bothPaths).
+var ringsOff bool
+
+// bothPaths runs test over the rings and again over gRPC alone.
+func bothPaths(t *testing.T, test func(t *testing.T)) {
+	t.Run("rings", func(t *testing.T) { test(t) })
+	t.Run("grpc", func(t *testing.T) {
+		ringsOff = true
+		defer func() { ringsOff = false }()
+		test(t)
+	})
+}
+
+// requirePath checks that an open plugin uses the path bothPaths chose.
+func requirePath(t testing.TB, p *plugin.Plugin) {
+	t.Helper()
+	require.Equal(t, !ringsOff, p.Rings(), "Post and completions go through the rings")
 }
 
 // blockingTransport is a fake whose Poll blocks until its context ends, so

@@ -59,6 +59,7 @@ func newRig(t testing.TB, faults string) *rig {
 		params["fault"] = faults
 	}
 	require.NoError(t, p.Open(ctx, sdk.OpenRequest{Agent: "a", Params: params}))
+	requirePath(t, p)
 	file, err := fake.NewRegionFile(dir, 128<<10)
 	require.NoError(t, err)
 
@@ -102,7 +103,9 @@ func (r *rig) waitTerminal(t *testing.T, h sdk.HandleID) sdk.HandleStatus {
 	return last
 }
 
-func TestContractRoundTrip(t *testing.T) {
+func TestContractRoundTrip(t *testing.T) { bothPaths(t, testContractRoundTrip) }
+
+func testContractRoundTrip(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	p := launch(t, fakeBin, plugin.LaunchOptions{})
@@ -117,6 +120,7 @@ func TestContractRoundTrip(t *testing.T) {
 	require.NoError(t, p.Open(ctx, sdk.OpenRequest{Agent: "a", Params: map[string]string{
 		"dir": dir, "fault": "stall,post=2;release-fail,post=1",
 	}}))
+	requirePath(t, p)
 
 	file, err := fake.NewRegionFile(dir, 128<<10)
 	require.NoError(t, err)
@@ -289,7 +293,9 @@ func TestContractRoundTrip(t *testing.T) {
 
 // TestReleaseOfRunningHandleIsBusy: Release of an IN_PROGRESS handle is BUSY
 // and the handle stays pollable; Cancel frees nothing.
-func TestReleaseOfRunningHandleIsBusy(t *testing.T) {
+func TestReleaseOfRunningHandleIsBusy(t *testing.T) { bothPaths(t, testReleaseOfRunningHandleIsBusy) }
+
+func testReleaseOfRunningHandleIsBusy(t *testing.T) {
 	ctx := context.Background()
 	rg := newRig(t, "stall")
 	posts, err := rg.p.Post(ctx, []sdk.PostSpec{rg.write("")})
@@ -321,7 +327,9 @@ func TestReleaseOfRunningHandleIsBusy(t *testing.T) {
 }
 
 // TestFailedReasonCrosses: a FAILED handle's reason keeps its code.
-func TestFailedReasonCrosses(t *testing.T) {
+func TestFailedReasonCrosses(t *testing.T) { bothPaths(t, testFailedReasonCrosses) }
+
+func testFailedReasonCrosses(t *testing.T) {
 	ctx := context.Background()
 	rg := newRig(t, "disconnect,post=1;fail,post=2,code=BACKEND")
 	posts, err := rg.p.Post(ctx, []sdk.PostSpec{rg.write(""), rg.write("")})
