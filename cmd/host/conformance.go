@@ -23,9 +23,9 @@ import (
 func newConformanceCmd() *cobra.Command {
 	var (
 		pluginPath, run, junit, jsonOut, dir, rings string
-		params                               []string
-		timeout                              time.Duration
-		list, verbose                        bool
+		params                                      []string
+		timeout                                     time.Duration
+		list, verbose                               bool
 	)
 	cmd := &cobra.Command{
 		Use:   "conformance",
