@@ -70,9 +70,13 @@ func (e *ContractVersionError) Error() string {
 }
 
 // Plugin is a transport running as a separate process, launched by Launch.
-// It satisfies Transport and EventSource: every call crosses to the process
-// over gRPC, under a deadline (LaunchOptions.CallTimeout), and returns the
-// transport's own errors unchanged. Once the process is gone, every pending
+// It satisfies Transport, EventSource and Waker: once Open has negotiated
+// the shared-memory rings, Post and Release cross through them and Poll,
+// Events and Notifications answer from what they brought (ring_host.go);
+// every other call, and every call when the rings are off or refused,
+// crosses over gRPC. Each call runs under a deadline
+// (LaunchOptions.CallTimeout) and returns the transport's own errors
+// unchanged. Once the process is gone, every pending
 // and every later call returns an error matching ErrPluginShutdown: the
 // process was the fence, so every transfer it initiated has stopped.
 //
@@ -91,10 +95,11 @@ type Plugin struct {
 var (
 	_ sdk.Transport   = (*Plugin)(nil)
 	_ sdk.EventSource = (*Plugin)(nil)
+	_ sdk.Waker       = (*Plugin)(nil)
 )
 
-// Launch starts the transport binary at path and connects to it: gRPC only,
-// over a unix socket with mutual TLS, after a handshake that refuses a
+// Launch starts the transport binary at path and connects to it: gRPC
+// over a unix socket with mutual TLS (the rings come at Open), after a handshake that refuses a
 // plugin of another contract major version (with a *ContractVersionError
 // naming both; so is one whose Describe reports another major). It calls
 // Describe once and keeps the answer (Description). ctx's deadline, when

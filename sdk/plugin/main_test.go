@@ -30,8 +30,8 @@ var (
 )
 
 const (
-	// helperEnv, set to "blocking", makes this test binary serve
-	// blockingTransport instead of running tests.
+	// helperEnv, set to "blocking" or "noevents", makes this test binary
+	// serve blockingTransport or noEvents instead of running tests.
 	helperEnv = "CUSTODY_SDK_TEST_PLUGIN"
 	// claimEventsEnv, set to "1", makes blockingTransport claim events in
 	// Describe (which it does not implement).
@@ -43,8 +43,12 @@ const (
 )
 
 func TestMain(m *testing.M) {
-	if os.Getenv(helperEnv) == "blocking" {
+	switch os.Getenv(helperEnv) {
+	case "blocking":
 		plugin.Serve(&blockingTransport{Transport: fake.New()})
+		os.Exit(0)
+	case "noevents":
+		plugin.Serve(noEvents{fake.New()})
 		os.Exit(0)
 	}
 	os.Exit(run(m))
@@ -150,4 +154,14 @@ func (b *blockingTransport) Poll(ctx context.Context, _ []sdk.HandleID) ([]sdk.H
 
 func (b *blockingTransport) Resources(context.Context) (sdk.Resources, error) {
 	return sdk.Resources{InFlight: b.blocked.Load()}, nil
+}
+
+// noEvents is a fake that is no EventSource and says so in Describe: the
+// plugin side of the rings must poll its handles.
+type noEvents struct{ sdk.Transport }
+
+func (n noEvents) Describe(ctx context.Context) (sdk.Description, error) {
+	d, err := n.Transport.Describe(ctx)
+	d.Capabilities.Events = false
+	return d, err
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -367,6 +368,25 @@ func (d doorbell) wait(v uint32, timeout time.Duration) {
 
 // cancel undoes prepare.
 func (d doorbell) cancel() { d.sleeping.Store(0) }
+
+// ringPureSpin is how long a spinner keeps its CPU before it starts
+// giving it away.
+const ringPureSpin = 10 * time.Microsecond
+
+// yield is one round of a spin that began at since. For the first
+// ringPureSpin it only lets the other goroutines of this process run: when
+// the peer runs on another CPU its answer comes in well under a
+// microsecond, and giving the CPU away (sched_yield) would cost some 8 µs
+// per hand-off on a busy machine. Past that, the peer may be waiting for
+// this very CPU, so the spinner yields it to other processes too; without
+// that, a spinner that shares its CPU with its peer stalls them both for a
+// scheduler slice.
+func yield(since time.Time) {
+	runtime.Gosched()
+	if time.Since(since) > ringPureSpin {
+		_, _, _ = unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+	}
+}
 
 // FUTEX_WAIT and FUTEX_WAKE without FUTEX_PRIVATE_FLAG: the word is in a
 // mapping shared between processes.

@@ -97,3 +97,43 @@ func TestRingsWake(t *testing.T) {
 		}
 	}
 }
+
+// TestRingsPollWhenNoEvents: for a transport that is no EventSource the
+// plugin side polls the handles posted, so completions still come through
+// the rings; Events stays unsupported.
+func TestRingsPollWhenNoEvents(t *testing.T) {
+	t.Setenv(helperEnv, "noevents")
+	p := launch(t, helperBin, plugin.LaunchOptions{})
+	rg := openRig(t, p, "")
+	require.True(t, p.Rings())
+	require.False(t, p.HasEvents())
+	for range 20 {
+		res, err := p.Post(context.Background(), []sdk.PostSpec{rg.write("")})
+		require.NoError(t, err)
+		require.NoError(t, res[0].Err)
+		assert.Equal(t, sdk.StateDone, rg.waitTerminal(t, res[0].ID).State)
+		errs, err := p.Release(context.Background(), []sdk.HandleID{res[0].ID})
+		require.NoError(t, err)
+		require.NoError(t, errs[0])
+	}
+	_, err := p.Events(context.Background(), 0)
+	assert.ErrorIs(t, err, sdk.ErrUnsupported)
+}
+
+// TestRingsLargePostGoesOverGRPC: a Post too large for the submission ring
+// travels over gRPC, with the transport's own answers, and its handles are
+// followed all the same.
+func TestRingsLargePostGoesOverGRPC(t *testing.T) {
+	rg := newRig(t, "")
+	huge := rg.write("")
+	huge.Notification = make([]byte, 3<<20) // past half the arena, and the fake's limit
+	res, err := rg.p.Post(context.Background(), []sdk.PostSpec{rg.write(""), huge})
+	require.NoError(t, err)
+	require.NoError(t, res[0].Err)
+	require.ErrorIs(t, res[1].Err, sdk.ErrInvalidArgument, "the fake refuses a notification past its limit")
+	assert.Contains(t, sdk.MessageOf(res[1].Err), "notification")
+	assert.Equal(t, sdk.StateDone, rg.waitTerminal(t, res[0].ID).State)
+	errs, err := rg.p.Release(context.Background(), []sdk.HandleID{res[0].ID})
+	require.NoError(t, err)
+	require.NoError(t, errs[0])
+}

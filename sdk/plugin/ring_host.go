@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -48,7 +47,7 @@ const (
 	ringWaitSpin = 200 * time.Microsecond
 	// ringReaderSpin is how long the reader goroutine keeps looking after
 	// the last completion before it sleeps.
-	ringReaderSpin = 50 * time.Microsecond
+	ringReaderSpin = 20 * time.Microsecond
 	// fallbackWakeEvery paces Wake's channel when the rings are not in use
 	// (off, refused, or the agent closed): the host then learns nothing by
 	// itself and must poll.
@@ -98,7 +97,10 @@ type ringHost struct {
 	stopOnce   sync.Once
 	readerDone chan struct{}
 	stopAfter  func() bool
-	spinning   atomic.Int32
+	// spinning counts callers draining the completion ring themselves;
+	// while there are any, the reader parks until handoff.
+	spinning atomic.Int32
+	handoff  chan struct{}
 }
 
 // known is what the completion ring said of a handle posted through it.
@@ -132,6 +134,7 @@ func newRingHost(c *grpcClient, mem []byte, l ringLayout, log hclog.Logger, kill
 		known:      map[sdk.HandleID]known{},
 		stopped:    make(chan struct{}),
 		readerDone: make(chan struct{}),
+		handoff:    make(chan struct{}, 1),
 	}
 }
 
@@ -229,8 +232,16 @@ func (r *ringHost) reader() {
 			last = time.Now()
 			continue
 		}
-		if r.spinning.Load() > 0 || time.Since(last) < ringReaderSpin {
-			runtime.Gosched()
+		if r.spinning.Load() > 0 {
+			// A caller drains; it hands back when it stops.
+			select {
+			case <-r.handoff:
+			case <-r.stopped:
+			}
+			continue
+		}
+		if time.Since(last) < ringReaderSpin {
+			yield(last)
 			continue
 		}
 		v := r.m.host.prepare()
@@ -480,7 +491,7 @@ func (r *ringHost) submit(ctx context.Context, method string, kind, resKind uint
 		}
 		r.m.plugin.ring()
 		if time.Since(spun) < ringWaitSpin {
-			runtime.Gosched()
+			yield(spun)
 		} else {
 			time.Sleep(ringMinBackoff)
 		}
@@ -498,7 +509,7 @@ func (r *ringHost) submit(ctx context.Context, method string, kind, resKind uint
 	r.calls = append(r.calls, c)
 	r.mu.Unlock()
 	copy(arena, payload)
-	e := ringEntry{seq: r.sub.tail, kind: kind, call: c.id, count: uint32(n), total: uint32(n), deadline: dl.UnixNano(), arenaOff: off, arenaLen: uint32(len(payload))}
+	e := ringEntry{seq: r.sub.tail, kind: kind, call: c.id, count: uint32(n), total: uint32(n), deadline: dl.UnixNano(), arenaOff: off, arenaLen: uint32(len(payload)), sent: time.Now().UnixNano()}
 	e.encode(ent)
 	r.sub.publish()
 	r.m.plugin.ring()
@@ -509,10 +520,15 @@ func (r *ringHost) submit(ctx context.Context, method string, kind, resKind uint
 	r.spinning.Add(1)
 	for spun := time.Now(); !c.fin.Load() && time.Since(spun) < ringWaitSpin; {
 		if r.drain() == 0 {
-			runtime.Gosched()
+			yield(spun)
 		}
 	}
-	r.spinning.Add(-1)
+	if r.spinning.Add(-1) == 0 {
+		select {
+		case r.handoff <- struct{}{}:
+		default:
+		}
+	}
 	select {
 	case <-c.done:
 	case <-ctx.Done():
@@ -782,11 +798,13 @@ func (p *Plugin) Notifications(ctx context.Context, max int) ([]sdk.Notification
 }
 
 // Wake is sdk.Waker. With rings, it receives a value whenever the
-// completion ring brought a state change, an event or a notification, and
-// the plugin drains the transport's notifications at least every
-// ringIdleNotePoll (at once when the transport is itself a Waker). Without
-// rings (off, refused, or after Close) it receives one every
-// fallbackWakeEvery, since the host can learn nothing by itself then.
+// completion ring brought a state change, an event or a notification; the
+// plugin drains the transport's notifications at once when the transport
+// is itself a Waker, else every 50 µs while busy and at least every
+// ringIdleNotePoll (100 ms) when idle. Without
+// rings (off or refused) it receives one every fallbackWakeEvery, since
+// the host can learn nothing by itself then; before Open, and after Close,
+// there is nothing to wake for.
 func (p *Plugin) Wake() <-chan struct{} {
 	p.tickerOnce.Do(func() {
 		exit := make(chan struct{})
@@ -798,8 +816,8 @@ func (p *Plugin) Wake() <-chan struct{} {
 	return p.wake
 }
 
-// fallbackTicker wakes the host while no rings are attached, until the
-// process is gone.
+// fallbackTicker wakes the host until the rings are attached, or for the
+// process's life when they never are.
 func (p *Plugin) fallbackTicker(exit chan struct{}) {
 	defer close(exit)
 	t := time.NewTicker(fallbackWakeEvery)
@@ -807,16 +825,17 @@ func (p *Plugin) fallbackTicker(exit chan struct{}) {
 	for {
 		select {
 		case <-t.C:
-			if p.rings.Load() == nil {
-				select {
-				case p.wake <- struct{}{}:
-				default:
-				}
+			if p.rings.Load() != nil {
+				// The rings wake the host from now on; once they are
+				// detached (Close), the agent has nothing left to say.
+				return
+			}
+			select {
+			case p.wake <- struct{}{}:
+			default:
 			}
 		case <-p.done.Done():
 			return
 		}
 	}
 }
-
-var _ sdk.Waker = (*Plugin)(nil)

@@ -30,6 +30,13 @@ type pair struct {
 
 func newPair(t *testing.T) *pair {
 	t.Helper()
+	return newPairOf(t, nil, 10*time.Second)
+}
+
+// newPairOf serves wrap(the fake) (the fake itself when wrap is nil), with
+// the host's call timeout.
+func newPairOf(t *testing.T, wrap func(sdk.Transport) sdk.Transport, timeout time.Duration) *pair {
+	t.Helper()
 	ctx := context.Background()
 	impl := fake.New()
 	dir := t.TempDir()
@@ -56,12 +63,16 @@ func newPair(t *testing.T) *pair {
 
 	done, exit := context.WithCancel(context.Background())
 	pr := &pair{impl: impl, local: lists[0].ID, remote: lists[1].ID, peer: peers[0].ID, regs: []sdk.RegionID{regs[0].ID, regs[1].ID}}
-	c := &grpcClient{done: done, timeout: 10 * time.Second, name: "test transport"}
+	c := &grpcClient{done: done, timeout: timeout, name: "test transport"}
 	pr.host = newRingHost(c, mem, smallLayout, hclog.NewNullLogger(), func() error { pr.kills.Add(1); exit(); return nil }, make(chan struct{}, 1))
 	pr.host.events = true
 	pr.host.stopAfter = context.AfterFunc(done, pr.host.stop)
 	go pr.host.reader()
-	pr.server = newRingServer(ctx, impl, pmem, l, hclog.NewNullLogger())
+	var served sdk.Transport = impl
+	if wrap != nil {
+		served = wrap(impl)
+	}
+	pr.server = newRingServer(ctx, served, pmem, l, hclog.NewNullLogger())
 	pr.server.start()
 	t.Cleanup(func() {
 		pr.server.stop()
@@ -184,4 +195,37 @@ func TestRingPairPluginRefusesGarbage(t *testing.T) {
 	_, err = pr.host.submit(context.Background(), "Release", kindRelease, kindReleaseRes, 0, nil, nil)
 	require.ErrorIs(t, err, sdk.ErrPluginShutdown)
 	assert.Contains(t, err.Error(), "unknown kind 77")
+}
+
+// slowPost makes the first Post wait until the test lets it go (a
+// transport that overruns its deadline).
+type slowPost struct {
+	sdk.Transport
+	calls atomic.Int32
+	let   chan struct{}
+}
+
+func (s *slowPost) Post(ctx context.Context, posts []sdk.PostSpec) ([]sdk.PostResult, error) {
+	if s.calls.Add(1) == 1 {
+		<-s.let
+	}
+	return s.Transport.Post(ctx, posts)
+}
+
+// TestRingPairCallDeadline: a call whose answer does not come before its
+// deadline ends TIMEOUT; its late answer is matched to it and dropped, and
+// the next call gets its own answer.
+func TestRingPairCallDeadline(t *testing.T) {
+	let := make(chan struct{})
+	pr := newPairOf(t, func(tr sdk.Transport) sdk.Transport { return &slowPost{Transport: tr, let: let} }, 50*time.Millisecond)
+	var w wire
+	w = encodePostSpec(w, sdk.PostSpec{Op: sdk.OpWrite, Local: pr.local, LocalIndices: []uint32{0}, Remote: pr.remote, RemoteIndices: []uint32{0}})
+	_, err := pr.host.submit(context.Background(), "Post", kindPost, kindPostResult, 1, nil, w)
+	require.ErrorIs(t, err, sdk.ErrTimeout)
+	assert.Contains(t, err.Error(), "did not answer through its rings before the call's deadline")
+	close(let)
+	pr.host.c.timeout = 10 * time.Second
+	res := pr.post(t, 1)
+	require.NoError(t, res[0].Err)
+	assert.Equal(t, int32(0), pr.kills.Load(), "a late answer is no violation")
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,9 +25,12 @@ import (
 // The pump spins while work comes (adapting how long), then sleeps on its
 // doorbell: with nothing in flight and a transport that is a Waker, until
 // the host or the transport wakes it; with transfers in flight, for a
-// backoff that grows from ringMinBackoff to ringMaxBackoff; otherwise (a
-// transport that cannot say when a notification arrives) for
-// ringIdleNotePoll. An idle pump costs next to nothing.
+// backoff that grows from ringMinBackoff to ringBusyBackoff, and to
+// ringMaxBackoff once nothing moved for ringStalled; otherwise (a
+// transport that cannot say when a notification arrives, so that the
+// pump drains its notifications to wake the host) for a pause that grows
+// from ringMinIdleNotes to ringIdleNotePoll. An idle pump costs next to
+// nothing: some ten wake-ups a second, none for a Waker.
 //
 // step is the pump's unit of work (take what was submitted, answer it,
 // push what changed); a transport whose own progress thread should take
@@ -45,8 +47,11 @@ const (
 	ringMinSpin      = 5 * time.Microsecond
 	ringMaxSpin      = 200 * time.Microsecond
 	ringMinBackoff   = 20 * time.Microsecond
-	ringMaxBackoff   = 2 * time.Millisecond
-	ringIdleNotePoll = 10 * time.Millisecond
+	ringBusyBackoff  = 200 * time.Microsecond // longest sleep while transfers move
+	ringStalled      = 50 * time.Millisecond  // after this long without progress...
+	ringMaxBackoff   = 2 * time.Millisecond   // ...sleeps grow to this
+	ringMinIdleNotes = time.Millisecond
+	ringIdleNotePoll = 100 * time.Millisecond
 	ringActiveNotes  = 50 * time.Microsecond // least time between two notification drains while busy
 	ringDrainTimeout = time.Second           // bounds the pump's own calls (events, polls, notifications)
 )
@@ -74,6 +79,19 @@ type ringServer struct {
 	mapMu    sync.RWMutex
 	unmapped bool
 	done     chan struct{}
+	// followAt is when the pump may next ask the transport for changes,
+	// followGap how long it waits after an empty answer; notesGap the
+	// least time between two notification drains while busy.
+	followAt  time.Time
+	followGap time.Duration
+	notesGap  time.Duration
+	// lastSent is when the host published the submission served last.
+	lastSent int64
+	// postedAt is when the pump served the last Post; doneTime is a
+	// moving average of how long after it the next change came, so that
+	// the pump spins while a change is about due (doneSpin).
+	postedAt time.Time
+	doneTime time.Duration
 	// pending holds the items of a call submitted in parts.
 	pendingPosts []sdk.PostSpec
 	pendingIDs   []sdk.HandleID
@@ -196,7 +214,7 @@ func (s *ringServer) run() {
 		close(s.done)
 	}()
 	spin := 50 * time.Microsecond
-	backoff := ringMinBackoff
+	backoff, idleNotes := ringMinBackoff, ringMinIdleNotes
 	last := time.Now()
 	var notesAt time.Time
 	for !s.stopped.Load() {
@@ -208,25 +226,42 @@ func (s *ringServer) run() {
 			return
 		}
 		if worked {
-			if d := now.Sub(last); d > 0 && d < spin {
-				// Work came while spinning: spinning pays.
-				spin = min(2*spin, ringMaxSpin)
+			// How long was the pump idle before the host submitted
+			// this? Had it spun that long, it would have been awake:
+			// spin twice that from now on (the submission's own time,
+			// not when the pump got to it, so that a pump slow to wake
+			// does not mistake its own latency for the host's pace).
+			gap := now.Sub(last)
+			if sent := s.lastSent; sent != 0 {
+				gap = time.Unix(0, sent).Sub(last)
+				s.lastSent = 0
 			}
-			last, backoff = now, ringMinBackoff
+			if gap < ringMaxSpin {
+				spin = max(spin, min(2*max(gap, 0), ringMaxSpin))
+			}
+			last, backoff, idleNotes = time.Now(), ringMinBackoff, ringMinIdleNotes
 			continue
 		}
-		if now.Sub(last) < spin {
-			runtime.Gosched()
+		if now.Sub(last) < spin || (s.tracked() > 0 && now.Sub(s.postedAt) < s.doneSpin()) {
+			yield(last)
 			continue
 		}
-		spin = max(spin/2, ringMinSpin)
+		// Spinning did not pay this time: shorten it.
+		spin = max(spin*3/4, ringMinSpin)
 		var timeout time.Duration // forever
 		switch {
 		case s.tracked() > 0:
+			// Transfers in flight: look again soon, less often the
+			// longer nothing moves.
 			timeout = backoff
-			backoff = min(2*backoff, ringMaxBackoff)
+			limit := ringBusyBackoff
+			if now.Sub(last) > ringStalled {
+				limit = ringMaxBackoff
+			}
+			backoff = min(2*backoff, limit)
 		case s.waker == nil:
-			timeout = ringIdleNotePoll
+			timeout = idleNotes
+			idleNotes = min(2*idleNotes, ringIdleNotePoll)
 		}
 		v := s.m.plugin.prepare()
 		if n, err := s.sub.available(); err != nil || n > 0 || s.kicked.Load() || s.stopped.Load() {
@@ -235,6 +270,12 @@ func (s *ringServer) run() {
 		}
 		s.m.plugin.wait(v, timeout)
 	}
+}
+
+// doneSpin is how long after a Post the pump keeps spinning for its
+// changes: twice their usual delay, within ringMaxSpin.
+func (s *ringServer) doneSpin() time.Duration {
+	return min(2*s.doneTime+ringMinSpin, ringMaxSpin)
 }
 
 // fatal stops serving the rings after a protocol violation by the host
@@ -250,6 +291,12 @@ func (s *ringServer) fatal(err error) {
 }
 
 // step does one round of work and says whether there was any.
+//
+// The transport is asked for changes (Events or Poll) no more often than
+// its own answers take, doubling the gap while they come back empty (up to
+// ringBusyBackoff), so that a transport whose calls hop to a worker thread
+// spends at most about half its time answering the pump; a submission or a
+// change found resets the gap.
 func (s *ringServer) step(kicked bool, now time.Time, notesAt *time.Time) (bool, error) {
 	worked := false
 	n, err := s.sub.available()
@@ -268,21 +315,37 @@ func (s *ringServer) step(kicked bool, now time.Time, notesAt *time.Time) (bool,
 	if n > 0 {
 		// Slots were freed: a host waiting for room may sleep.
 		s.m.host.ring()
+		s.followGap, s.followAt = 0, now
 	}
-	if s.tracked() > 0 || kicked {
+	if kicked || (s.tracked() > 0 && !now.Before(s.followAt)) {
+		t0 := time.Now()
 		w, err := s.followHandles()
 		if err != nil {
 			return false, err
 		}
+		took := time.Since(t0)
+		if w {
+			s.followGap = 0
+			if !s.postedAt.IsZero() {
+				d := t0.Sub(s.postedAt)
+				s.doneTime += (d - s.doneTime) / 8
+				s.postedAt = time.Time{}
+			}
+		} else {
+			s.followGap = min(max(2*s.followGap, took), ringBusyBackoff)
+		}
+		s.followAt = t0.Add(took + s.followGap)
 		worked = worked || w
 	}
-	due := kicked || (s.waker == nil && now.Sub(*notesAt) >= ringActiveNotes)
+	due := kicked || (s.waker == nil && now.Sub(*notesAt) >= s.notesGap)
 	if due {
-		*notesAt = now
+		t0 := time.Now()
 		w, err := s.forwardNotes()
 		if err != nil {
 			return false, err
 		}
+		*notesAt = time.Now()
+		s.notesGap = max(ringActiveNotes, 2*notesAt.Sub(t0))
 		worked = worked || w
 	}
 	return worked, nil
@@ -298,6 +361,7 @@ func (s *ringServer) serveOne() error {
 		return err
 	}
 	s.sub.advance()
+	s.lastSent = e.sent
 	ctx, cancel := context.Background(), context.CancelFunc(func() {})
 	if e.deadline != 0 {
 		ctx, cancel = context.WithDeadline(ctx, time.Unix(0, e.deadline))
@@ -305,6 +369,7 @@ func (s *ringServer) serveOne() error {
 	defer cancel()
 	switch e.kind {
 	case kindPost:
+		s.postedAt = time.Now()
 		specs, err := decodePostSpecs(payload, e.count)
 		if err != nil {
 			return fmt.Errorf("post call %d: %w", e.call, err)
@@ -487,7 +552,7 @@ func (s *ringServer) push(e ringEntry, payload []byte) error {
 		}
 		s.m.host.ring()
 		if time.Since(spun) < ringMaxSpin {
-			runtime.Gosched()
+			yield(spun)
 			continue
 		}
 		v := s.m.plugin.prepare()

@@ -44,6 +44,8 @@ const (
 //	40 deadline  i64  a submission's deadline, Unix nanoseconds (0: none)
 //	48 arenaOff  u32  this entry's bytes in the arena
 //	52 arenaLen  u32
+//	56 sent      i64  when it was published, Unix nanoseconds (a hint
+//	                  for the consumer's spinning, never trusted)
 type ringEntry struct {
 	seq                 uint64
 	kind, code          uint16
@@ -51,6 +53,7 @@ type ringEntry struct {
 	first, count, total uint32
 	deadline            int64
 	arenaOff, arenaLen  uint32
+	sent                int64
 }
 
 func (e *ringEntry) encode(b []byte) {
@@ -68,7 +71,7 @@ func (e *ringEntry) encode(b []byte) {
 	le.PutUint64(b[40:], uint64(e.deadline))
 	le.PutUint32(b[48:], e.arenaOff)
 	le.PutUint32(b[52:], e.arenaLen)
-	le.PutUint64(b[56:], 0)
+	le.PutUint64(b[56:], uint64(e.sent))
 }
 
 func (e *ringEntry) decode(b []byte) {
@@ -84,6 +87,7 @@ func (e *ringEntry) decode(b []byte) {
 	e.deadline = int64(le.Uint64(b[40:]))
 	e.arenaOff = le.Uint32(b[48:])
 	e.arenaLen = le.Uint32(b[52:])
+	e.sent = int64(le.Uint64(b[56:]))
 }
 
 // check says what is wrong with an entry read from a ring: its kind for

@@ -51,9 +51,14 @@ const descBytes = 4096
 
 func newRig(t testing.TB, faults string) *rig {
 	t.Helper()
+	return openRig(t, launch(t, fakeBin, plugin.LaunchOptions{}), faults)
+}
+
+// openRig opens the fake agent p serves and sets up the rig.
+func openRig(t testing.TB, p *plugin.Plugin, faults string) *rig {
+	t.Helper()
 	ctx := context.Background()
 	dir := t.TempDir()
-	p := launch(t, fakeBin, plugin.LaunchOptions{})
 	params := map[string]string{"dir": dir}
 	if faults != "" {
 		params["fault"] = faults

@@ -15,7 +15,9 @@ import (
 //
 //	func main() { plugin.Serve(mytransport.New()) }
 //
-// It speaks gRPC only, announces contract major version ContractMajor in
+// It speaks gRPC, serves the shared-memory rings the host offers at Open
+// (CUSTODY_TRANSPORT_RINGS=off refuses them), announces contract major
+// version ContractMajor in
 // the handshake, and logs as JSON to stderr, which the host's logger
 // re-emits; CUSTODY_TRANSPORT_LOG_LEVEL (trace, debug, info, warn, error;
 // default info) sets the plugin's level. It returns when the host shuts the plugin down. Started by hand,
