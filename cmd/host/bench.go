@@ -28,6 +28,8 @@ func init() {
 		perftest   string
 		minTime    time.Duration
 		repeat     int
+		sdkMode    bool
+		idle       time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -55,6 +57,9 @@ parameter) and size, prints a table, and for each size and op a line
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Minute)
 			defer cancel()
+			if sdkMode {
+				return runSDKBench(ctx, cmd.OutOrStdout(), sdkBenchConfig{plugin: pluginPath, params: p, minTime: minTime, repeat: repeat, idle: idle})
+			}
 			return runBench(ctx, cmd.OutOrStdout(), benchConfig{plugin: pluginPath, params: p, sizes: sizes, perftest: perftest, minTime: minTime, repeat: repeat})
 		},
 	}
@@ -64,6 +69,8 @@ parameter) and size, prints a table, and for each size and op a line
 	cmd.Flags().StringVar(&perftest, "perftest", "ucx_perftest", "ucx_perftest binary; empty skips the comparison")
 	cmd.Flags().DurationVar(&minTime, "min-time", time.Second, "least time measured per size and op")
 	cmd.Flags().IntVar(&repeat, "repeat", 3, "rounds per size, ours and the references interleaved; the best of each is reported")
+	cmd.Flags().DurationVar(&idle, "idle", 0, "with --sdk: also measure, over this long, the CPU an idle transport process and this host use with the rings attached and nothing in flight")
+	cmd.Flags().BoolVar(&sdkMode, "sdk", false, "measure the process boundary instead (bench_sdk.go): Post to DONE latency and completions per second of the transport in this process, through the rings, and over gRPC")
 	rootCmd.AddCommand(cmd)
 }
 
