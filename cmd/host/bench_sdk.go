@@ -35,13 +35,13 @@ const (
 // it at most twice the in-process time at the median, and at least 0.8 of
 // the in-process completion rate.
 const (
-	goalPostDoneRatio    = 2.0
-	goalCompletionsRatio = 0.8
+	sdkGoalPostDone    = 2.0
+	sdkGoalCompletions = 0.8
 )
 
-// inProcess makes an in-process agent of the transport a plugin binary
+// sdkInProcess makes an in-process agent of the transport a plugin binary
 // serves, by the name its Describe reports.
-var inProcess = map[string]func() sdk.Transport{
+var sdkInProcess = map[string]func() sdk.Transport{
 	"fake": func() sdk.Transport { return fake.New() },
 	"ucx":  func() sdk.Transport { return ucx.New() },
 }
@@ -91,7 +91,7 @@ func runSDKBench(ctx context.Context, out io.Writer, cfg sdkBenchConfig) error {
 	}
 	name := probe.Description().Name
 	probe.Stop()
-	mk, ok := inProcess[name]
+	mk, ok := sdkInProcess[name]
 	if !ok {
 		return fmt.Errorf("bench --sdk: no in-process reference for transport %q (known: fake, ucx)", name)
 	}
@@ -120,28 +120,28 @@ func runSDKBench(ctx context.Context, out io.Writer, cfg sdkBenchConfig) error {
 	fmt.Fprintln(tw, "way\tpost->done p50 µs\tp99 µs\tcompletions/s\t")
 	for i, w := range ways {
 		r := best[i]
-		fmt.Fprintf(tw, "%s\t%.2f\t%.2f\t%.0f\t\n", w.name, micros(r.p50), micros(r.p99), r.rate)
+		fmt.Fprintf(tw, "%s\t%.2f\t%.2f\t%.0f\t\n", w.name, sdkMicros(r.p50), sdkMicros(r.p99), r.rate)
 	}
 	_ = tw.Flush()
 	in, rings, grpc := best[0], best[1], best[2]
 	fmt.Fprintf(out, "ratio name=grpc-post-done-p50-ratio value=%.2f\n", float64(grpc.p50)/float64(in.p50))
 	fmt.Fprintf(out, "ratio name=grpc-completions-ratio value=%.3f\n", grpc.rate/in.rate)
-	goal(out, "sdk-post-done-p50-ratio", float64(rings.p50)/float64(in.p50), goalPostDoneRatio, false)
-	goal(out, "sdk-completions-ratio", rings.rate/in.rate, goalCompletionsRatio, true)
+	sdkGoal(out, "sdk-post-done-p50-ratio", float64(rings.p50)/float64(in.p50), sdkGoalPostDone, false)
+	sdkGoal(out, "sdk-completions-ratio", rings.rate/in.rate, sdkGoalCompletions, true)
 	if cfg.idle > 0 {
-		return idleCPU(ctx, out, cfg)
+		return sdkIdleCPU(ctx, out, cfg)
 	}
 	return nil
 }
 
-// goalIdleCPU is the most an idle process may use: half a percent of a
+// sdkGoalIdleCPU is the most an idle process may use: half a percent of a
 // core.
-const goalIdleCPU = 0.005
+const sdkGoalIdleCPU = 0.005
 
-// idleCPU launches an agent with the rings attached, lets it sit idle for
+// sdkIdleCPU launches an agent with the rings attached, lets it sit idle for
 // cfg.idle, and prints what the transport process and this process used
 // of a core meanwhile (from /proc/PID/task/*/schedstat: time on CPU).
-func idleCPU(ctx context.Context, out io.Writer, cfg sdkBenchConfig) (err error) {
+func sdkIdleCPU(ctx context.Context, out io.Writer, cfg sdkBenchConfig) (err error) {
 	p, err := plugin.Launch(ctx, cfg.plugin, plugin.LaunchOptions{})
 	if err != nil {
 		return err
@@ -157,25 +157,25 @@ func idleCPU(ctx context.Context, out io.Writer, cfg sdkBenchConfig) (err error)
 	_ = p.Wake()                       // a host that sleeps on Wake, as a real one does
 	time.Sleep(100 * time.Millisecond) // let start-up work end before measuring
 	t0 := time.Now()
-	pBefore, err1 := cpuTime(p.Pid())
-	hBefore, err2 := cpuTime(os.Getpid())
+	pBefore, err1 := sdkCPUTime(p.Pid())
+	hBefore, err2 := sdkCPUTime(os.Getpid())
 	if err := errors.Join(err1, err2); err != nil {
 		return err
 	}
 	time.Sleep(cfg.idle)
-	pAfter, err1 := cpuTime(p.Pid())
-	hAfter, err2 := cpuTime(os.Getpid())
+	pAfter, err1 := sdkCPUTime(p.Pid())
+	hAfter, err2 := sdkCPUTime(os.Getpid())
 	if err := errors.Join(err1, err2); err != nil {
 		return err
 	}
 	el := time.Since(t0)
-	goal(out, "sdk-idle-transport-cpu", float64(pAfter-pBefore)/float64(el), goalIdleCPU, false)
-	goal(out, "sdk-idle-host-cpu", float64(hAfter-hBefore)/float64(el), goalIdleCPU, false)
+	sdkGoal(out, "sdk-idle-transport-cpu", float64(pAfter-pBefore)/float64(el), sdkGoalIdleCPU, false)
+	sdkGoal(out, "sdk-idle-host-cpu", float64(hAfter-hBefore)/float64(el), sdkGoalIdleCPU, false)
 	return nil
 }
 
-// cpuTime is the time all threads of process pid have spent on a CPU.
-func cpuTime(pid int) (time.Duration, error) {
+// sdkCPUTime is the time all threads of process pid have spent on a CPU.
+func sdkCPUTime(pid int) (time.Duration, error) {
 	dirs, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/schedstat", pid))
 	if err != nil || len(dirs) == 0 {
 		return 0, fmt.Errorf("CPU time of pid %d: no /proc/%d/task/*/schedstat (%v)", pid, pid, err)
@@ -194,11 +194,11 @@ func cpuTime(pid int) (time.Duration, error) {
 	return total, nil
 }
 
-func micros(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
+func sdkMicros(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
 
-// goal prints a goal line; atLeast says whether the value must reach the
+// sdkGoal prints a goal line; atLeast says whether the value must reach the
 // target from below (else stay under it).
-func goal(out io.Writer, name string, value, target float64, atLeast bool) {
+func sdkGoal(out io.Writer, name string, value, target float64, atLeast bool) {
 	met := value <= target
 	if atLeast {
 		met = value >= target
@@ -470,7 +470,7 @@ func sdkRate(ctx context.Context, t sdk.Transport, specs []sdk.PostSpec, minTime
 		}
 		if !start.IsZero() && time.Since(start) >= minTime {
 			rate := float64(done) / time.Since(start).Seconds()
-			return rate, drain(ctx, t, slotOf)
+			return rate, sdkDrain(ctx, t, slotOf)
 		}
 		if err := post(slots); err != nil {
 			return 0, err
@@ -478,8 +478,8 @@ func sdkRate(ctx context.Context, t sdk.Transport, specs []sdk.PostSpec, minTime
 	}
 }
 
-// drain waits for what is still in flight and releases it.
-func drain(ctx context.Context, t sdk.Transport, slotOf map[sdk.HandleID]int) error {
+// sdkDrain waits for what is still in flight and releases it.
+func sdkDrain(ctx context.Context, t sdk.Transport, slotOf map[sdk.HandleID]int) error {
 	ids := make([]sdk.HandleID, 0, len(slotOf))
 	for id := range slotOf {
 		ids = append(ids, id)
