@@ -26,6 +26,8 @@ type pair struct {
 	remote sdk.DlistID
 	peer   sdk.PeerID
 	regs   []sdk.RegionID
+	// exit stands for the process's exit: it ends done.
+	exit func()
 }
 
 func newPair(t *testing.T) *pair {
@@ -62,7 +64,7 @@ func newPairOf(t *testing.T, wrap func(sdk.Transport) sdk.Transport, timeout tim
 	remove()
 
 	done, exit := context.WithCancel(context.Background())
-	pr := &pair{impl: impl, local: lists[0].ID, remote: lists[1].ID, peer: peers[0].ID, regs: []sdk.RegionID{regs[0].ID, regs[1].ID}}
+	pr := &pair{impl: impl, local: lists[0].ID, remote: lists[1].ID, peer: peers[0].ID, regs: []sdk.RegionID{regs[0].ID, regs[1].ID}, exit: exit}
 	c := &grpcClient{done: done, timeout: timeout, name: "test transport"}
 	pr.host = newRingHost(c, mem, smallLayout, hclog.NewNullLogger(), func() error { pr.kills.Add(1); exit(); return nil }, make(chan struct{}, 1))
 	pr.host.events = true
@@ -228,4 +230,29 @@ func TestRingPairCallDeadline(t *testing.T) {
 	res := pr.post(t, 1)
 	require.NoError(t, res[0].Err)
 	assert.Equal(t, int32(0), pr.kills.Load(), "a late answer is no violation")
+}
+
+// TestRingPairExitUnderPendingCall: a call waiting in the rings when the
+// process exits returns PLUGIN_SHUTDOWN at once, not at its deadline.
+func TestRingPairExitUnderPendingCall(t *testing.T) {
+	let := make(chan struct{})
+	slow := &slowPost{let: let}
+	pr := newPairOf(t, func(tr sdk.Transport) sdk.Transport { slow.Transport = tr; return slow }, time.Hour)
+	defer close(let)
+	var w wire
+	w = encodePostSpec(w, sdk.PostSpec{Op: sdk.OpWrite, Local: pr.local, LocalIndices: []uint32{0}, Remote: pr.remote, RemoteIndices: []uint32{0}})
+	errc := make(chan error, 1)
+	go func() {
+		_, err := pr.host.submit(context.Background(), "Post", kindPost, kindPostResult, 1, nil, w)
+		errc <- err
+	}()
+	require.Eventually(t, func() bool { return slow.calls.Load() == 1 }, 10*time.Second, time.Millisecond, "the Post reached the transport")
+	pr.exit()
+	select {
+	case err := <-errc:
+		require.ErrorIs(t, err, sdk.ErrPluginShutdown)
+		assert.Contains(t, err.Error(), "exited")
+	case <-time.After(10 * time.Second):
+		t.Fatal("the pending call did not end when the process exited")
+	}
 }
