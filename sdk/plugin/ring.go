@@ -91,8 +91,8 @@ const (
 	offSubHead     = 128 // plugin writes
 	offCompTail    = 192 // plugin writes
 	offCompHead    = 256 // host writes
-	offPluginBell  = 320 // word, then sleeping flag
-	offHostBell    = 384 // word, then sleeping flag
+	offPluginBell  = 320 // word, sleeping flag, cpu
+	offHostBell    = 384 // word, sleeping flag, cpu
 	ringHeaderSize = 4096
 )
 
@@ -210,8 +210,8 @@ func newRingMap(mem []byte, l ringLayout) *ringMap {
 	m.comp = ringMem{ents: take(int(l.compEntries) * ringEntrySize), n: uint64(l.compEntries), tail: u64At(mem, offCompTail), head: u64At(mem, offCompHead)}
 	m.sub.arena = take(int(l.subArena))
 	m.comp.arena = take(int(l.compArena))
-	m.plugin = doorbell{word: u32At(mem, offPluginBell), sleeping: u32At(mem, offPluginBell+4)}
-	m.host = doorbell{word: u32At(mem, offHostBell), sleeping: u32At(mem, offHostBell+4)}
+	m.plugin = doorbell{word: u32At(mem, offPluginBell), sleeping: u32At(mem, offPluginBell+4), cpu: u32At(mem, offPluginBell+8)}
+	m.host = doorbell{word: u32At(mem, offHostBell), sleeping: u32At(mem, offHostBell+4), cpu: u32At(mem, offHostBell+8)}
 	return m
 }
 
@@ -333,8 +333,11 @@ func (c *consumer) advance() {
 
 // doorbell wakes a sleeping side: word is the futex word, sleeping is set
 // while its owner sleeps (or is about to).
+//
+// cpu is where the owner last spun (CPU number + 1; 0: not known), so that
+// a spinner can tell whether it holds the very CPU its peer needs.
 type doorbell struct {
-	word, sleeping *atomic.Uint32
+	word, sleeping, cpu *atomic.Uint32
 }
 
 // ring wakes the owner if it sleeps. Call it after publishing.
@@ -371,19 +374,24 @@ func (d doorbell) cancel() { d.sleeping.Store(0) }
 
 // ringPureSpin is how long a spinner keeps its CPU before it starts
 // giving it away.
-const ringPureSpin = 10 * time.Microsecond
+const ringPureSpin = 50 * time.Microsecond
 
-// yield is one round of a spin that began at since. For the first
-// ringPureSpin it only lets the other goroutines of this process run: when
-// the peer runs on another CPU its answer comes in well under a
-// microsecond, and giving the CPU away (sched_yield) would cost some 8 µs
-// per hand-off on a busy machine. Past that, the peer may be waiting for
-// this very CPU, so the spinner yields it to other processes too; without
-// that, a spinner that shares its CPU with its peer stalls them both for a
+// yield is one round of a spin that began at since, by the owner of mine
+// waiting for the owner of peer. While the peer last ran on another CPU,
+// and for at most ringPureSpin, it only lets the other goroutines of this
+// process run: a peer on another CPU answers in well under a microsecond,
+// and giving the CPU away (sched_yield) costs some 8 µs per hand-off on a
+// busy machine. When the peer last ran on this very CPU, or the spin has
+// lasted, the spinner gives its CPU to other processes too: otherwise a
+// spinner that shares its CPU with its peer stalls them both for a
 // scheduler slice.
-func yield(since time.Time) {
+func yield(since time.Time, mine, peer doorbell) {
+	var cpu uint32
+	if _, _, errno := unix.RawSyscall(unix.SYS_GETCPU, uintptr(unsafe.Pointer(&cpu)), 0, 0); errno == 0 {
+		mine.cpu.Store(cpu + 1)
+	}
 	runtime.Gosched()
-	if time.Since(since) > ringPureSpin {
+	if time.Since(since) > ringPureSpin || peer.cpu.Load() == cpu+1 {
 		_, _, _ = unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
 	}
 }

@@ -241,7 +241,7 @@ func (r *ringHost) reader() {
 			continue
 		}
 		if time.Since(last) < ringReaderSpin {
-			yield(last)
+			yield(last, r.m.host, r.m.plugin)
 			continue
 		}
 		v := r.m.host.prepare()
@@ -491,7 +491,7 @@ func (r *ringHost) submit(ctx context.Context, method string, kind, resKind uint
 		}
 		r.m.plugin.ring()
 		if time.Since(spun) < ringWaitSpin {
-			yield(spun)
+			yield(spun, r.m.host, r.m.plugin)
 		} else {
 			time.Sleep(ringMinBackoff)
 		}
@@ -520,7 +520,7 @@ func (r *ringHost) submit(ctx context.Context, method string, kind, resKind uint
 	r.spinning.Add(1)
 	for spun := time.Now(); !c.fin.Load() && time.Since(spun) < ringWaitSpin; {
 		if r.drain() == 0 {
-			yield(spun)
+			yield(spun, r.m.host, r.m.plugin)
 		}
 	}
 	if r.spinning.Add(-1) == 0 {

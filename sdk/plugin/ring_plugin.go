@@ -243,7 +243,7 @@ func (s *ringServer) run() {
 			continue
 		}
 		if now.Sub(last) < spin || (s.tracked() > 0 && now.Sub(s.postedAt) < s.doneSpin()) {
-			yield(last)
+			yield(last, s.m.plugin, s.m.host)
 			continue
 		}
 		// Spinning did not pay this time: shorten it.
@@ -552,7 +552,7 @@ func (s *ringServer) push(e ringEntry, payload []byte) error {
 		}
 		s.m.host.ring()
 		if time.Since(spun) < ringMaxSpin {
-			yield(spun)
+			yield(spun, s.m.plugin, s.m.host)
 			continue
 		}
 		v := s.m.plugin.prepare()
