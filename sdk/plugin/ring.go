@@ -386,12 +386,24 @@ const ringPureSpin = 50 * time.Microsecond
 // spinner that shares its CPU with its peer stalls them both for a
 // scheduler slice.
 func yield(since time.Time, mine, peer doorbell) {
+	pause(since, sameCPU(mine, peer))
+}
+
+// sameCPU records where the owner of mine runs and reports whether the
+// owner of peer last ran there too. The caller must hold the mapping.
+func sameCPU(mine, peer doorbell) bool {
 	var cpu uint32
-	if _, _, errno := unix.RawSyscall(unix.SYS_GETCPU, uintptr(unsafe.Pointer(&cpu)), 0, 0); errno == 0 {
-		mine.cpu.Store(cpu + 1)
+	if _, _, errno := unix.RawSyscall(unix.SYS_GETCPU, uintptr(unsafe.Pointer(&cpu)), 0, 0); errno != 0 {
+		return false
 	}
+	mine.cpu.Store(cpu + 1)
+	return peer.cpu.Load() == cpu+1
+}
+
+// pause is yield's second half; it touches no mapping.
+func pause(since time.Time, same bool) {
 	runtime.Gosched()
-	if time.Since(since) > ringPureSpin || peer.cpu.Load() == cpu+1 {
+	if same || time.Since(since) > ringPureSpin {
 		_, _, _ = unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
 	}
 }

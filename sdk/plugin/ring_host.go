@@ -253,6 +253,19 @@ func (r *ringHost) reader() {
 	}
 }
 
+// yield is one round of a caller's spin that began at since. Callers do
+// not own the mapping, which the reader may unmap meanwhile: it is touched
+// under r.mu only.
+func (r *ringHost) yield(since time.Time) {
+	same := false
+	r.mu.Lock()
+	if !r.unmapped {
+		same = sameCPU(r.m.host, r.m.plugin)
+	}
+	r.mu.Unlock()
+	pause(since, same)
+}
+
 // pending reports whether the completion ring holds anything (or is
 // broken: drain says so).
 func (r *ringHost) pending() bool {
@@ -491,7 +504,7 @@ func (r *ringHost) submit(ctx context.Context, method string, kind, resKind uint
 		}
 		r.m.plugin.ring()
 		if time.Since(spun) < ringWaitSpin {
-			yield(spun, r.m.host, r.m.plugin)
+			r.yield(spun)
 		} else {
 			time.Sleep(ringMinBackoff)
 		}
@@ -520,7 +533,7 @@ func (r *ringHost) submit(ctx context.Context, method string, kind, resKind uint
 	r.spinning.Add(1)
 	for spun := time.Now(); !c.fin.Load() && time.Since(spun) < ringWaitSpin; {
 		if r.drain() == 0 {
-			yield(spun, r.m.host, r.m.plugin)
+			r.yield(spun)
 		}
 	}
 	if r.spinning.Add(-1) == 0 {
