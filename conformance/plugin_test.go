@@ -18,10 +18,19 @@ func fakePlugin(t *testing.T) string {
 }
 
 // TestFakeOutOfProcess holds the fake, run as a plugin process per agent
-// through plugin.Launch, to every check, peer loss included.
+// through plugin.Launch, to every check, peer loss included: once with
+// Post, Release and completions through the shared-memory rings, once over
+// gRPC alone.
 func TestFakeOutOfProcess(t *testing.T) {
 	if testing.Short() {
 		t.Skip("launches dozens of plugin processes")
 	}
-	conformance.Run(t, conformance.Config{New: conformance.PluginFactory(fakePlugin(t), plugin.LaunchOptions{})})
+	for _, tc := range []struct {
+		name string
+		off  bool
+	}{{"rings", false}, {"grpc", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			conformance.Run(t, conformance.Config{New: conformance.PluginFactory(fakePlugin(t), plugin.LaunchOptions{DisableRings: tc.off})})
+		})
+	}
 }

@@ -30,6 +30,8 @@ func init() {
 		repeat     int
 		e2e        e2eConfig
 		e2eOn      bool
+		sdkMode    bool
+		idle       time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -43,6 +45,9 @@ parameter) and size, prints a table, and for each size and op a line
 			p, err := parseParams(params)
 			if err != nil {
 				return err
+			}
+			if e2eOn && sdkMode {
+				return fmt.Errorf("--e2e and --sdk measure different things; pass one of them")
 			}
 			if e2eOn {
 				e2e.params = p
@@ -66,6 +71,9 @@ parameter) and size, prints a table, and for each size and op a line
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Minute)
 			defer cancel()
+			if sdkMode {
+				return runSDKBench(ctx, cmd.OutOrStdout(), sdkBenchConfig{plugin: pluginPath, params: p, minTime: minTime, repeat: repeat, idle: idle})
+			}
 			return runBench(ctx, cmd.OutOrStdout(), benchConfig{plugin: pluginPath, params: p, sizes: sizes, perftest: perftest, minTime: minTime, repeat: repeat})
 		},
 	}
@@ -83,6 +91,8 @@ parameter) and size, prints a table, and for each size and op a line
 	cmd.Flags().DurationVar(&e2e.duration, "duration", 3*time.Second, "--e2e: length of the throughput run")
 	cmd.Flags().IntVar(&e2e.blockSize, "block-size", 16<<10, "--e2e: bytes per block")
 	cmd.Flags().DurationVar(&e2e.poll, "poll", 0, "--e2e: poll GetFinished at this interval instead of watching the stream (the old way, for comparison)")
+	cmd.Flags().DurationVar(&idle, "idle", 0, "with --sdk: also measure, over this long, the CPU an idle transport process and this host use with the rings attached and nothing in flight")
+	cmd.Flags().BoolVar(&sdkMode, "sdk", false, "measure the process boundary instead (bench_sdk.go): Post to DONE latency and completions per second of the transport in this process, through the rings, and over gRPC")
 	rootCmd.AddCommand(cmd)
 }
 

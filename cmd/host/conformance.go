@@ -22,10 +22,10 @@ import (
 // and fails, naming the failed checks, when any check fails.
 func newConformanceCmd() *cobra.Command {
 	var (
-		pluginPath, run, junit, jsonOut, dir string
-		params                               []string
-		timeout                              time.Duration
-		list, verbose                        bool
+		pluginPath, run, junit, jsonOut, dir, rings string
+		params                                      []string
+		timeout                                     time.Duration
+		list, verbose                               bool
 	)
 	cmd := &cobra.Command{
 		Use:   "conformance",
@@ -45,6 +45,9 @@ func newConformanceCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if rings != "on" && rings != "off" {
+				return fmt.Errorf("--rings %q: say on or off", rings)
+			}
 			var match func(string) bool
 			if run != "" {
 				re, err := regexp.Compile(run)
@@ -61,7 +64,7 @@ func newConformanceCmd() *cobra.Command {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
 			defer stop()
 			rep, err := conformance.Execute(ctx, conformance.Config{
-				New:          conformance.PluginFactory(pluginPath, plugin.LaunchOptions{Logger: logger}),
+				New:          conformance.PluginFactory(pluginPath, plugin.LaunchOptions{Logger: logger, DisableRings: rings == "off"}),
 				Params:       p,
 				Dir:          dir,
 				CheckTimeout: timeout,
@@ -101,6 +104,7 @@ func newConformanceCmd() *cobra.Command {
 	f.DurationVar(&timeout, "timeout", 3*time.Minute, "bound of one check, cleanup included")
 	f.BoolVar(&list, "list", false, "list the checks and exit")
 	f.BoolVar(&verbose, "verbose", false, "show the transport processes' logs")
+	f.StringVar(&rings, "rings", "on", "on: Post, Release and completions through the shared-memory rings when the transport offers them; off: gRPC alone")
 	return cmd
 }
 

@@ -68,6 +68,10 @@ func TestConformanceCommand(t *testing.T) {
 	require.Error(t, err, out)
 	assert.Contains(t, err.Error(), "contract/release-running-busy")
 	assert.Contains(t, out, "FAIL  contract/release-running-busy")
+
+	out, err = runConformance(t, "--plugin", plugin, "--run", only, "--rings", "off")
+	require.NoError(t, err, out)
+	assert.Contains(t, out, "total: 2 checks, 2 passed, 0 skipped, 0 failed")
 }
 
 // TestConformanceCommandArgs: bad flags are refused before anything runs.
@@ -78,6 +82,7 @@ func TestConformanceCommandArgs(t *testing.T) {
 		want string
 	}{
 		{"malformed param", []string{"--param", "novalue"}, "want key=value"},
+		{"rings", []string{"--rings", "maybe"}, "say on or off"},
 		{"bad regexp", []string{"--run", "("}, "--run"},
 		{"missing plugin", []string{"--plugin", filepath.Join(t.TempDir(), "nope")}, "nope"},
 	} {

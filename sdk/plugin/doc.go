@@ -1,10 +1,13 @@
 // Package plugin is the process boundary of custody's transport contract
 // (package sdk): the gRPC proto that carries the contract between processes,
-// Serve, which a transport binary's main calls, and Launch, which the host
-// uses to start a transport process, call it and fence it by killing it.
+// the shared-memory rings that carry its hot path (Post, Release and
+// completions; ring.go), Serve, which a transport binary's main calls, and
+// Launch, which the host uses to start a transport process, call it and
+// fence it by killing it.
 //
 // A transport author implements sdk.Transport and calls Serve; nothing else
 // of this package is theirs to use. The host never imports a transport's
 // code: it launches the binary and talks to it through Plugin, which
-// implements sdk.Transport itself.
+// implements sdk.Transport itself. Serve runs the plugin side of the rings
+// for every transport, so a transport gets them without code of its own.
 package plugin

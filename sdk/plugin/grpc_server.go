@@ -18,6 +18,7 @@ import (
 type grpcServer struct {
 	pb.UnimplementedTransportServer
 	impl sdk.Transport
+	ringServing
 }
 
 var _ pb.TransportServer = (*grpcServer)(nil)
@@ -93,6 +94,7 @@ func (s *grpcServer) Post(ctx context.Context, req *pb.PostRequest) (*pb.PostRes
 	if err != nil {
 		return nil, statusError(err)
 	}
+	s.postedOverGRPC(ctx, res)
 	return postResultsOf(res), nil
 }
 
@@ -109,7 +111,12 @@ func (s *grpcServer) Cancel(ctx context.Context, req *pb.IDs) (*pb.Statuses, err
 }
 
 func (s *grpcServer) Release(ctx context.Context, req *pb.IDs) (*pb.Statuses, error) {
-	return statuses(s.impl.Release(ctx, idsFrom[sdk.HandleID](req)))
+	ids := idsFrom[sdk.HandleID](req)
+	errs, err := s.impl.Release(ctx, ids)
+	if err == nil {
+		s.releasedOverGRPC(ids, errs)
+	}
+	return statuses(errs, err)
 }
 
 func (s *grpcServer) SendNotifications(ctx context.Context, req *pb.SendNotificationsRequest) (*pb.Statuses, error) {

@@ -115,7 +115,9 @@ func TestKillUnderPendingCall(t *testing.T) {
 // TestKillUnderConcurrentCalls: callers hammering a real fake plugin when it
 // is killed each see ErrPluginShutdown as their first error, and so does
 // every call after.
-func TestKillUnderConcurrentCalls(t *testing.T) {
+func TestKillUnderConcurrentCalls(t *testing.T) { bothPaths(t, testKillUnderConcurrentCalls) }
+
+func testKillUnderConcurrentCalls(t *testing.T) {
 	rg := newRig(t, "stall")
 	p := rg.p
 	ctx := context.Background()
@@ -159,7 +161,9 @@ func TestKillUnderConcurrentCalls(t *testing.T) {
 
 // TestKillIsTheFence: Plugin.Kill ends the process at once, with a transfer
 // still running, and leaves every later call ErrPluginShutdown.
-func TestKillIsTheFence(t *testing.T) {
+func TestKillIsTheFence(t *testing.T) { bothPaths(t, testKillIsTheFence) }
+
+func testKillIsTheFence(t *testing.T) {
 	rg := newRig(t, "stall")
 	posts, err := rg.p.Post(context.Background(), []sdk.PostSpec{rg.write("")})
 	require.NoError(t, err)
@@ -181,7 +185,9 @@ func TestKillIsTheFence(t *testing.T) {
 
 // TestCrashDuringCall: the plugin exits by itself in the middle of a call
 // (the fake's crash fault); the call returns ErrPluginShutdown.
-func TestCrashDuringCall(t *testing.T) {
+func TestCrashDuringCall(t *testing.T) { bothPaths(t, testCrashDuringCall) }
+
+func testCrashDuringCall(t *testing.T) {
 	rg := newRig(t, "crash,at=post")
 	_, err := rg.p.Post(context.Background(), []sdk.PostSpec{rg.write("")})
 	assert.ErrorIs(t, err, sdk.ErrPluginShutdown)

@@ -54,6 +54,9 @@ type LaunchOptions struct {
 	// (removed once the process is gone; scratch.go). Empty means the temp
 	// directory.
 	SocketDir string
+	// DisableRings keeps Post, Release and completions on gRPC instead of
+	// the shared-memory rings Open negotiates (ring_host.go).
+	DisableRings bool
 }
 
 // ContractVersionError is Launch's refusal of a plugin that speaks another
@@ -71,9 +74,13 @@ func (e *ContractVersionError) Error() string {
 }
 
 // Plugin is a transport running as a separate process, launched by Launch.
-// It satisfies Transport and EventSource: every call crosses to the process
-// over gRPC, under a deadline (LaunchOptions.CallTimeout), and returns the
-// transport's own errors unchanged. Once the process is gone, every pending
+// It satisfies Transport, EventSource and Waker: once Open has negotiated
+// the shared-memory rings, Post and Release cross through them and Poll,
+// Events and Notifications answer from what they brought (ring_host.go);
+// every other call, and every call when the rings are off or refused,
+// crosses over gRPC. Each call runs under a deadline
+// (LaunchOptions.CallTimeout) and returns the transport's own errors
+// unchanged. Once the process is gone, every pending
 // and every later call returns an error matching ErrPluginShutdown: the
 // process was the fence, so every transfer it initiated has stopped.
 //
@@ -87,15 +94,17 @@ type Plugin struct {
 	proc   *os.Process
 	desc   sdk.Description
 	life   *lifeline
+	ringState
 }
 
 var (
 	_ sdk.Transport   = (*Plugin)(nil)
 	_ sdk.EventSource = (*Plugin)(nil)
+	_ sdk.Waker       = (*Plugin)(nil)
 )
 
-// Launch starts the transport binary at path and connects to it: gRPC only,
-// over a unix socket with mutual TLS, after a handshake that refuses a
+// Launch starts the transport binary at path and connects to it: gRPC
+// over a unix socket with mutual TLS (the rings come at Open), after a handshake that refuses a
 // plugin of another contract major version (with a *ContractVersionError
 // naming both; so is one whose Describe reports another major). It calls
 // Describe once and keeps the answer (Description). ctx's deadline, when
@@ -175,7 +184,9 @@ func Launch(ctx context.Context, path string, opts LaunchOptions) (*Plugin, erro
 		abort()
 		return nil, fmt.Errorf("launch %s: %w", binding.name, err)
 	}
-	p := &Plugin{grpcClient: raw.(*grpcClient), client: client, cmd: cmd, proc: cmd.Process, life: life}
+	p := &Plugin{grpcClient: raw.(*grpcClient), client: client, cmd: cmd, proc: cmd.Process, life: life,
+		ringState: ringState{noRings: opts.DisableRings, log: opts.Logger, wake: make(chan struct{}, 1)}}
+	p.kill = p.Kill
 	if p.desc, err = p.grpcClient.Describe(ctx); err != nil {
 		abort()
 		return nil, fmt.Errorf("launch %s: %w", binding.name, err)
@@ -223,7 +234,7 @@ func (p *Plugin) Events(ctx context.Context, max int) ([]sdk.Event, error) {
 	if !p.HasEvents() {
 		return nil, sdk.Errorf(sdk.CodeUnsupported, "Events: %s does not claim events in Describe; poll every live handle instead", p.name)
 	}
-	return p.grpcClient.Events(ctx, max)
+	return p.events(ctx, max)
 }
 
 // Pid is the plugin process's id.
@@ -265,6 +276,7 @@ func (p *Plugin) Kill() error {
 	}
 	p.client.Kill()
 	p.life.cut()
+	p.closeRings()
 	return nil
 }
 
@@ -294,4 +306,5 @@ func (p *Plugin) Stop() {
 		}
 	}
 	p.life.cut()
+	p.closeRings()
 }

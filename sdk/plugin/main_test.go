@@ -30,8 +30,8 @@ var (
 )
 
 const (
-	// helperEnv, set to "blocking", makes this test binary serve
-	// blockingTransport instead of running tests.
+	// helperEnv, set to "blocking" or "noevents", makes this test binary
+	// serve blockingTransport or noEvents instead of running tests.
 	helperEnv = "CUSTODY_SDK_TEST_PLUGIN"
 	// claimEventsEnv, set to "1", makes blockingTransport claim events in
 	// Describe (which it does not implement).
@@ -43,8 +43,12 @@ const (
 )
 
 func TestMain(m *testing.M) {
-	if os.Getenv(helperEnv) == "blocking" {
+	switch os.Getenv(helperEnv) {
+	case "blocking":
 		plugin.Serve(&blockingTransport{Transport: fake.New()})
+		os.Exit(0)
+	case "noevents":
+		plugin.Serve(noEvents{fake.New()})
 		os.Exit(0)
 	}
 	if mode := os.Getenv(hostHelperEnv); mode != "" {
@@ -93,12 +97,34 @@ func launch(tb testing.TB, path string, opts plugin.LaunchOptions) *plugin.Plugi
 	if opts.Logger == nil {
 		opts.Logger = hclog.NewNullLogger()
 	}
+	if ringsOff {
+		opts.DisableRings = true
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	p, err := plugin.Launch(ctx, path, opts)
 	require.NoError(tb, err)
 	tb.Cleanup(func() { require.NoError(tb, p.Kill()) })
 	return p
+}
+
+// ringsOff makes launch keep every call on gRPC (bothPaths).
+var ringsOff bool
+
+// bothPaths runs test over the rings and again over gRPC alone.
+func bothPaths(t *testing.T, test func(t *testing.T)) {
+	t.Run("rings", func(t *testing.T) { test(t) })
+	t.Run("grpc", func(t *testing.T) {
+		ringsOff = true
+		defer func() { ringsOff = false }()
+		test(t)
+	})
+}
+
+// requirePath checks that an open plugin uses the path bothPaths chose.
+func requirePath(t testing.TB, p *plugin.Plugin) {
+	t.Helper()
+	require.Equal(t, !ringsOff, p.Rings(), "Post and completions go through the rings")
 }
 
 // blockingTransport is a fake whose Poll blocks until its context ends, so
@@ -131,4 +157,14 @@ func (b *blockingTransport) Poll(ctx context.Context, _ []sdk.HandleID) ([]sdk.H
 
 func (b *blockingTransport) Resources(context.Context) (sdk.Resources, error) {
 	return sdk.Resources{InFlight: b.blocked.Load()}, nil
+}
+
+// noEvents is a fake that is no EventSource and says so in Describe: the
+// plugin side of the rings must poll its handles.
+type noEvents struct{ sdk.Transport }
+
+func (n noEvents) Describe(ctx context.Context) (sdk.Description, error) {
+	d, err := n.Transport.Describe(ctx)
+	d.Capabilities.Events = false
+	return d, err
 }

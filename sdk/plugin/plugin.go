@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/go-plugin"
 	"google.golang.org/grpc"
 
@@ -64,8 +65,10 @@ const maxMessageBytes = 256 << 20
 // the plugin process, the client half in the host.
 type grpcPlugin struct {
 	plugin.NetRPCUnsupportedPlugin
-	// impl is the transport served (plugin side only).
+	// impl is the transport served, log the plugin's logger (plugin side
+	// only).
 	impl sdk.Transport
+	log  hclog.Logger
 	// client settings (host side only).
 	timeout time.Duration
 	name    string
@@ -73,7 +76,7 @@ type grpcPlugin struct {
 
 // GRPCServer registers the transport with the plugin's gRPC server.
 func (p *grpcPlugin) GRPCServer(_ *plugin.GRPCBroker, s *grpc.Server) error {
-	pb.RegisterTransportServer(s, &grpcServer{impl: p.impl})
+	pb.RegisterTransportServer(s, &grpcServer{impl: p.impl, ringServing: ringServing{log: p.log}})
 	return nil
 }
 

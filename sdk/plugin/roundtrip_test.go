@@ -51,14 +51,20 @@ const descBytes = 4096
 
 func newRig(t testing.TB, faults string) *rig {
 	t.Helper()
+	return openRig(t, launch(t, fakeBin, plugin.LaunchOptions{}), faults)
+}
+
+// openRig opens the fake agent p serves and sets up the rig.
+func openRig(t testing.TB, p *plugin.Plugin, faults string) *rig {
+	t.Helper()
 	ctx := context.Background()
 	dir := t.TempDir()
-	p := launch(t, fakeBin, plugin.LaunchOptions{})
 	params := map[string]string{"dir": dir}
 	if faults != "" {
 		params["fault"] = faults
 	}
 	require.NoError(t, p.Open(ctx, sdk.OpenRequest{Agent: "a", Params: params}))
+	requirePath(t, p)
 	file, err := fake.NewRegionFile(dir, 128<<10)
 	require.NoError(t, err)
 
@@ -102,7 +108,9 @@ func (r *rig) waitTerminal(t *testing.T, h sdk.HandleID) sdk.HandleStatus {
 	return last
 }
 
-func TestContractRoundTrip(t *testing.T) {
+func TestContractRoundTrip(t *testing.T) { bothPaths(t, testContractRoundTrip) }
+
+func testContractRoundTrip(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	p := launch(t, fakeBin, plugin.LaunchOptions{})
@@ -117,6 +125,7 @@ func TestContractRoundTrip(t *testing.T) {
 	require.NoError(t, p.Open(ctx, sdk.OpenRequest{Agent: "a", Params: map[string]string{
 		"dir": dir, "fault": "stall,post=2;release-fail,post=1",
 	}}))
+	requirePath(t, p)
 
 	file, err := fake.NewRegionFile(dir, 128<<10)
 	require.NoError(t, err)
@@ -289,7 +298,9 @@ func TestContractRoundTrip(t *testing.T) {
 
 // TestReleaseOfRunningHandleIsBusy: Release of an IN_PROGRESS handle is BUSY
 // and the handle stays pollable; Cancel frees nothing.
-func TestReleaseOfRunningHandleIsBusy(t *testing.T) {
+func TestReleaseOfRunningHandleIsBusy(t *testing.T) { bothPaths(t, testReleaseOfRunningHandleIsBusy) }
+
+func testReleaseOfRunningHandleIsBusy(t *testing.T) {
 	ctx := context.Background()
 	rg := newRig(t, "stall")
 	posts, err := rg.p.Post(ctx, []sdk.PostSpec{rg.write("")})
@@ -321,7 +332,9 @@ func TestReleaseOfRunningHandleIsBusy(t *testing.T) {
 }
 
 // TestFailedReasonCrosses: a FAILED handle's reason keeps its code.
-func TestFailedReasonCrosses(t *testing.T) {
+func TestFailedReasonCrosses(t *testing.T) { bothPaths(t, testFailedReasonCrosses) }
+
+func testFailedReasonCrosses(t *testing.T) {
 	ctx := context.Background()
 	rg := newRig(t, "disconnect,post=1;fail,post=2,code=BACKEND")
 	posts, err := rg.p.Post(ctx, []sdk.PostSpec{rg.write(""), rg.write("")})

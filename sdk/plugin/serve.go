@@ -15,7 +15,9 @@ import (
 //
 //	func main() { plugin.Serve(mytransport.New()) }
 //
-// It speaks gRPC only, announces contract major version ContractMajor in
+// It speaks gRPC, serves the shared-memory rings the host offers at Open
+// (CUSTODY_TRANSPORT_RINGS=off refuses them), announces contract major
+// version ContractMajor in
 // the handshake, and logs as JSON to stderr, which the host's logger
 // re-emits; CUSTODY_TRANSPORT_LOG_LEVEL (trace, debug, info, warn, error;
 // default info) sets the plugin's level. Launched by Launch, it dies with
@@ -42,7 +44,7 @@ func Serve(impl sdk.Transport) {
 	}
 	plugin.Serve(&plugin.ServeConfig{
 		HandshakeConfig: handshake(major),
-		Plugins:         plugin.PluginSet{pluginName: &grpcPlugin{impl: impl}},
+		Plugins:         plugin.PluginSet{pluginName: &grpcPlugin{impl: impl, log: logger}},
 		GRPCServer: func(opts []grpc.ServerOption) *grpc.Server {
 			opts = append(opts, grpc.MaxRecvMsgSize(maxMessageBytes), grpc.MaxSendMsgSize(maxMessageBytes))
 			return grpc.NewServer(opts...)

@@ -1862,6 +1862,106 @@ func (x *EventsResponse) GetEvents() []*Event {
 	return nil
 }
 
+// AttachRingsRequest names the ring file the host created and mapped; its
+// header states the layout.
+type AttachRingsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	Version       uint32                 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AttachRingsRequest) Reset() {
+	*x = AttachRingsRequest{}
+	mi := &file_sdk_plugin_proto_custody_transport_v1_transport_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AttachRingsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AttachRingsRequest) ProtoMessage() {}
+
+func (x *AttachRingsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sdk_plugin_proto_custody_transport_v1_transport_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AttachRingsRequest.ProtoReflect.Descriptor instead.
+func (*AttachRingsRequest) Descriptor() ([]byte, []int) {
+	return file_sdk_plugin_proto_custody_transport_v1_transport_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *AttachRingsRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *AttachRingsRequest) GetVersion() uint32 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+// AttachRingsResponse: the plugin mapped the file and serves the rings.
+// events says that it forwards the transport's events through them.
+type AttachRingsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Events        bool                   `protobuf:"varint,1,opt,name=events,proto3" json:"events,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AttachRingsResponse) Reset() {
+	*x = AttachRingsResponse{}
+	mi := &file_sdk_plugin_proto_custody_transport_v1_transport_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AttachRingsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AttachRingsResponse) ProtoMessage() {}
+
+func (x *AttachRingsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sdk_plugin_proto_custody_transport_v1_transport_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AttachRingsResponse.ProtoReflect.Descriptor instead.
+func (*AttachRingsResponse) Descriptor() ([]byte, []int) {
+	return file_sdk_plugin_proto_custody_transport_v1_transport_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *AttachRingsResponse) GetEvents() bool {
+	if x != nil {
+		return x.Events
+	}
+	return false
+}
+
 var File_sdk_plugin_proto_custody_transport_v1_transport_proto protoreflect.FileDescriptor
 
 const file_sdk_plugin_proto_custody_transport_v1_transport_proto_rawDesc = "" +
@@ -1982,7 +2082,12 @@ const file_sdk_plugin_proto_custody_transport_v1_transport_proto_rawDesc = "" +
 	"\x05state\x18\x02 \x01(\rR\x05state\x124\n" +
 	"\x06reason\x18\x03 \x01(\v2\x1c.custody.transport.v1.StatusR\x06reason\"E\n" +
 	"\x0eEventsResponse\x123\n" +
-	"\x06events\x18\x01 \x03(\v2\x1b.custody.transport.v1.EventR\x06events2\xf7\v\n" +
+	"\x06events\x18\x01 \x03(\v2\x1b.custody.transport.v1.EventR\x06events\"B\n" +
+	"\x12AttachRingsRequest\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\rR\aversion\"-\n" +
+	"\x13AttachRingsResponse\x12\x16\n" +
+	"\x06events\x18\x01 \x01(\bR\x06events2\xdb\f\n" +
 	"\tTransport\x12Y\n" +
 	"\bDescribe\x12%.custody.transport.v1.DescribeRequest\x1a&.custody.transport.v1.DescribeResponse\x12F\n" +
 	"\x04Open\x12!.custody.transport.v1.OpenRequest\x1a\x1b.custody.transport.v1.Empty\x12A\n" +
@@ -2001,7 +2106,8 @@ const file_sdk_plugin_proto_custody_transport_v1_transport_proto_rawDesc = "" +
 	"\x11SendNotifications\x12..custody.transport.v1.SendNotificationsRequest\x1a\x1e.custody.transport.v1.Statuses\x12W\n" +
 	"\rNotifications\x12\x19.custody.transport.v1.Max\x1a+.custody.transport.v1.NotificationsResponse\x12Q\n" +
 	"\tResources\x12\x1b.custody.transport.v1.Empty\x1a'.custody.transport.v1.ResourcesResponse\x12I\n" +
-	"\x06Events\x12\x19.custody.transport.v1.Max\x1a$.custody.transport.v1.EventsResponseBRZPgithub.com/custody-dev/custody/sdk/plugin/proto/custody/transport/v1;transportv1b\x06proto3"
+	"\x06Events\x12\x19.custody.transport.v1.Max\x1a$.custody.transport.v1.EventsResponse\x12b\n" +
+	"\vAttachRings\x12(.custody.transport.v1.AttachRingsRequest\x1a).custody.transport.v1.AttachRingsResponseBRZPgithub.com/custody-dev/custody/sdk/plugin/proto/custody/transport/v1;transportv1b\x06proto3"
 
 var (
 	file_sdk_plugin_proto_custody_transport_v1_transport_proto_rawDescOnce sync.Once
@@ -2015,7 +2121,7 @@ func file_sdk_plugin_proto_custody_transport_v1_transport_proto_rawDescGZIP() []
 	return file_sdk_plugin_proto_custody_transport_v1_transport_proto_rawDescData
 }
 
-var file_sdk_plugin_proto_custody_transport_v1_transport_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
+var file_sdk_plugin_proto_custody_transport_v1_transport_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
 var file_sdk_plugin_proto_custody_transport_v1_transport_proto_goTypes = []any{
 	(*Empty)(nil),                      // 0: custody.transport.v1.Empty
 	(*Status)(nil),                     // 1: custody.transport.v1.Status
@@ -2051,13 +2157,15 @@ var file_sdk_plugin_proto_custody_transport_v1_transport_proto_goTypes = []any{
 	(*ResourcesResponse)(nil),          // 31: custody.transport.v1.ResourcesResponse
 	(*Event)(nil),                      // 32: custody.transport.v1.Event
 	(*EventsResponse)(nil),             // 33: custody.transport.v1.EventsResponse
-	nil,                                // 34: custody.transport.v1.OpenRequest.ParamsEntry
+	(*AttachRingsRequest)(nil),         // 34: custody.transport.v1.AttachRingsRequest
+	(*AttachRingsResponse)(nil),        // 35: custody.transport.v1.AttachRingsResponse
+	nil,                                // 36: custody.transport.v1.OpenRequest.ParamsEntry
 }
 var file_sdk_plugin_proto_custody_transport_v1_transport_proto_depIdxs = []int32{
 	1,  // 0: custody.transport.v1.Statuses.items:type_name -> custody.transport.v1.Status
 	6,  // 1: custody.transport.v1.DescribeResponse.capabilities:type_name -> custody.transport.v1.Capabilities
 	7,  // 2: custody.transport.v1.DescribeResponse.limits:type_name -> custody.transport.v1.Limits
-	34, // 3: custody.transport.v1.OpenRequest.params:type_name -> custody.transport.v1.OpenRequest.ParamsEntry
+	36, // 3: custody.transport.v1.OpenRequest.params:type_name -> custody.transport.v1.OpenRequest.ParamsEntry
 	10, // 4: custody.transport.v1.RegisterMemoryRequest.regions:type_name -> custody.transport.v1.Region
 	1,  // 5: custody.transport.v1.IDResult.status:type_name -> custody.transport.v1.Status
 	12, // 6: custody.transport.v1.RegisterMemoryResponse.items:type_name -> custody.transport.v1.IDResult
@@ -2093,26 +2201,28 @@ var file_sdk_plugin_proto_custody_transport_v1_transport_proto_depIdxs = []int32
 	4,  // 36: custody.transport.v1.Transport.Notifications:input_type -> custody.transport.v1.Max
 	0,  // 37: custody.transport.v1.Transport.Resources:input_type -> custody.transport.v1.Empty
 	4,  // 38: custody.transport.v1.Transport.Events:input_type -> custody.transport.v1.Max
-	8,  // 39: custody.transport.v1.Transport.Describe:output_type -> custody.transport.v1.DescribeResponse
-	0,  // 40: custody.transport.v1.Transport.Open:output_type -> custody.transport.v1.Empty
-	0,  // 41: custody.transport.v1.Transport.Close:output_type -> custody.transport.v1.Empty
-	13, // 42: custody.transport.v1.Transport.RegisterMemory:output_type -> custody.transport.v1.RegisterMemoryResponse
-	3,  // 43: custody.transport.v1.Transport.DeregisterMemory:output_type -> custody.transport.v1.Statuses
-	14, // 44: custody.transport.v1.Transport.LocalMetadata:output_type -> custody.transport.v1.LocalMetadataResponse
-	17, // 45: custody.transport.v1.Transport.LoadPeers:output_type -> custody.transport.v1.LoadPeersResponse
-	3,  // 46: custody.transport.v1.Transport.UnloadPeers:output_type -> custody.transport.v1.Statuses
-	21, // 47: custody.transport.v1.Transport.PrepareDescriptors:output_type -> custody.transport.v1.PrepareDescriptorsResponse
-	3,  // 48: custody.transport.v1.Transport.ReleaseDescriptors:output_type -> custody.transport.v1.Statuses
-	24, // 49: custody.transport.v1.Transport.Post:output_type -> custody.transport.v1.PostResponse
-	26, // 50: custody.transport.v1.Transport.Poll:output_type -> custody.transport.v1.PollResponse
-	3,  // 51: custody.transport.v1.Transport.Cancel:output_type -> custody.transport.v1.Statuses
-	3,  // 52: custody.transport.v1.Transport.Release:output_type -> custody.transport.v1.Statuses
-	3,  // 53: custody.transport.v1.Transport.SendNotifications:output_type -> custody.transport.v1.Statuses
-	30, // 54: custody.transport.v1.Transport.Notifications:output_type -> custody.transport.v1.NotificationsResponse
-	31, // 55: custody.transport.v1.Transport.Resources:output_type -> custody.transport.v1.ResourcesResponse
-	33, // 56: custody.transport.v1.Transport.Events:output_type -> custody.transport.v1.EventsResponse
-	39, // [39:57] is the sub-list for method output_type
-	21, // [21:39] is the sub-list for method input_type
+	34, // 39: custody.transport.v1.Transport.AttachRings:input_type -> custody.transport.v1.AttachRingsRequest
+	8,  // 40: custody.transport.v1.Transport.Describe:output_type -> custody.transport.v1.DescribeResponse
+	0,  // 41: custody.transport.v1.Transport.Open:output_type -> custody.transport.v1.Empty
+	0,  // 42: custody.transport.v1.Transport.Close:output_type -> custody.transport.v1.Empty
+	13, // 43: custody.transport.v1.Transport.RegisterMemory:output_type -> custody.transport.v1.RegisterMemoryResponse
+	3,  // 44: custody.transport.v1.Transport.DeregisterMemory:output_type -> custody.transport.v1.Statuses
+	14, // 45: custody.transport.v1.Transport.LocalMetadata:output_type -> custody.transport.v1.LocalMetadataResponse
+	17, // 46: custody.transport.v1.Transport.LoadPeers:output_type -> custody.transport.v1.LoadPeersResponse
+	3,  // 47: custody.transport.v1.Transport.UnloadPeers:output_type -> custody.transport.v1.Statuses
+	21, // 48: custody.transport.v1.Transport.PrepareDescriptors:output_type -> custody.transport.v1.PrepareDescriptorsResponse
+	3,  // 49: custody.transport.v1.Transport.ReleaseDescriptors:output_type -> custody.transport.v1.Statuses
+	24, // 50: custody.transport.v1.Transport.Post:output_type -> custody.transport.v1.PostResponse
+	26, // 51: custody.transport.v1.Transport.Poll:output_type -> custody.transport.v1.PollResponse
+	3,  // 52: custody.transport.v1.Transport.Cancel:output_type -> custody.transport.v1.Statuses
+	3,  // 53: custody.transport.v1.Transport.Release:output_type -> custody.transport.v1.Statuses
+	3,  // 54: custody.transport.v1.Transport.SendNotifications:output_type -> custody.transport.v1.Statuses
+	30, // 55: custody.transport.v1.Transport.Notifications:output_type -> custody.transport.v1.NotificationsResponse
+	31, // 56: custody.transport.v1.Transport.Resources:output_type -> custody.transport.v1.ResourcesResponse
+	33, // 57: custody.transport.v1.Transport.Events:output_type -> custody.transport.v1.EventsResponse
+	35, // 58: custody.transport.v1.Transport.AttachRings:output_type -> custody.transport.v1.AttachRingsResponse
+	40, // [40:59] is the sub-list for method output_type
+	21, // [21:40] is the sub-list for method input_type
 	21, // [21:21] is the sub-list for extension type_name
 	21, // [21:21] is the sub-list for extension extendee
 	0,  // [0:21] is the sub-list for field type_name
@@ -2129,7 +2239,7 @@ func file_sdk_plugin_proto_custody_transport_v1_transport_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sdk_plugin_proto_custody_transport_v1_transport_proto_rawDesc), len(file_sdk_plugin_proto_custody_transport_v1_transport_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   35,
+			NumMessages:   37,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -42,6 +42,7 @@ const (
 	Transport_Notifications_FullMethodName      = "/custody.transport.v1.Transport/Notifications"
 	Transport_Resources_FullMethodName          = "/custody.transport.v1.Transport/Resources"
 	Transport_Events_FullMethodName             = "/custody.transport.v1.Transport/Events"
+	Transport_AttachRings_FullMethodName        = "/custody.transport.v1.Transport/AttachRings"
 )
 
 // TransportClient is the client API for Transport service.
@@ -68,6 +69,11 @@ type TransportClient interface {
 	// Events is optional: a transport without an EventSource answers
 	// UNIMPLEMENTED, and the host polls instead.
 	Events(ctx context.Context, in *Max, opts ...grpc.CallOption) (*EventsResponse, error)
+	// AttachRings is optional: after Open, the host offers the shared-memory
+	// rings that carry Post, Release and completions (package plugin,
+	// ring.go). A plugin that does not offer them answers UNIMPLEMENTED and
+	// the host stays on gRPC.
+	AttachRings(ctx context.Context, in *AttachRingsRequest, opts ...grpc.CallOption) (*AttachRingsResponse, error)
 }
 
 type transportClient struct {
@@ -258,6 +264,16 @@ func (c *transportClient) Events(ctx context.Context, in *Max, opts ...grpc.Call
 	return out, nil
 }
 
+func (c *transportClient) AttachRings(ctx context.Context, in *AttachRingsRequest, opts ...grpc.CallOption) (*AttachRingsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AttachRingsResponse)
+	err := c.cc.Invoke(ctx, Transport_AttachRings_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // TransportServer is the server API for Transport service.
 // All implementations must embed UnimplementedTransportServer
 // for forward compatibility.
@@ -282,6 +298,11 @@ type TransportServer interface {
 	// Events is optional: a transport without an EventSource answers
 	// UNIMPLEMENTED, and the host polls instead.
 	Events(context.Context, *Max) (*EventsResponse, error)
+	// AttachRings is optional: after Open, the host offers the shared-memory
+	// rings that carry Post, Release and completions (package plugin,
+	// ring.go). A plugin that does not offer them answers UNIMPLEMENTED and
+	// the host stays on gRPC.
+	AttachRings(context.Context, *AttachRingsRequest) (*AttachRingsResponse, error)
 	mustEmbedUnimplementedTransportServer()
 }
 
@@ -345,6 +366,9 @@ func (UnimplementedTransportServer) Resources(context.Context, *Empty) (*Resourc
 }
 func (UnimplementedTransportServer) Events(context.Context, *Max) (*EventsResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Events not implemented")
+}
+func (UnimplementedTransportServer) AttachRings(context.Context, *AttachRingsRequest) (*AttachRingsResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method AttachRings not implemented")
 }
 func (UnimplementedTransportServer) mustEmbedUnimplementedTransportServer() {}
 func (UnimplementedTransportServer) testEmbeddedByValue()                   {}
@@ -691,6 +715,24 @@ func _Transport_Events_Handler(srv interface{}, ctx context.Context, dec func(in
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Transport_AttachRings_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AttachRingsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TransportServer).AttachRings(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Transport_AttachRings_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TransportServer).AttachRings(ctx, req.(*AttachRingsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Transport_ServiceDesc is the grpc.ServiceDesc for Transport service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -769,6 +811,10 @@ var Transport_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Events",
 			Handler:    _Transport_Events_Handler,
+		},
+		{
+			MethodName: "AttachRings",
+			Handler:    _Transport_AttachRings_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

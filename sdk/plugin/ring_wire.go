@@ -1,0 +1,397 @@
+package plugin
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+
+	"github.com/custody-dev/custody/sdk"
+)
+
+// This file is the wire format of the rings: the fixed entry and the
+// encoding of each kind's arena bytes. Every decoder checks every length
+// against what is left before it reads or allocates, and says what was
+// wrong.
+
+// Entry kinds. Submission kinds travel host -> plugin, completion kinds
+// plugin -> host.
+const (
+	kindPost        uint16 = 1 // items: PostSpec
+	kindRelease     uint16 = 2 // items: HandleID
+	kindDrainEvents uint16 = 3 // fetch the transport's events now; no items
+	kindDrainNotes  uint16 = 4 // fetch the transport's notifications now; no items
+	kindDetach      uint16 = 5 // stop serving the rings (after Close)
+	kindPostResult  uint16 = 16
+	kindReleaseRes  uint16 = 17
+	kindDrainResult uint16 = 18 // ends a drain call; code is the drain's
+	kindEvents      uint16 = 19 // items: Event, forwarded from EventSource
+	kindStates      uint16 = 20 // items: Event, terminal states the plugin polled
+	kindNotes       uint16 = 21 // items: Notification
+	kindFatal       uint16 = 22 // the plugin stops serving: a message
+	maxRingItems           = 1 << 22
+	maxRingMessage         = 64 << 10
+)
+
+// ringEntry is one fixed 64-byte entry:
+//
+//	0  seq       u64  index of the entry in its ring
+//	8  kind      u16
+//	10 code      u16  a result's call-level code (0: the call succeeded)
+//	16 call      u64  the call an entry submits or answers (0: none)
+//	24 first     u32  index of this part's first item in the call
+//	28 count     u32  items in this part
+//	32 total     u32  items in the call
+//	40 deadline  i64  a submission's deadline, Unix nanoseconds (0: none)
+//	48 arenaOff  u32  this entry's bytes in the arena
+//	52 arenaLen  u32
+//	56 sent      i64  when it was published, Unix nanoseconds (a hint
+//	                  for the consumer's spinning, never trusted)
+type ringEntry struct {
+	seq                 uint64
+	kind, code          uint16
+	call                uint64
+	first, count, total uint32
+	deadline            int64
+	arenaOff, arenaLen  uint32
+	sent                int64
+}
+
+func (e *ringEntry) encode(b []byte) {
+	_ = b[ringEntrySize-1]
+	le := binary.LittleEndian
+	le.PutUint64(b[0:], e.seq)
+	le.PutUint16(b[8:], e.kind)
+	le.PutUint16(b[10:], e.code)
+	le.PutUint32(b[12:], 0)
+	le.PutUint64(b[16:], e.call)
+	le.PutUint32(b[24:], e.first)
+	le.PutUint32(b[28:], e.count)
+	le.PutUint32(b[32:], e.total)
+	le.PutUint32(b[36:], 0)
+	le.PutUint64(b[40:], uint64(e.deadline))
+	le.PutUint32(b[48:], e.arenaOff)
+	le.PutUint32(b[52:], e.arenaLen)
+	le.PutUint64(b[56:], uint64(e.sent))
+}
+
+func (e *ringEntry) decode(b []byte) {
+	_ = b[ringEntrySize-1]
+	le := binary.LittleEndian
+	e.seq = le.Uint64(b[0:])
+	e.kind = le.Uint16(b[8:])
+	e.code = le.Uint16(b[10:])
+	e.call = le.Uint64(b[16:])
+	e.first = le.Uint32(b[24:])
+	e.count = le.Uint32(b[28:])
+	e.total = le.Uint32(b[32:])
+	e.deadline = int64(le.Uint64(b[40:]))
+	e.arenaOff = le.Uint32(b[48:])
+	e.arenaLen = le.Uint32(b[52:])
+	e.sent = int64(le.Uint64(b[56:]))
+}
+
+// check says what is wrong with an entry read from a ring: its kind for
+// that direction, its counts, its code.
+func (e *ringEntry) check(submission bool) error {
+	switch e.kind {
+	case kindPost, kindRelease, kindDrainEvents, kindDrainNotes, kindDetach:
+		if !submission {
+			return ringErrorf("entry %d: submission kind %d in the completion ring", e.seq, e.kind)
+		}
+	case kindPostResult, kindReleaseRes, kindDrainResult, kindEvents, kindStates, kindNotes, kindFatal:
+		if submission {
+			return ringErrorf("entry %d: completion kind %d in the submission ring", e.seq, e.kind)
+		}
+	default:
+		return ringErrorf("entry %d: unknown kind %d", e.seq, e.kind)
+	}
+	if e.total > maxRingItems {
+		return ringErrorf("entry %d (kind %d): %d items, more than %d", e.seq, e.kind, e.total, maxRingItems)
+	}
+	if uint64(e.first)+uint64(e.count) > uint64(e.total) {
+		return ringErrorf("entry %d (kind %d): items [%d, +%d) outside the call's %d", e.seq, e.kind, e.first, e.count, e.total)
+	}
+	if e.code > math.MaxUint8 {
+		return ringErrorf("entry %d (kind %d): code %d out of range", e.seq, e.kind, e.code)
+	}
+	if e.code != 0 && e.count != 0 {
+		return ringErrorf("entry %d (kind %d): a call-level error with %d items", e.seq, e.kind, e.count)
+	}
+	return nil
+}
+
+// wire is an append-only encoder.
+type wire []byte
+
+func (w wire) u8(v uint8) wire   { return append(w, v) }
+func (w wire) u32(v uint32) wire { return binary.LittleEndian.AppendUint32(w, v) }
+func (w wire) u64(v uint64) wire { return binary.LittleEndian.AppendUint64(w, v) }
+
+// bytes appends a length-prefixed byte string.
+func (w wire) bytes(b []byte) wire { return append(w.u32(uint32(len(b))), b...) }
+
+// err appends an error as its code and message, exactly as statusOf carries
+// it over gRPC; a message past maxRingMessage is cut there.
+func (w wire) err(err error) wire {
+	if err == nil {
+		return w.u8(0).u32(0)
+	}
+	c, msg := sdk.CodeOf(err), sdk.MessageOf(err)
+	if c == sdk.CodeOK {
+		c, msg = sdk.CodeBackend, "transport returned an error with code OK: "+msg
+	}
+	if len(msg) > maxRingMessage {
+		msg = msg[:maxRingMessage]
+	}
+	return append(w.u8(uint8(c)).u32(uint32(len(msg))), msg...)
+}
+
+// reader decodes what a wire encoded; the first error sticks.
+type reader struct {
+	b   []byte
+	err error
+}
+
+func (r *reader) fail(format string, args ...any) {
+	if r.err == nil {
+		r.err = ringErrorf(format, args...)
+	}
+}
+
+func (r *reader) u8() uint8 {
+	if r.err != nil || len(r.b) < 1 {
+		r.fail("payload ends early (want 1 byte)")
+		return 0
+	}
+	v := r.b[0]
+	r.b = r.b[1:]
+	return v
+}
+
+func (r *reader) u32() uint32 {
+	if r.err != nil || len(r.b) < 4 {
+		r.fail("payload ends early (want 4 bytes, %d left)", len(r.b))
+		return 0
+	}
+	v := binary.LittleEndian.Uint32(r.b)
+	r.b = r.b[4:]
+	return v
+}
+
+func (r *reader) u64() uint64 {
+	if r.err != nil || len(r.b) < 8 {
+		r.fail("payload ends early (want 8 bytes, %d left)", len(r.b))
+		return 0
+	}
+	v := binary.LittleEndian.Uint64(r.b)
+	r.b = r.b[8:]
+	return v
+}
+
+// bytes reads a length-prefixed byte string, copied (nil when empty).
+func (r *reader) bytes(what string) []byte {
+	n := r.u32()
+	if r.err != nil {
+		return nil
+	}
+	if uint64(n) > uint64(len(r.b)) {
+		r.fail("%s of %d bytes, only %d left", what, n, len(r.b))
+		return nil
+	}
+	if n == 0 {
+		return nil
+	}
+	out := append([]byte(nil), r.b[:n]...)
+	r.b = r.b[n:]
+	return out
+}
+
+func (r *reader) err2() error {
+	c := r.u8()
+	msg := r.bytes("error message")
+	if r.err != nil {
+		return nil
+	}
+	if c == 0 {
+		if len(msg) != 0 {
+			r.fail("OK item carries a message of %d bytes", len(msg))
+		}
+		return nil
+	}
+	return sdk.FromCode(sdk.Code(c), string(msg))
+}
+
+func (r *reader) indices(what string) []uint32 {
+	n := r.u32()
+	if r.err != nil {
+		return nil
+	}
+	if uint64(n)*4 > uint64(len(r.b)) {
+		r.fail("%s of %d indices, only %d bytes left", what, n, len(r.b))
+		return nil
+	}
+	if n == 0 {
+		return nil
+	}
+	out := make([]uint32, n)
+	for i := range out {
+		out[i] = binary.LittleEndian.Uint32(r.b[4*i:])
+	}
+	r.b = r.b[4*n:]
+	return out
+}
+
+// done checks that the payload was read exactly.
+func (r *reader) done(what string) error {
+	if r.err == nil && len(r.b) != 0 {
+		r.fail("%s: %d bytes left over", what, len(r.b))
+	}
+	return r.err
+}
+
+// need checks that count items of at least min bytes each can be in the
+// payload, before anything is allocated for them.
+func (r *reader) need(count uint32, min int, what string) bool {
+	if uint64(count)*uint64(min) > uint64(len(r.b)) {
+		r.fail("%d %s cannot fit in %d bytes", count, what, len(r.b))
+		return false
+	}
+	return true
+}
+
+func encodePostSpec(w wire, p sdk.PostSpec) wire {
+	w = w.u8(uint8(p.Op)).u64(uint64(p.Local)).u64(uint64(p.Remote))
+	w = w.u32(uint32(len(p.LocalIndices)))
+	for _, i := range p.LocalIndices {
+		w = w.u32(i)
+	}
+	w = w.u32(uint32(len(p.RemoteIndices)))
+	for _, i := range p.RemoteIndices {
+		w = w.u32(i)
+	}
+	return w.bytes(p.Notification)
+}
+
+// postSpecBytes is the encoded size of p.
+func postSpecBytes(p sdk.PostSpec) int {
+	return 1 + 8 + 8 + 4 + 4*len(p.LocalIndices) + 4 + 4*len(p.RemoteIndices) + 4 + len(p.Notification)
+}
+
+func decodePostSpecs(b []byte, count uint32) ([]sdk.PostSpec, error) {
+	r := reader{b: b}
+	if !r.need(count, 29, "post specs") {
+		return nil, r.err
+	}
+	out := make([]sdk.PostSpec, count)
+	for i := range out {
+		out[i] = sdk.PostSpec{
+			Op:     sdk.Op(r.u8()),
+			Local:  sdk.DlistID(r.u64()),
+			Remote: sdk.DlistID(r.u64()),
+		}
+		out[i].LocalIndices = r.indices("local index list")
+		out[i].RemoteIndices = r.indices("remote index list")
+		out[i].Notification = r.bytes("notification")
+		if r.err != nil {
+			return nil, fmt.Errorf("post spec %d: %w", i, r.err)
+		}
+	}
+	return out, r.done("post specs")
+}
+
+func encodeIDs(w wire, ids []sdk.HandleID) wire {
+	for _, id := range ids {
+		w = w.u64(uint64(id))
+	}
+	return w
+}
+
+func decodeIDs(b []byte, count uint32) ([]sdk.HandleID, error) {
+	r := reader{b: b}
+	if !r.need(count, 8, "handle ids") {
+		return nil, r.err
+	}
+	out := make([]sdk.HandleID, count)
+	for i := range out {
+		out[i] = sdk.HandleID(r.u64())
+	}
+	return out, r.done("handle ids")
+}
+
+func encodePostResult(w wire, p sdk.PostResult) wire { return w.u64(uint64(p.ID)).err(p.Err) }
+
+func decodePostResults(b []byte, count uint32) ([]sdk.PostResult, error) {
+	r := reader{b: b}
+	if !r.need(count, 13, "post results") {
+		return nil, r.err
+	}
+	out := make([]sdk.PostResult, count)
+	for i := range out {
+		out[i].ID = sdk.HandleID(r.u64())
+		out[i].Err = r.err2()
+	}
+	return out, r.done("post results")
+}
+
+func decodeErrs(b []byte, count uint32) ([]error, error) {
+	r := reader{b: b}
+	if !r.need(count, 5, "item errors") {
+		return nil, r.err
+	}
+	out := make([]error, count)
+	for i := range out {
+		out[i] = r.err2()
+	}
+	return out, r.done("item errors")
+}
+
+func encodeEvent(w wire, e sdk.Event) wire {
+	return w.u64(uint64(e.Handle)).u8(uint8(e.State)).err(e.Reason)
+}
+
+func decodeEvents(b []byte, count uint32) ([]sdk.Event, error) {
+	r := reader{b: b}
+	if !r.need(count, 14, "events") {
+		return nil, r.err
+	}
+	out := make([]sdk.Event, count)
+	for i := range out {
+		out[i].Handle = sdk.HandleID(r.u64())
+		out[i].State = sdk.State(r.u8())
+		out[i].Reason = r.err2()
+	}
+	return out, r.done("events")
+}
+
+func encodeNote(w wire, n sdk.Notification) wire { return w.bytes([]byte(n.From)).bytes(n.Message) }
+
+func decodeNotes(b []byte, count uint32) ([]sdk.Notification, error) {
+	r := reader{b: b}
+	if !r.need(count, 8, "notifications") {
+		return nil, r.err
+	}
+	out := make([]sdk.Notification, count)
+	for i := range out {
+		out[i].From = string(r.bytes("sender"))
+		out[i].Message = r.bytes("notification")
+	}
+	return out, r.done("notifications")
+}
+
+// callError is the error a result entry with a non-zero code carries: its
+// payload is the message.
+func callError(e ringEntry, payload []byte) error {
+	if e.code == 0 {
+		return nil
+	}
+	return sdk.FromCode(sdk.Code(e.code), string(payload))
+}
+
+// errCodeMessage is an error as a call-level code and message, the way
+// statusOf carries it.
+func errCodeMessage(err error) (uint16, []byte) {
+	w := wire(nil).err(err)
+	r := reader{b: w}
+	c := r.u8()
+	return uint16(c), r.bytes("")
+}
