@@ -33,6 +33,8 @@ type rankGroup struct {
 	engine string
 	etcd   string // rank 0's etcd client address
 	dir    string
+	// external: the etcd is another group's (rank 0 runs none).
+	external bool
 }
 
 func newRankGroup(t *testing.T, engine string) *rankGroup {
@@ -41,6 +43,12 @@ func newRankGroup(t *testing.T, engine string) *rankGroup {
 	addr := ln.Addr().String()
 	require.NoError(t, ln.Close())
 	return &rankGroup{t: t, engine: engine, etcd: addr, dir: t.TempDir()}
+}
+
+// newRankGroupOn is a second engine agreeing through the etcd of another
+// group's rank 0 (started first, stopped last).
+func newRankGroupOn(t *testing.T, engine string, other *rankGroup) *rankGroup {
+	return &rankGroup{t: t, engine: engine, etcd: other.etcd, dir: t.TempDir(), external: true}
 }
 
 // start serves every rank at once (Join waits for all of them) and
@@ -104,6 +112,9 @@ func (rg *rankGroup) serve(rank, size int, s rankSpec) (*testHost, error) {
 	}
 	if rank != 0 {
 		gc.Coordinator.Embedded.Dir = ""
+	}
+	if rg.external {
+		gc.Coordinator = group.CoordinatorConfig{Endpoints: []string{rg.etcd}}
 	}
 	cfg := &Config{
 		Name:      name,

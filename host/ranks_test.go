@@ -200,3 +200,55 @@ func TestRule12TeardownOnConstructorFailure(t *testing.T) {
 		assert.ErrorIs(t, syscall.Kill(pid, 0), syscall.ESRCH, "rank %d: transport pid %d still runs after New failed", r, pid)
 	}
 }
+
+// TestPeersByNameAcrossEngines: a decode engine of two ranks connects to a
+// prefill engine of two ranks by the engine's name alone, through the
+// group directory; each decode rank pulls from both prefill ranks
+// (heterogeneous TP); every byte arrives and every rank of both engines
+// reports the request once every rank is terminal.
+func TestPeersByNameAcrossEngines(t *testing.T) {
+	pre := newRankGroup(t, "pre")
+	p := pre.mustStart(rankSpec{blocks: 8}, rankSpec{blocks: 8})
+	dec := newRankGroupOn(t, "dec", pre)
+	d := dec.mustStart(rankSpec{blocks: 8}, rankSpec{blocks: 8})
+	for _, r := range d {
+		require.NoError(t, r.c.ConnectPeer(r.ctx(), "prefill", client.RemoteRank{Address: "engine:pre", Pool: "kv"}))
+	}
+	// Each prefill rank pins one block per decode rank.
+	var src [2][][]byte
+	var pb [2][]uint32
+	for r, h := range p {
+		b, err := h.c.Alloc(h.ctx(), h.poolID, 2)
+		require.NoError(t, err)
+		pb[r], src[r] = b, h.fill(b)
+		require.NoError(t, h.c.ExpectSend(h.ctx(), "h1", "", h.poolID, b, 2, 30*time.Second))
+	}
+	var dst [2][]uint32
+	for q, h := range d {
+		b, err := h.c.Alloc(h.ctx(), h.poolID, 2)
+		require.NoError(t, err)
+		dst[q] = b
+		require.NoError(t, h.c.Read(h.ctx(), "h1", "prefill", true,
+			client.Part{Pool: h.poolID, Local: b[:1], Rank: 0, Remote: pb[0][q : q+1]},
+			client.Part{Pool: h.poolID, Local: b[1:], Rank: 1, Remote: pb[1][q : q+1]}))
+	}
+	for q, h := range d {
+		f := h.waitFinished("h1")
+		assert.Equal(t, []string{"h1"}, f.FinishedRecving, "decode rank %d", q)
+		assert.Empty(t, f.Failed, "decode rank %d", q)
+		sameBlocks(t, [][]byte{src[0][q], src[1][q]}, h.read(dst[q]), "decode rank "+string(rune('0'+q)))
+	}
+	for r, h := range p {
+		f := h.waitFinished("h1")
+		assert.Equal(t, []string{"h1"}, f.FinishedSending, "prefill rank %d", r)
+		assert.Empty(t, f.Failed, "prefill rank %d", r)
+	}
+	// A host is found by its own name as well, with the name its
+	// certificate must carry; an unknown one is a clear error.
+	got, wants, err := d[0].h.resolveRanks(d[0].ctx(), "x", []RemoteRank{{Address: "etcd:pre-1", Pool: "kv"}})
+	require.NoError(t, err)
+	assert.Equal(t, []RemoteRank{{Address: p[1].h.MetadataAddr(), Pool: "kv"}}, got)
+	assert.Equal(t, []string{"pre-1"}, wants)
+	_, _, err = d[0].h.resolveRanks(d[0].ctx(), "x", []RemoteRank{{Address: "etcd:nobody", Pool: "kv"}})
+	assert.ErrorIs(t, err, group.ErrPeerNotFound)
+}
