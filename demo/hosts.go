@@ -41,6 +41,9 @@ type hostSpec struct {
 	blocks    int
 	blockSize int
 	logLevel  string
+	// group, when set, makes the host a rank of an engine (ranks.go): its
+	// pool "kv" is then configured, not registered over the engine API.
+	group map[string]any
 }
 
 // freePort returns a loopback port free right now.
@@ -76,6 +79,10 @@ func startHost(ctx context.Context, s hostSpec) (*hostProc, error) {
 		"engine":     map[string]any{"socket": h.socket},
 		"log_level":  s.logLevel,
 		"state_dir":  filepath.Join(s.dir, "state"),
+	}
+	if s.group != nil {
+		cfg["group"] = s.group
+		cfg["pools"] = []map[string]any{{"name": "kv", "path": h.pool, "block_size": s.blockSize, "blocks": s.blocks}}
 	}
 	raw, err := yaml.Marshal(cfg)
 	if err != nil {
@@ -120,6 +127,10 @@ func startHost(ctx context.Context, s hostSpec) (*hostProc, error) {
 			return nil, fmt.Errorf("host %s did not answer within 30s: %v; see %s", s.name, err, logf.Name())
 		}
 		time.Sleep(20 * time.Millisecond) // waiting for a process to start listening
+	}
+	if s.group != nil {
+		h.poolID = 1 // the configured pool
+		return h, nil
 	}
 	if h.poolID, err = h.c.RegisterPool(ctx, "kv", h.pool, 0, uint64(s.blockSize), uint32(s.blocks)); err != nil {
 		h.stop()

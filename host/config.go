@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/custody-dev/custody/host/group"
 )
 
 // Config is one host's configuration: one engine rank, one transport.
@@ -39,7 +41,15 @@ type Config struct {
 	// its predecessor left behind. Default: $XDG_RUNTIME_DIR/custody, else
 	// custody-<uid> in the temp directory.
 	StateDir string `yaml:"state_dir"`
+	// Group makes this host one rank of an engine with tensor parallelism
+	// (DESIGN 7a): the engine's name, this rank, the group size and the
+	// etcd the ranks agree through. Absent, or of size 1, the host decides
+	// alone and needs no etcd.
+	Group *group.Config `yaml:"group"`
 }
+
+// Ranked reports whether the host is one rank of a group of more than one.
+func (c *Config) Ranked() bool { return c.Group != nil && c.Group.Size > 1 }
 
 // TransportConfig names the transport plugin and its parameters.
 type TransportConfig struct {
@@ -273,6 +283,14 @@ func (c *Config) Validate() error {
 	}
 	if !filepath.IsAbs(c.StateDir) {
 		bad("state_dir", "%q must be an absolute path", c.StateDir)
+	}
+	if c.Group != nil {
+		if err := c.Group.Validate(); err != nil {
+			errs = append(errs, err)
+		}
+		if c.Ranked() && len(c.Pools) == 0 {
+			bad("pools", "required for a rank of a group of %d: the ranks agree on their pools before any transport starts, so they are configured, not registered later", c.Group.Size)
+		}
 	}
 	switch strings.ToLower(c.LogLevel) {
 	case "trace", "debug", "info", "warn", "error":

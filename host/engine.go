@@ -27,6 +27,9 @@ func (h *Host) registerPool(ctx context.Context, name string, spec core.PoolSpec
 	if name == "" {
 		return 0, fmt.Errorf("register pool: name is empty")
 	}
+	if h.group != nil && len(h.pools) == len(h.cfg.Pools) {
+		return 0, fmt.Errorf("register pool %q: this host is rank %d of a group of %d, whose ranks agreed on their pools at startup: configure it under pools on every rank: %w", name, h.group.Rank(), h.group.Size(), sdk.ErrBusy)
+	}
 	for _, p := range h.pools {
 		if p.name == name {
 			return 0, fmt.Errorf("register pool %q: a pool of that name exists", name)
@@ -51,6 +54,11 @@ func (h *Host) registerPool(ctx context.Context, name string, spec core.PoolSpec
 func (h *Host) Alloc(ctx context.Context, pool core.PoolID, n int) ([]uint32, error) {
 	var blocks []uint32
 	err := h.do(ctx, func(context.Context) (err error) {
+		if h.ranks != nil && int(pool) >= 1 && int(pool) <= len(h.pools) {
+			if why, ok := h.ranks.isPoisoned(h.pools[pool-1].name); ok {
+				return fmt.Errorf("alloc from pool %q: %w on every rank of the group (%s)", h.pools[pool-1].name, ErrPoisoned, why)
+			}
+		}
 		blocks, err = h.core.Alloc(pool, n)
 		return err
 	})
@@ -89,13 +97,16 @@ func (h *Host) RemovePeer(ctx context.Context, name string) error {
 // Read pulls a request's blocks from a peer.
 func (h *Host) Read(ctx context.Context, spec core.ReadSpec) error {
 	return h.doWork(ctx, func(ctx context.Context) error {
+		if err := h.admit(spec.Request, partPools(spec.Parts)...); err != nil {
+			return fmt.Errorf("read: %w", err)
+		}
 		if err := h.ensurePeer(spec.Peer); err != nil {
 			return fmt.Errorf("read request %q: %w", spec.Request, err)
 		}
 		if err := h.core.Read(time.Now(), spec); err != nil {
 			return err
 		}
-		h.reqs[spec.Request] = reqInfo{peer: spec.Peer, op: "read", bytes: h.partBytes(spec.Parts)}
+		h.track(spec.Request, reqInfo{peer: spec.Peer, op: "read", bytes: h.partBytes(spec.Parts), recv: true}, 0, nil, spec.Parts)
 		return nil
 	})
 }
@@ -103,13 +114,16 @@ func (h *Host) Read(ctx context.Context, spec core.ReadSpec) error {
 // Write pushes a request's blocks to a peer.
 func (h *Host) Write(ctx context.Context, spec core.WriteSpec) error {
 	return h.doWork(ctx, func(ctx context.Context) error {
+		if err := h.admit(spec.Request, partPools(spec.Parts)...); err != nil {
+			return fmt.Errorf("write: %w", err)
+		}
 		if err := h.ensurePeer(spec.Peer); err != nil {
 			return fmt.Errorf("write request %q: %w", spec.Request, err)
 		}
 		if err := h.core.Write(time.Now(), spec); err != nil {
 			return err
 		}
-		h.reqs[spec.Request] = reqInfo{peer: spec.Peer, op: "write", bytes: h.partBytes(spec.Parts)}
+		h.track(spec.Request, reqInfo{peer: spec.Peer, op: "write", bytes: h.partBytes(spec.Parts)}, 0, nil, spec.Parts)
 		return nil
 	})
 }
@@ -118,10 +132,13 @@ func (h *Host) Write(ctx context.Context, spec core.WriteSpec) error {
 // lease expires.
 func (h *Host) ExpectSend(ctx context.Context, spec core.SendSpec) error {
 	return h.doWork(ctx, func(context.Context) error {
+		if err := h.admit(spec.Request, spec.Pool); err != nil {
+			return fmt.Errorf("expect send: %w", err)
+		}
 		if err := h.core.ExpectSend(time.Now(), spec); err != nil {
 			return err
 		}
-		h.reqs[spec.Request] = reqInfo{peer: spec.Peer}
+		h.track(spec.Request, reqInfo{peer: spec.Peer}, spec.Pool, spec.Blocks, nil)
 		return nil
 	})
 }
@@ -131,6 +148,9 @@ func (h *Host) ExpectSend(ctx context.Context, spec core.SendSpec) error {
 // not connected yet is connected first: retry on ErrRestarting.
 func (h *Host) ExpectReceive(ctx context.Context, spec core.RecvSpec) error {
 	return h.doWork(ctx, func(context.Context) error {
+		if err := h.admit(spec.Request, spec.Pool); err != nil {
+			return fmt.Errorf("expect receive: %w", err)
+		}
 		if !h.core.Connected(spec.Peer) {
 			if err := h.ensurePeer(spec.Peer); err != nil {
 				return fmt.Errorf("expect receive %q: %w", spec.Request, err)
@@ -140,7 +160,7 @@ func (h *Host) ExpectReceive(ctx context.Context, spec core.RecvSpec) error {
 		if err := h.core.ExpectReceive(time.Now(), spec); err != nil {
 			return err
 		}
-		h.reqs[spec.Request] = reqInfo{peer: spec.Peer, op: "receive", bytes: uint64(len(spec.Blocks)) * h.blockSize(spec.Pool)}
+		h.track(spec.Request, reqInfo{peer: spec.Peer, op: "receive", bytes: uint64(len(spec.Blocks)) * h.blockSize(spec.Pool), recv: true}, spec.Pool, spec.Blocks, nil)
 		return nil
 	})
 }
@@ -170,6 +190,24 @@ type Status struct {
 	Native sdk.Resources
 	// TransportPid is the transport process, 0 while it restarts.
 	TransportPid int
+	// Group is this host's rank group (nil when it decides alone).
+	Group *GroupStatus
+}
+
+// GroupStatus is a ranked host's view of its group.
+type GroupStatus struct {
+	Engine     string
+	Rank, Size int
+	// Live is, per rank, whether its membership is alive now.
+	Live []bool
+	// Poisoned lists the pools poisoned on every rank (rule 11).
+	Poisoned []string
+	// Held counts requests finished here and waiting for the other ranks;
+	// UnionFailed those that succeeded here and failed on another rank;
+	// Expired those this rank expired past the hold cap.
+	Held, UnionFailed, Expired uint64
+	// Writes and Reads count the etcd transactions of the union.
+	Writes, Reads uint64
 }
 
 // Status reports what the host holds now.
@@ -189,6 +227,7 @@ func (h *Host) Status(ctx context.Context) (Status, error) {
 				s.Peers = append(s.Peers, name)
 			}
 		}
+		s.Group = h.groupStatus()
 		return nil
 	})
 	if err != nil || tp == nil {

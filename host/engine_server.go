@@ -63,7 +63,7 @@ func engineCode(err error) codes.Code {
 		return codes.Unknown
 	case errors.Is(err, sdk.ErrBackend):
 		return codes.Internal
-	case errors.Is(err, sdk.ErrBusy), errors.Is(err, core.ErrHeld):
+	case errors.Is(err, sdk.ErrBusy), errors.Is(err, core.ErrHeld), errors.Is(err, ErrPoisoned):
 		return codes.FailedPrecondition
 	case errors.Is(err, sdk.ErrNotFound):
 		return codes.NotFound
@@ -212,12 +212,16 @@ func (s *engineServer) Status(ctx context.Context, _ *enginev1.StatusRequest) (*
 	if err != nil {
 		return nil, engineErr(err)
 	}
-	return &enginev1.StatusResponse{
+	resp := &enginev1.StatusResponse{
 		Name: st.Name, Transport: st.Transport, Epoch: st.Epoch,
 		InFlight: uint64(st.Stats.Live), Retained: uint64(st.Stats.Retained), Retired: uint64(st.Stats.RetiredPeers),
 		QuarantinedBlocks: uint64(st.Stats.Quarantined), Peers: st.Peers,
 		Fences: st.Fences, TransportRestarts: st.Restarts,
 		NativeRegions: st.Native.Regions, NativePeers: st.Native.Peers, NativeDlists: st.Native.Dlists, NativeHandles: st.Native.Handles,
 		Journal: uint64(st.Stats.Journal), Requests: uint64(st.Stats.Requests), TransportPid: int64(st.TransportPid),
-	}, nil
+	}
+	if g := st.Group; g != nil {
+		resp.PoisonedPools, resp.UnionFailed, resp.GroupHeld = g.Poisoned, g.UnionFailed, g.Held
+	}
+	return resp, nil
 }

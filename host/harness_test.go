@@ -26,6 +26,8 @@ type testHost struct {
 	pool   string // region file
 	poolID uint32
 	bs     uint64
+	// stop ends a ranked test host before the test's end (ranks_harness_test.go).
+	stop func() error
 }
 
 const testBlockSize = 64 << 10

@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/custody-dev/custody/core"
+	"github.com/custody-dev/custody/host/group"
 	"github.com/custody-dev/custody/sdk"
 	"github.com/custody-dev/custody/sdk/plugin"
 )
@@ -62,7 +63,8 @@ type Host struct {
 	pools     []poolEntry // PoolID-1 indexes
 	links     map[string]*link
 	reqs      map[core.RequestID]reqInfo
-	rep       outbox // safe for concurrent use; the engine API reads it directly
+	blockReq  map[core.BlockRef]core.RequestID // ranked hosts: each tracked block's request
+	rep       outbox                           // safe for concurrent use; the engine API reads it directly
 	restartAt time.Time
 	lastStats time.Time
 	fences    uint64
@@ -77,6 +79,13 @@ type Host struct {
 	backoff time.Duration
 
 	exec *executor
+
+	// The rank group (nil for a host that decides alone) and the mode its
+	// ranks agreed on; ranks holds finished requests back until every
+	// rank is terminal (ranks.go).
+	group *group.Group
+	mode  group.Mode
+	ranks *rankSync
 
 	cmds       chan command
 	handshakes chan handshake
@@ -108,6 +117,10 @@ type reqInfo struct {
 	peer  string
 	op    string
 	bytes uint64
+	// On a ranked host: the request's blocks, and whether it receives
+	// into them (ranks_hold.go).
+	blocks []core.BlockRef
+	recv   bool
 }
 
 type command struct {
@@ -135,30 +148,46 @@ func New(ctx context.Context, cfg *Config, log hclog.Logger) (*Host, error) {
 		core:       c,
 		links:      map[string]*link{},
 		reqs:       map[core.RequestID]reqInfo{},
+		blockReq:   map[core.BlockRef]core.RequestID{},
 		cmds:       make(chan command),
 		handshakes: make(chan handshake),
 		done:       make(chan struct{}),
 	}
 	h.bgCtx, h.bgCancel = context.WithCancel(context.Background())
 	h.exec = newExecutor(cfg.Transport.CallTimeout)
+	// Every failure below undoes what was built, in rule 12's order: the
+	// transport (and with it every registration) before the rank group,
+	// the state directory last.
+	fail := func(err error) (*Host, error) {
+		if h.tp != nil {
+			_ = h.tp.Kill()
+			h.tp = nil
+		}
+		h.bgCancel()
+		h.exec.close()
+		if h.group != nil {
+			_ = h.group.Close()
+		}
+		h.state.close()
+		return nil, err
+	}
 	if h.state, err = openState(cfg, log); err != nil {
 		h.bgCancel()
 		h.exec.close()
 		return nil, err
 	}
+	if cfg.Ranked() {
+		if h.group, h.mode, err = joinGroup(ctx, cfg, h.state, log); err != nil {
+			return fail(err)
+		}
+		h.ranks = newRankSync(h)
+	}
 	if err := h.start(ctx); err != nil {
-		h.bgCancel()
-		h.exec.close()
-		h.state.close()
-		return nil, err
+		return fail(err)
 	}
 	for _, p := range cfg.Pools {
 		if _, err := h.registerPool(ctx, p.Name, core.PoolSpec{Path: p.Path, BlockSize: p.BlockSize, Blocks: uint32(p.Blocks)}); err != nil {
-			_ = h.tp.Kill()
-			h.bgCancel()
-			h.exec.close()
-			h.state.close()
-			return nil, fmt.Errorf("config: pools: %w", err)
+			return fail(fmt.Errorf("config: pools: %w", err))
 		}
 	}
 	return h, nil
@@ -202,6 +231,13 @@ func (h *Host) Info() (PeerInfo, bool) {
 // or hold-cap deadline, so it makes no transport call meanwhile.
 func (h *Host) Run(ctx context.Context) error {
 	defer close(h.done)
+	if h.group != nil {
+		// Last, after the transport stopped: the other ranks see this
+		// rank leave only once nothing of it can move.
+		defer func() { _ = h.group.Close() }()
+		h.ranks.start()
+		defer h.ranks.stop()
+	}
 	defer h.exec.close()
 	t := time.NewTimer(0)
 	defer t.Stop()
@@ -388,9 +424,13 @@ func (h *Host) absorb1(rd core.Ready) {
 			h.core.Fenced(e) // that process is already dead
 		}
 	}
+	if h.ranks != nil {
+		rd = h.holdBack(rd)
+	}
 	h.rep.add(rd)
 	done := func(id core.RequestID, outcome string) {
 		ri := h.reqs[id]
+		h.untrack(id)
 		delete(h.reqs, id)
 		h.metrics.Requests.WithLabelValues(outcome).Inc()
 		if outcome == "ok" && ri.op != "" {
@@ -495,6 +535,10 @@ func (h *Host) start(ctx context.Context) error {
 	if err != nil {
 		_ = pl.Kill()
 		return fmt.Errorf("describe transport epoch %d: %w", next, err)
+	}
+	if err := h.checkAgreed(uint64(next), desc); err != nil {
+		_ = pl.Kill()
+		return err
 	}
 	_, events := any(pl).(sdk.EventSource)
 	if err := h.core.Attach(next, desc, events); err != nil {

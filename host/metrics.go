@@ -21,6 +21,9 @@ type Metrics struct {
 	Bytes       *prometheus.CounterVec
 	Restarts    prometheus.Counter
 	Requests    *prometheus.CounterVec
+	// PoisonedPools counts the pools poisoned on every rank (rule 11);
+	// always 0 on a host that decides alone.
+	PoisonedPools prometheus.Gauge
 }
 
 // NewMetrics registers a host's series on a new registry.
@@ -42,17 +45,18 @@ func NewMetrics() *Metrics {
 		return x
 	}
 	return &Metrics{
-		Registry:    r,
-		InFlight:    g("inflight_handles", "Transfer handles not yet released."),
-		Retained:    g("retained_handles", "Handles still running after their session closed or their peer was removed."),
-		Retired:     g("retired_peers", "Removed peers whose native resources wait for their last transfer."),
-		Quarantined: g("quarantined_blocks", "Blocks never handed back because a force-released transfer may still touch them."),
-		Failures:    cv("failures_total", "Failure events by type.", "type"),
-		Fences:      c("fences_total", "Transport processes killed to stop their transfers."),
-		Escalations: c("escalations_total", "Transfers held past the hold cap."),
-		Bytes:       cv("bytes_moved_total", "Bytes of requests that finished successfully, by direction.", "op"),
-		Restarts:    c("transport_restarts_total", "Transport processes started after a fence."),
-		Requests:    cv("requests_total", "Requests reported, by outcome.", "outcome"),
+		Registry:      r,
+		InFlight:      g("inflight_handles", "Transfer handles not yet released."),
+		Retained:      g("retained_handles", "Handles still running after their session closed or their peer was removed."),
+		Retired:       g("retired_peers", "Removed peers whose native resources wait for their last transfer."),
+		Quarantined:   g("quarantined_blocks", "Blocks never handed back because a force-released transfer may still touch them."),
+		Failures:      cv("failures_total", "Failure events by type.", "type"),
+		Fences:        c("fences_total", "Transport processes killed to stop their transfers."),
+		Escalations:   c("escalations_total", "Transfers held past the hold cap."),
+		Bytes:         cv("bytes_moved_total", "Bytes of requests that finished successfully, by direction.", "op"),
+		Restarts:      c("transport_restarts_total", "Transport processes started after a fence."),
+		Requests:      cv("requests_total", "Requests reported, by outcome.", "outcome"),
+		PoisonedPools: g("poisoned_pools", "Pools poisoned on every rank of the group: a block of them could not be proven safe on some rank."),
 	}
 }
 

@@ -131,10 +131,18 @@ func (h *Host) settle(hs handshake) {
 // host state.
 func (h *Host) fetchPeer(ctx context.Context, name string, ranks []RemoteRank, compat string) (core.PeerSpec, error) {
 	spec := core.PeerSpec{Name: name}
+	ranks, wants, err := h.resolveRanks(ctx, name, ranks)
+	if err != nil {
+		return spec, err
+	}
 	for i, r := range ranks {
 		// The host asked for: a peer of the static list when the address
-		// names one, else the peer itself.
+		// names one, a host found by name in the group's directory, else
+		// the peer itself.
 		addr, want := r.Address, name
+		if wants[i] != "" {
+			want = wants[i]
+		}
 		for _, p := range h.cfg.Peers {
 			if p.Name == addr {
 				addr, want = p.Address, p.Name

@@ -44,6 +44,9 @@ func Serve(ctx context.Context, cfg *Config, log hclog.Logger, ready func(*Host)
 	}
 	h.metaAddr = meta.Addr()
 	defer func() { err = errors.Join(err, meta.Close()) }()
+	if err := h.publishByName(ctx); err != nil {
+		return fmt.Errorf("rank group directory: %w", err)
+	}
 
 	if cfg.Metrics.Listen != "" {
 		mln, err := net.Listen("tcp", cfg.Metrics.Listen)

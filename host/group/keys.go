@@ -13,6 +13,7 @@ import (
 //	members/<rank>            member record (mode), under the rank's lease
 //	req/<id>/s/<rank>         a rank's local terminal state of a request (durable)
 //	req/<id>/a/<rank>         a rank has resolved the request (ack, durable)
+//	req/<id>/t/<rank>         a rank ended the wait past the hold cap (expire.go)
 //	poison/<pool>             a poisoned pool (durable, cleared by an operator)
 //
 // and peer addresses, shared by all engines, under /custody/peers/<name>,
@@ -35,8 +36,11 @@ func (k keys) requests() string              { return k.base + "req/" }
 func (k keys) request(id string) string      { return k.requests() + url.PathEscape(id) + "/" }
 func (k keys) state(id string, r int) string { return k.request(id) + "s/" + strconv.Itoa(r) }
 func (k keys) ack(id string, r int) string   { return k.request(id) + "a/" + strconv.Itoa(r) }
-func (k keys) poisons() string               { return k.base + "poison/" }
-func (k keys) poison(pool string) string     { return k.poisons() + url.PathEscape(pool) }
+func (k keys) expiry(id string, r int) string {
+	return k.request(id) + "t/" + strconv.Itoa(r)
+}
+func (k keys) poisons() string           { return k.base + "poison/" }
+func (k keys) poison(pool string) string { return k.poisons() + url.PathEscape(pool) }
 
 func peerKey(name string) string { return peersPrefix + url.PathEscape(name) }
 
@@ -51,10 +55,10 @@ func parseRank(s string, n int) (int, error) {
 }
 
 // parseRequestKey splits the part of a request key after req/<id>/ into its
-// kind ('s' or 'a') and rank.
+// kind ('s', 'a' or 't') and rank.
 func parseRequestKey(rest string, n int) (kind byte, rank int, err error) {
 	k, r, ok := strings.Cut(rest, "/")
-	if !ok || (k != "s" && k != "a") {
+	if !ok || (k != "s" && k != "a" && k != "t") {
 		return 0, 0, fmt.Errorf("unexpected key suffix %q", rest)
 	}
 	rank, err = parseRank(r, n)

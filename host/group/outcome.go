@@ -368,7 +368,7 @@ func (g *Group) apply(id core.RequestID, r *request, kvs []*mvccpb.KeyValue, now
 		delete(g.reqs.m, id)
 		return
 	}
-	ranks := g.readRanks(id, r, kvs, now)
+	ranks, exp := g.readRanks(id, r, kvs, now)
 	if r.out == nil {
 		states := make([]State, len(ranks))
 		reasons := make([]string, len(ranks))
@@ -376,6 +376,12 @@ func (g *Group) apply(id core.RequestID, r *request, kvs []*mvccpb.KeyValue, now
 			states[i], reasons[i] = v.state, v.reason
 		}
 		o := union(id, states, reasons)
+		if exp != nil && o.Resolved {
+			// An expiry is written only while some rank had not reported,
+			// so it decides the union even once late states arrived: a
+			// timeout wins over a late success, on every rank alike.
+			o.State, o.Rank, o.Reason = TimedOut, exp.rank, exp.reason
+		}
 		r.last = o
 		if o.Resolved {
 			r.out = &o
@@ -394,9 +400,11 @@ func (g *Group) apply(id core.RequestID, r *request, kvs []*mvccpb.KeyValue, now
 	r.del = true
 }
 
-// readRanks reads each rank's state and ack of one request.
-func (g *Group) readRanks(id core.RequestID, r *request, kvs []*mvccpb.KeyValue, now []string) []rankView {
+// readRanks reads each rank's state and ack of one request, and the
+// expiry with the lowest rank, if any rank wrote one (expire.go).
+func (g *Group) readRanks(id core.RequestID, r *request, kvs []*mvccpb.KeyValue, now []string) ([]rankView, *expiry) {
 	ranks := make([]rankView, g.cfg.Size)
+	var exp *expiry
 	prefix := g.keys.request(string(id))
 	for _, kv := range kvs {
 		kind, rank, err := parseRequestKey(strings.TrimPrefix(string(kv.Key), prefix), g.cfg.Size)
@@ -405,6 +413,10 @@ func (g *Group) readRanks(id core.RequestID, r *request, kvs []*mvccpb.KeyValue,
 			continue
 		}
 		switch kind {
+		case 't':
+			if e := decodeExpiry(id, kv.Value, rank); exp == nil || e.rank < exp.rank {
+				exp = &e
+			}
 		case 'a':
 			ranks[rank].acked = string(kv.Value) == r.snap[rank] && r.snap[rank] != ""
 		case 's':
@@ -433,8 +445,11 @@ func (g *Group) readRanks(id core.RequestID, r *request, kvs []*mvccpb.KeyValue,
 			ranks[rank].state = Failed
 			ranks[rank].reason = fmt.Sprintf("rank %d was lost (member %q, lease gone) before it reported request %q", rank, r.snap[rank], id)
 		}
+		if ranks[rank].state == 0 && exp != nil {
+			ranks[rank].state, ranks[rank].reason = TimedOut, exp.reason
+		}
 	}
-	return ranks
+	return ranks, exp
 }
 
 // lostFor reports whether rank is lost for request r: it had no member when

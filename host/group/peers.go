@@ -21,6 +21,10 @@ type PeerAddress struct {
 	Name         string `json:"name"`
 	MetadataAddr string `json:"metadata_addr"`
 	Compat       string `json:"compat"`
+	// Host is the name the host's certificate and metadata carry, where
+	// the record is published under another name (EngineRankName); empty
+	// when it is Name.
+	Host string `json:"host,omitempty"`
 }
 
 func (p PeerAddress) validate() error {
@@ -29,6 +33,8 @@ func (p PeerAddress) validate() error {
 		return fmt.Errorf("peer name %.40q: want 1-%d bytes: %w", p.Name, maxNameLen, ErrBadArgument)
 	case !validHostPort(p.MetadataAddr):
 		return fmt.Errorf("peer %q: metadata address %.80q: want host:port: %w", p.Name, p.MetadataAddr, ErrBadArgument)
+	case len(p.Host) > maxNameLen:
+		return fmt.Errorf("peer %q: host name of %d bytes: want at most %d: %w", p.Name, len(p.Host), maxNameLen, ErrBadArgument)
 	case !validCompat(p.Compat):
 		return fmt.Errorf("peer %q: compatibility hash %.80q: want 64 hex digits: %w", p.Name, p.Compat, ErrBadArgument)
 	}

@@ -1,6 +1,7 @@
 package group
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -43,5 +44,27 @@ func TestPeerDirectory(t *testing.T) {
 	require.NoError(t, c.ranks[1].Publish(ctxT(t), PeerAddress{Name: "decode-1", MetadataAddr: "127.0.0.1:7003", Compat: compat}))
 	require.NoError(t, c.ranks[1].Close())
 	_, err = c.ranks[0].Lookup(ctxT(t), "decode-1")
+	require.ErrorIs(t, err, ErrPeerNotFound)
+}
+
+// TestEngineDirectory: the ranks of an engine are found by the engine's
+// name, in rank order, with their host names; a rank not published is
+// named in the error.
+func TestEngineDirectory(t *testing.T) {
+	c := newCluster(t, 2)
+	c.mustJoin()
+	require.NoError(t, c.ranks[1].Publish(ctxT(t), PeerAddress{Name: EngineRankName("pre", 1, 2), MetadataAddr: "127.0.0.1:2", Compat: compat, Host: "pre-1"}))
+	_, err := c.ranks[0].LookupEngine(ctxT(t), "pre")
+	require.ErrorIs(t, err, ErrPeerNotFound)
+	require.ErrorContains(t, err, "rank 0 of 2 is not published")
+	require.NoError(t, c.ranks[0].Publish(ctxT(t), PeerAddress{Name: EngineRankName("pre", 0, 2), MetadataAddr: "127.0.0.1:1", Compat: compat, Host: "pre-0"}))
+	got, err := c.ranks[1].LookupEngine(ctxT(t), "pre")
+	require.NoError(t, err)
+	require.Len(t, got, 2)
+	for r, p := range got {
+		require.Equal(t, fmt.Sprintf("pre-%d", r), p.Host)
+		require.Equal(t, fmt.Sprintf("127.0.0.1:%d", r+1), p.MetadataAddr)
+	}
+	_, err = c.ranks[0].LookupEngine(ctxT(t), "other")
 	require.ErrorIs(t, err, ErrPeerNotFound)
 }

@@ -1258,7 +1258,14 @@ type StatusResponse struct {
 	Journal  uint64 `protobuf:"varint,15,opt,name=journal,proto3" json:"journal,omitempty"`
 	Requests uint64 `protobuf:"varint,16,opt,name=requests,proto3" json:"requests,omitempty"`
 	// The transport process now (0 while it restarts).
-	TransportPid  int64 `protobuf:"varint,17,opt,name=transport_pid,json=transportPid,proto3" json:"transport_pid,omitempty"`
+	TransportPid int64 `protobuf:"varint,17,opt,name=transport_pid,json=transportPid,proto3" json:"transport_pid,omitempty"`
+	// A rank of a group (DESIGN 7a): the pools poisoned on every rank, the
+	// requests that succeeded here and failed on another rank, and the
+	// requests finished here that wait for the other ranks. Empty and zero on
+	// a host that decides alone.
+	PoisonedPools []string `protobuf:"bytes,18,rep,name=poisoned_pools,json=poisonedPools,proto3" json:"poisoned_pools,omitempty"`
+	UnionFailed   uint64   `protobuf:"varint,19,opt,name=union_failed,json=unionFailed,proto3" json:"union_failed,omitempty"`
+	GroupHeld     uint64   `protobuf:"varint,20,opt,name=group_held,json=groupHeld,proto3" json:"group_held,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1412,6 +1419,27 @@ func (x *StatusResponse) GetTransportPid() int64 {
 	return 0
 }
 
+func (x *StatusResponse) GetPoisonedPools() []string {
+	if x != nil {
+		return x.PoisonedPools
+	}
+	return nil
+}
+
+func (x *StatusResponse) GetUnionFailed() uint64 {
+	if x != nil {
+		return x.UnionFailed
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetGroupHeld() uint64 {
+	if x != nil {
+		return x.GroupHeld
+	}
+	return 0
+}
+
 var File_api_engine_v1_engine_proto protoreflect.FileDescriptor
 
 const file_api_engine_v1_engine_proto_rawDesc = "" +
@@ -1499,7 +1527,7 @@ const file_api_engine_v1_engine_proto_rawDesc = "" +
 	"\x06cursor\x18\x06 \x01(\x04R\x06cursor\x12\x12\n" +
 	"\x04next\x18\a \x01(\x04R\x04next\x12\x12\n" +
 	"\x04more\x18\b \x01(\bR\x04more\"\x0f\n" +
-	"\rStatusRequest\"\xa8\x04\n" +
+	"\rStatusRequest\"\x91\x05\n" +
 	"\x0eStatusResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1c\n" +
 	"\ttransport\x18\x02 \x01(\tR\ttransport\x12\x14\n" +
@@ -1518,7 +1546,11 @@ const file_api_engine_v1_engine_proto_rawDesc = "" +
 	"\x0enative_handles\x18\x0e \x01(\x04R\rnativeHandles\x12\x18\n" +
 	"\ajournal\x18\x0f \x01(\x04R\ajournal\x12\x1a\n" +
 	"\brequests\x18\x10 \x01(\x04R\brequests\x12#\n" +
-	"\rtransport_pid\x18\x11 \x01(\x03R\ftransportPid2\xba\a\n" +
+	"\rtransport_pid\x18\x11 \x01(\x03R\ftransportPid\x12%\n" +
+	"\x0epoisoned_pools\x18\x12 \x03(\tR\rpoisonedPools\x12!\n" +
+	"\funion_failed\x18\x13 \x01(\x04R\vunionFailed\x12\x1d\n" +
+	"\n" +
+	"group_held\x18\x14 \x01(\x04R\tgroupHeld2\xba\a\n" +
 	"\x06Engine\x12_\n" +
 	"\fRegisterPool\x12&.custody.engine.v1.RegisterPoolRequest\x1a'.custody.engine.v1.RegisterPoolResponse\x12J\n" +
 	"\x05Alloc\x12\x1f.custody.engine.v1.AllocRequest\x1a .custody.engine.v1.AllocResponse\x12@\n" +

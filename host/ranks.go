@@ -1,0 +1,425 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/custody-dev/custody/core"
+	"github.com/custody-dev/custody/host/group"
+)
+
+// ErrPoisoned is returned for a request on a pool that some rank of the
+// group could not prove safe (DESIGN rule 11); the engine sees
+// FailedPrecondition.
+var ErrPoisoned = errors.New("pool poisoned")
+
+// ErrUnionFailed is the reason a request that succeeded on this rank fails
+// here too: another rank failed it, timed out or was lost (DESIGN rule 10).
+var ErrUnionFailed = errors.New("request failed on another rank of the group")
+
+// rankSync holds a ranked host's finished requests back from the engine
+// until every rank of the group is terminal, then hands the engine the
+// union outcome (DESIGN rule 10); and it poisons the pools of quarantined
+// blocks on every rank (rule 11). It runs on its own goroutine, so the
+// owner never waits for etcd: the owner hands it each round's finished
+// requests (hold), and it reports them to the group, resolves them and adds
+// the outcomes to the report log once resolved.
+//
+// Every request id the engine issues on a ranked host is taken to be issued
+// on every rank (one logical request, tensor parallelism). A request that
+// stays pending because a live rank never reports it is expired once this
+// rank has held it past the hold cap (escalation.cap, the same on every
+// rank): it then fails as timed out on every rank.
+type rankSync struct {
+	g       *group.Group
+	log     hclog.Logger
+	metrics *Metrics
+	out     *outbox
+	holdCap time.Duration
+	self    int
+
+	mu       sync.Mutex
+	in       []*heldReq
+	toPoison map[string]string // pool -> reason, not yet published
+	poisoned map[string]string // every pool this rank knows poisoned -> reason
+	lost     error             // this rank's membership is gone
+	kick     chan struct{}
+
+	// held is the sync goroutine's own: requests reported and not resolved.
+	held map[core.RequestID]*heldReq
+
+	// Counters, for Status, metrics and the benchmark.
+	unionFailed atomic.Uint64 // failed here only because another rank failed
+	expired     atomic.Uint64 // requests this rank expired past the hold cap
+	resolved    atomic.Uint64
+	pending     atomic.Int64 // len(held) after the last step
+	waitNanos   atomic.Int64 // summed time from local terminal to resolution
+
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// heldReq is one request finished on this rank and not yet resolved.
+type heldReq struct {
+	id        core.RequestID
+	sending   bool
+	receiving bool
+	state     group.State
+	failure   *core.Failure
+	// invalid and quarantined are this rank's own, as core reported them
+	// with the failure; blocks are every block of the request, reported
+	// invalid when the request succeeded here and fails in the union.
+	invalid, quarantined []core.BlockRef
+	blocks               []core.BlockRef
+	at                   time.Time
+	accepted             bool
+}
+
+// Bounds of the sync goroutine's waits between reads of the group while
+// requests are pending: the wait doubles from minResolveBackoff after each
+// read that resolved nothing, and a new finished request ends it at once.
+const (
+	minResolveBackoff = 100 * time.Microsecond
+	maxResolveBackoff = 5 * time.Millisecond
+	// collectEvery paces the reads that collect resolved requests' keys
+	// once nothing is pending.
+	collectEvery = 50 * time.Millisecond
+)
+
+func newRankSync(h *Host) *rankSync {
+	return &rankSync{
+		g: h.group, log: h.log.Named("ranks"), metrics: h.metrics, out: &h.rep, holdCap: h.cfg.Escalation.Cap, self: h.group.Rank(),
+		toPoison: map[string]string{}, poisoned: map[string]string{},
+		kick: make(chan struct{}, 1), held: map[core.RequestID]*heldReq{},
+	}
+}
+
+// start runs the sync goroutine until stop.
+func (r *rankSync) start() {
+	ctx, cancel := context.WithCancel(context.Background())
+	r.cancel, r.done = cancel, make(chan struct{})
+	go func() { defer close(r.done); r.run(ctx) }()
+}
+
+// stop ends the sync goroutine and waits for it. Requests still held are
+// not reported: the host is going away, and with it the engine's API.
+func (r *rankSync) stop() {
+	if r.cancel != nil {
+		r.cancel()
+		<-r.done
+	}
+}
+
+func (r *rankSync) wake() {
+	select {
+	case r.kick <- struct{}{}:
+	default:
+	}
+}
+
+// hold hands the sync goroutine requests finished on this rank (owner).
+func (r *rankSync) hold(reqs []*heldReq) {
+	if len(reqs) == 0 {
+		return
+	}
+	r.mu.Lock()
+	r.in = append(r.in, reqs...)
+	r.mu.Unlock()
+	r.wake()
+}
+
+// poison marks pool poisoned on this rank at once and publishes it to the
+// group from the sync goroutine (owner).
+func (r *rankSync) poison(pool, reason string) {
+	r.mu.Lock()
+	if _, ok := r.poisoned[pool]; !ok {
+		r.poisoned[pool] = reason
+		r.toPoison[pool] = reason
+	}
+	r.mu.Unlock()
+	r.wake()
+}
+
+// admit refuses a new request on a poisoned pool, or while this rank is no
+// longer a member of its group.
+func (r *rankSync) admit(id core.RequestID, pools []string) error {
+	if len(id) > group.MaxRequestIDLen {
+		return fmt.Errorf("request id of %d bytes: a rank of a group takes at most %d", len(id), group.MaxRequestIDLen)
+	}
+	r.mu.Lock()
+	lost := r.lost
+	r.mu.Unlock()
+	if lost != nil {
+		return fmt.Errorf("request %q: %w: %w", id, ErrClosed, lost)
+	}
+	for _, p := range pools {
+		if why, ok := r.isPoisoned(p); ok {
+			return fmt.Errorf("request %q: pool %q: %w on every rank of the group (%s); its blocks are never handed out again until an operator clears the poison and the engines restart", id, p, ErrPoisoned, why)
+		}
+	}
+	return nil
+}
+
+func (r *rankSync) isPoisoned(pool string) (string, bool) {
+	r.mu.Lock()
+	why, ok := r.poisoned[pool]
+	r.mu.Unlock()
+	if ok {
+		return why, true
+	}
+	if rec, ok := r.g.IsPoisoned(pool); ok {
+		return fmt.Sprintf("rank %d: %s", rec.Rank, rec.Reason), true
+	}
+	return "", false
+}
+
+// Poisoned lists the pools poisoned on this rank: its own and every rank's.
+func (r *rankSync) Poisoned() []string {
+	set := map[string]bool{}
+	r.mu.Lock()
+	for p := range r.poisoned {
+		set[p] = true
+	}
+	r.mu.Unlock()
+	for _, rec := range r.g.Poisoned() {
+		set[rec.Pool] = true
+	}
+	out := make([]string, 0, len(set))
+	for p := range set {
+		out = append(out, p)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (r *rankSync) run(ctx context.Context) {
+	t := time.NewTimer(time.Hour)
+	defer t.Stop()
+	backoff := time.Duration(0)
+	for {
+		progress := r.step(ctx)
+		if progress {
+			backoff = 0
+		} else {
+			backoff = min(max(2*backoff, minResolveBackoff), maxResolveBackoff)
+		}
+		wait := time.Duration(-1)
+		switch {
+		case len(r.held) > 0:
+			wait = backoff
+		case r.g.Stats().InFlight > 0:
+			wait = collectEvery
+		}
+		if wait >= 0 {
+			t.Reset(wait)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.kick:
+		case <-r.g.Changed():
+		case <-t.C:
+		}
+		if !t.Stop() {
+			select {
+			case <-t.C:
+			default:
+			}
+		}
+	}
+}
+
+// step publishes poison and new terminal states, resolves what is held and
+// reports what resolved; it says whether anything resolved or arrived.
+func (r *rankSync) step(ctx context.Context) bool {
+	r.mu.Lock()
+	in := r.in
+	r.in = nil
+	poison := r.toPoison
+	r.toPoison = map[string]string{}
+	r.mu.Unlock()
+
+	for pool, why := range poison {
+		if err := r.g.Poison(ctx, pool, why); err != nil {
+			r.log.Error("publishing poison failed; retrying", "failure_type", "group_poison_failed", "pool", pool, "error", err.Error())
+			r.mu.Lock()
+			r.toPoison[pool] = why
+			r.mu.Unlock()
+		}
+	}
+	var terms []group.Terminal
+	var fresh []*heldReq
+	var rd core.Ready
+	for _, hr := range in {
+		if r.held[hr.id] != nil {
+			// The engine issued the id again before the first resolved:
+			// the group cannot tell the two apart; fail the second here.
+			hr.emitLocal(&rd, fmt.Errorf("request %q: issued again before its earlier use resolved on every rank: request ids must be unique: %w", hr.id, group.ErrAlreadyReported))
+			continue
+		}
+		r.held[hr.id] = hr
+		fresh = append(fresh, hr)
+		terms = append(terms, hr.terminal())
+	}
+	err := r.g.Report(ctx, terms)
+	switch {
+	case err == nil || errors.Is(err, group.ErrCoordinator) || errors.Is(err, group.ErrMalformed):
+		// Accepted (published now, or with the next Report).
+		for _, hr := range fresh {
+			hr.accepted = true
+		}
+		if err != nil {
+			r.log.Warn("reporting terminal states to the group", "failure_type", "group_report_failed", "error", err.Error())
+		}
+	case errors.Is(err, group.ErrSessionLost), errors.Is(err, group.ErrClosed):
+		r.failAll(&rd, err)
+		r.out.add(rd)
+		r.pending.Store(0)
+		return true
+	default:
+		// Refused whole: find the ones refused, one at a time.
+		for _, hr := range fresh {
+			if err := r.g.Report(ctx, []group.Terminal{hr.terminal()}); err != nil && !errors.Is(err, group.ErrCoordinator) {
+				delete(r.held, hr.id)
+				hr.emitLocal(&rd, fmt.Errorf("request %q: the group refused its state: %w", hr.id, err))
+				continue
+			}
+			hr.accepted = true
+		}
+	}
+	progress := len(in) > 0
+	var ids []core.RequestID
+	for id, hr := range r.held {
+		if hr.accepted {
+			ids = append(ids, id)
+		}
+	}
+	outs, err := r.g.Resolve(ctx, ids)
+	switch {
+	case errors.Is(err, group.ErrSessionLost), errors.Is(err, group.ErrClosed):
+		r.failAll(&rd, err)
+	case err != nil:
+		r.log.Warn("resolving requests with the group", "failure_type", "group_resolve_failed", "error", err.Error())
+	default:
+		now := time.Now()
+		var late []core.RequestID
+		waited := time.Duration(0)
+		for _, o := range outs {
+			hr := r.held[o.Request]
+			if !o.Resolved {
+				if w := now.Sub(hr.at); w >= r.holdCap {
+					late = append(late, o.Request)
+					waited = max(waited, w)
+				}
+				continue
+			}
+			delete(r.held, o.Request)
+			r.resolved.Add(1)
+			r.waitNanos.Add(int64(now.Sub(hr.at)))
+			hr.emit(&rd, o, r.self)
+			if o.State != group.Succeeded && hr.state == group.Succeeded {
+				r.unionFailed.Add(1)
+			}
+			progress = true
+		}
+		if len(late) > 0 {
+			if err := r.g.Expire(ctx, late, waited); err != nil {
+				r.log.Warn("expiring requests past the hold cap", "failure_type", "group_expire_failed", "error", err.Error())
+			} else {
+				r.expired.Add(uint64(len(late)))
+				progress = true
+			}
+		}
+	}
+	r.out.add(rd)
+	r.pending.Store(int64(len(r.held)))
+	r.metrics.PoisonedPools.Set(float64(len(r.Poisoned())))
+	return progress
+}
+
+// failAll fails every held request: this rank is no longer a member, so it
+// can no longer learn the union (the other ranks count it lost and fail
+// them too). New requests are refused from now on.
+func (r *rankSync) failAll(rd *core.Ready, err error) {
+	r.mu.Lock()
+	if r.lost == nil {
+		r.lost = err
+	}
+	r.mu.Unlock()
+	r.log.Error("this rank left its group: failing every held request; restart the host", "failure_type", "group_session_lost", "error", err.Error())
+	for id, hr := range r.held {
+		delete(r.held, id)
+		hr.emitLocal(rd, fmt.Errorf("request %q: %w", id, err))
+	}
+}
+
+// terminal is the request's local terminal state: a failure past the hold
+// cap or a lease is a timeout, and a timeout wins in the union.
+func (hr *heldReq) terminal() group.Terminal {
+	t := group.Terminal{Request: hr.id, State: hr.state}
+	if hr.failure != nil && hr.failure.Reason != nil {
+		t.Reason = hr.failure.Reason.Error()
+	}
+	return t
+}
+
+// emit adds the request's union outcome to rd: as it finished here when
+// every rank succeeded; else failed, with this rank's own invalid blocks
+// (all its blocks, for a receive that succeeded here).
+func (hr *heldReq) emit(rd *core.Ready, o group.Outcome, self int) {
+	if o.State == group.Succeeded {
+		if hr.sending {
+			rd.FinishedSending = append(rd.FinishedSending, hr.id)
+		} else {
+			rd.FinishedReceiving = append(rd.FinishedReceiving, hr.id)
+		}
+		return
+	}
+	if hr.failure != nil {
+		f := *hr.failure
+		if o.Rank != self {
+			f.Reason = fmt.Errorf("%w (and %s on rank %d: %s)", f.Reason, o.State, o.Rank, o.Reason)
+		}
+		rd.Failed = append(rd.Failed, f)
+		rd.InvalidBlocks = append(rd.InvalidBlocks, hr.invalid...)
+		rd.Quarantined = append(rd.Quarantined, hr.quarantined...)
+		return
+	}
+	hr.emitLocal(rd, fmt.Errorf("request %q %s on rank %d (%s): %w", hr.id, o.State, o.Rank, o.Reason, ErrUnionFailed))
+}
+
+// emitLocal fails the request on this rank with err: its own failure's
+// blocks as core reported them, or, for a receive that succeeded here,
+// every block of it as invalid.
+func (hr *heldReq) emitLocal(rd *core.Ready, err error) {
+	rd.Failed = append(rd.Failed, core.Failure{Request: hr.id, Sending: hr.sending, Reason: err})
+	if hr.failure != nil {
+		rd.InvalidBlocks = append(rd.InvalidBlocks, hr.invalid...)
+		rd.Quarantined = append(rd.Quarantined, hr.quarantined...)
+		return
+	}
+	if hr.receiving {
+		rd.InvalidBlocks = append(rd.InvalidBlocks, hr.blocks...)
+	}
+}
+
+// groupStatus is Status's view of the group (owner goroutine).
+func (h *Host) groupStatus() *GroupStatus {
+	if h.group == nil {
+		return nil
+	}
+	st := h.group.Stats()
+	r := h.ranks
+	return &GroupStatus{
+		Engine: h.cfg.Group.Engine, Rank: h.group.Rank(), Size: h.group.Size(), Live: h.group.Live(),
+		Poisoned: r.Poisoned(), Held: uint64(r.pending.Load()), UnionFailed: r.unionFailed.Load(), Expired: r.expired.Load(),
+		Writes: st.WriteTxns, Reads: st.ReadTxns,
+	}
+}
