@@ -408,7 +408,7 @@ func (s *srig) connect(ps PeerSpec) {
 // read reads one block per part (rank k's block k into a fresh block).
 func (s *srig) read(id RequestID, peer string, parts int) []BlockRef {
 	s.t.Helper()
-	spec := ReadSpec{Request: id, Peer: peer}
+	spec := ReadSpec{Request: id, Token: tok(id), Peer: peer}
 	var blocks []BlockRef
 	for k := range parts {
 		b, err := s.c.Alloc(s.pool, 1)

@@ -161,7 +161,7 @@ func TestExpectSendAtAFence(t *testing.T) {
 			b, err := s.c.Alloc(s.pool, 2)
 			require.NoError(t, err)
 			blocks := []BlockRef{{s.pool, b[0]}, {s.pool, b[1]}}
-			require.NoError(t, s.c.ExpectSend(s.now, SendSpec{Request: "s", Pool: s.pool, Blocks: b, Consumers: 1, Lease: 10 * time.Second}))
+			require.NoError(t, s.c.ExpectSend(s.now, SendSpec{Request: "s", Token: tok("s"), Pool: s.pool, Blocks: b, Consumers: 1, Lease: 10 * time.Second}))
 			s.poll()
 			s.kill(1)
 			rd := s.poll()
@@ -220,7 +220,7 @@ func (s *srig) closeCore() error {
 func TestWorkReportedTwiceIsIgnored(t *testing.T) {
 	s := newSrig(t, Config{}, nil)
 	s.connect(peerSpec("p", 1))
-	require.NoError(t, s.c.Read(s.now, ReadSpec{Request: "r", Peer: "p", Parts: []Part{{Pool: s.pool, Local: mustAlloc(t, s, 1), Remote: []uint32{0}}}}))
+	require.NoError(t, s.c.Read(s.now, ReadSpec{Request: "r", Token: tok("r"), Peer: "p", Parts: []Part{{Pool: s.pool, Local: mustAlloc(t, s, 1), Remote: []uint32{0}}}}))
 	rd := s.c.Ready()
 	require.Len(t, rd.Work, 1)
 	w := rd.Work[0]
@@ -287,7 +287,7 @@ func TestPostOutstandingWhenThePeerIsRemoved(t *testing.T) {
 	s := newSrig(t, Config{}, nil)
 	s.connect(peerSpec("p", 1))
 	b := mustAlloc(t, s, 1)
-	require.NoError(t, s.c.Read(s.now, ReadSpec{Request: "r", Peer: "p", Parts: []Part{{Pool: s.pool, Local: b, Remote: []uint32{0}}}}))
+	require.NoError(t, s.c.Read(s.now, ReadSpec{Request: "r", Token: tok("r"), Peer: "p", Parts: []Part{{Pool: s.pool, Local: b, Remote: []uint32{0}}}}))
 	rd := s.c.Ready()
 	require.Len(t, rd.Work, 1)
 	require.NoError(t, s.c.RemovePeer(s.now, "p"))
@@ -311,7 +311,7 @@ func TestFenceWhilePostOutstanding(t *testing.T) {
 	s := newSrig(t, Config{}, nil)
 	s.connect(peerSpec("p", 1))
 	b := mustAlloc(t, s, 1)
-	require.NoError(t, s.c.Read(s.now, ReadSpec{Request: "r", Peer: "p", Parts: []Part{{Pool: s.pool, Local: b, Remote: []uint32{0}}}}))
+	require.NoError(t, s.c.Read(s.now, ReadSpec{Request: "r", Token: tok("r"), Peer: "p", Parts: []Part{{Pool: s.pool, Local: b, Remote: []uint32{0}}}}))
 	rd := s.c.Ready()
 	require.Len(t, rd.Work, 1)
 	s.kill(1)

@@ -113,7 +113,7 @@ func TestReconnectNeverReceivesARetiredCompletion(t *testing.T) {
 	for _, n := range ns {
 		msgs = append(msgs, string(n.Message))
 	}
-	assert.Equal(t, []string{string(ConsumedMessage("new"))}, msgs)
+	assert.Equal(t, []string{string(ConsumedMessage("new", tok("new")))}, msgs)
 }
 
 // Seed 002: poll_retired releases the retained handles that stopped, and
@@ -168,7 +168,7 @@ func TestCloseHandsBackSendBlocksOnlyOnceUnreachable(t *testing.T) {
 			require.NoError(t, r.read(spec))
 			b := r.alloc(1)
 			sb := BlockRef{r.pool, b[0]}
-			require.NoError(t, r.c.ExpectSend(r.now, SendSpec{Request: "s", Pool: r.pool, Blocks: b, Consumers: 1, Lease: time.Hour}))
+			require.NoError(t, r.c.ExpectSend(r.now, SendSpec{Request: "s", Token: tok("s"), Pool: r.pool, Blocks: b, Consumers: 1, Lease: time.Hour}))
 			require.ErrorIs(t, r.close(), ErrHeld, "the stalled read keeps Close refused")
 			deadline := time.Now().Add(wait)
 			for {
