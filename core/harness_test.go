@@ -630,3 +630,13 @@ func tok(id RequestID) Token {
 	h.Write([]byte(id))
 	return Token(h.Sum64() | 1)
 }
+
+// skipStallsIfShort skips, under go test -short, a test that waits for the
+// fake's stalls in real time (100 ms to 1 s). make mutate runs the tests
+// with -short, once per mutant; the full run (make test, CI) keeps them.
+func skipStallsIfShort(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("waits for the fake's real-time stalls; run without -short")
+	}
+}

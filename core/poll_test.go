@@ -16,6 +16,7 @@ import (
 // finishes normally once a poll sees it DONE. Polling is the fallback for
 // transports without events.
 func TestPollErrorIsNotTerminal(t *testing.T) {
+	skipStallsIfShort(t)
 	r := newRig(t, rigOpts{local: "poll-fail,post=1,count=3;stall,post=1,for=100ms"})
 	r.c.events = false
 	r.connect("p")

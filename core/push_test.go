@@ -372,6 +372,7 @@ func TestExpectReceiveRefusesBadInput(t *testing.T) {
 // going away), until Close deregistered the pool; then the receive is
 // reported failed with its blocks invalid.
 func TestCloseHandsBackReceiveBlocksOnlyOnceDeregistered(t *testing.T) {
+	skipStallsIfShort(t)
 	r := newRig(t, rigOpts{local: "stall,post=1,for=300ms", setup: cancelNone})
 	p := newProducer(t, r, rigOpts{local: "stall,post=1,for=300ms", setup: func(s *spy) { s.holdNote = isWritten }})
 	r.connect("p")
@@ -405,6 +406,7 @@ func TestCloseHandsBackReceiveBlocksOnlyOnceDeregistered(t *testing.T) {
 // expired hands its blocks back (invalid, the receive failed) as soon as
 // its producer reports its writes done after all.
 func TestLateWrittenEndsTheWaitForTheFence(t *testing.T) {
+	skipStallsIfShort(t)
 	r := newRig(t, rigOpts{})
 	p := newProducer(t, r, rigOpts{local: "stall,post=1,for=100ms", setup: func(s *spy) { s.holdNote = isWritten }})
 	cb := r.alloc(1)

@@ -49,6 +49,7 @@ func TestReadLandsBytesAndNotifiesProducer(t *testing.T) {
 // failure, and the request's blocks as invalid, are reported only when the
 // sibling handle is terminal and released, whether it ends DONE or FAILED.
 func TestFailureWaitsForSibling(t *testing.T) {
+	skipStallsIfShort(t)
 	for _, tc := range []struct {
 		name    string
 		sibling string
