@@ -204,7 +204,7 @@ func TestPoolReleaseFailingAtClose(t *testing.T) {
 // closeCore calls Close, running its Work, until it returns nil, another
 // error than ErrHeld, or ErrHeld with nothing left to run.
 func (s *srig) closeCore() error {
-	for {
+	for range maxWorkSteps {
 		err := s.c.Close(s.now)
 		rd := s.c.Ready()
 		if err == nil || !errors.Is(err, ErrHeld) || len(rd.Work) == 0 {
@@ -213,6 +213,8 @@ func (s *srig) closeCore() error {
 		}
 		s.stash = mergeReady(s.stash, s.drive(rd))
 	}
+	require.FailNow(s.t, "Close keeps handing out Work and returning ErrHeld")
+	return nil
 }
 
 // A Done for a Work that is not outstanding (reported twice) is an Alert and
