@@ -1,0 +1,154 @@
+package core
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/custody-dev/custody/sdk"
+)
+
+// A Post that fails as a whole posted nothing: the request fails, its
+// blocks come back invalid in the report, and the peer holds no reference
+// for it, so removing the peer releases its native resources at once.
+func TestPostFailingAsAWholeFailsTheRequest(t *testing.T) {
+	s := newSrig(t, Config{}, nil)
+	s.connect(peerSpec("p", 2))
+	s.d.failWhole(WorkPost, errBackend, 1)
+	blocks := s.read("r", "p", 2)
+	rd := s.poll()
+	require.Equal(t, []RequestID{"r"}, failedIDs(rd))
+	assert.Equal(t, sdk.CodeBackend, sdk.CodeOf(rd.Failed[0].Reason))
+	assert.ElementsMatch(t, blocks, rd.InvalidBlocks)
+	assert.Equal(t, repeat(OwnerEngine, 2), s.owners(blocks))
+	assert.Empty(t, rd.Fence, "a refused post needs no fence")
+
+	require.NoError(t, s.c.RemovePeer(s.now, "p"))
+	s.settle()
+	s.poll()
+	assert.Zero(t, s.d.held().Peers, "the peer is unloaded: nothing of it runs")
+	assert.Equal(t, uint64(1), s.d.held().Dlists, "only the pool's dlist is left")
+}
+
+// A Post whose outcome is unknown (it timed out after it took effect) may
+// have started transfers core cannot name: the request's blocks stay
+// pinned, unreported, until its epoch is fenced; then it fails.
+func TestPostOfUnknownOutcomeHoldsUntilTheFence(t *testing.T) {
+	for _, code := range []sdk.Code{sdk.CodeTimeout, sdk.CodePluginShutdown} {
+		t.Run(code.String(), func(t *testing.T) {
+			s := newSrig(t, Config{}, nil)
+			s.connect(peerSpec("p", 1))
+			s.d.failWhole(WorkPost, sdk.Errorf(code, "double: injected"), 1)
+			s.d.faults[0].applied = true
+			blocks := s.read("r", "p", 1)
+			rd := s.poll()
+			assert.Equal(t, []Epoch{1}, rd.Fence, "no fence asked for a post of unknown outcome")
+			assert.True(t, hasAlert(rd, "post_outcome_unknown"))
+			for range 3 {
+				rd = s.poll()
+				assert.Zero(t, s.seen["r"], "reported before the fence: %+v", rd)
+				assert.Equal(t, repeat(OwnerTransfer, 1), s.owners(blocks), "handed back while a transfer may run")
+			}
+			s.kill(1)
+			rd = s.poll()
+			require.Equal(t, []RequestID{"r"}, failedIDs(rd))
+			assert.ErrorIs(t, rd.Failed[0].Reason, ErrUnknownOutcome)
+			assert.Equal(t, repeat(OwnerEngine, 1), s.owners(blocks))
+		})
+	}
+}
+
+// A Post that answers fewer results than it was given posts: the parts
+// without a result fail the request (as a failed post would), the ones with
+// one run and are drained before the failure is reported.
+func TestPostWithMissingResultsFailsThoseParts(t *testing.T) {
+	s := newSrig(t, Config{}, nil)
+	s.connect(peerSpec("p", 2))
+	spec := ReadSpec{Request: "r", Token: tok("r"), Peer: "p"}
+	var blocks []BlockRef
+	for k := range 2 {
+		b := mustAlloc(t, s, 1)
+		spec.Parts = append(spec.Parts, Part{Pool: s.pool, Local: b, Rank: k, Remote: []uint32{uint32(k)}})
+		blocks = append(blocks, BlockRef{s.pool, b[0]})
+	}
+	require.NoError(t, s.c.Read(s.now, spec))
+	rd := s.c.Ready()
+	require.Len(t, rd.Work, 1)
+	require.Equal(t, WorkPost, rd.Work[0].Kind)
+	res, err := s.d.exec(rd.Work[0])
+	require.NoError(t, err)
+	require.Len(t, res.Posts, 2)
+	res.Posts = res.Posts[:1] // the transport lost the second result
+	s.c.Done(rd.Work[0].ID, res, nil)
+	s.settle()
+	assert.Equal(t, 1, s.c.Stats().Live, "the part with a result runs")
+	assert.True(t, hasAlert(s.stash, "transfer_setup_failed"))
+
+	rd = s.poll()
+	assert.Zero(t, s.seen["r"], "failure reported while a part runs")
+	assert.Equal(t, repeat(OwnerTransfer, 2), s.owners(blocks))
+	s.d.set(s.d.live()[0], sdk.StateDone, nil)
+	rd = s.poll()
+	require.Equal(t, []RequestID{"r"}, failedIDs(rd))
+	assert.Contains(t, rd.Failed[0].Reason.Error(), "1 results for 2 posts")
+	assert.ElementsMatch(t, blocks, rd.InvalidBlocks)
+}
+
+// A Post still outstanding when its epoch is fenced posted nothing that
+// still runs: the process died with it. The request fails at once and its
+// blocks come back.
+func TestPostOutstandingAtAFenceFailsTheRequest(t *testing.T) {
+	s := newSrig(t, Config{}, nil)
+	s.connect(peerSpec("p", 1))
+	b := mustAlloc(t, s, 1)
+	require.NoError(t, s.c.Read(s.now, ReadSpec{Request: "r", Token: tok("r"), Peer: "p", Parts: []Part{{Pool: s.pool, Local: b, Remote: []uint32{0}}}}))
+	rd := s.c.Ready()
+	require.Len(t, rd.Work, 1)
+	s.kill(1) // before the Post is run
+	s.c.Done(rd.Work[0].ID, Result{}, sdk.Errorf(sdk.CodePluginShutdown, "epoch 1 is dead"))
+	rd = s.poll()
+	require.Equal(t, []RequestID{"r"}, failedIDs(rd))
+	assert.ErrorIs(t, rd.Failed[0].Reason, ErrFenced)
+	assert.Equal(t, []BlockRef{{s.pool, b[0]}}, rd.InvalidBlocks)
+	assert.Equal(t, OwnerEngine, s.c.Owner(BlockRef{s.pool, b[0]}))
+}
+
+// Rule 3 across batches: with one post per call, a second Post call that
+// fails as a whole fails the request, but the failure is reported only
+// once the part the first call posted is terminal and released.
+func TestPostFailingInALaterBatchWaitsForTheEarlierParts(t *testing.T) {
+	s := newSrig(t, Config{Batch: 1}, nil)
+	s.connect(peerSpec("p", 3))
+	spec := ReadSpec{Request: "r", Token: tok("r"), Peer: "p"}
+	var blocks []BlockRef
+	for k := range 3 {
+		b := mustAlloc(t, s, 1)
+		spec.Parts = append(spec.Parts, Part{Pool: s.pool, Local: b, Rank: k, Remote: []uint32{uint32(k)}})
+		blocks = append(blocks, BlockRef{s.pool, b[0]})
+	}
+	require.NoError(t, s.c.Read(s.now, spec))
+	rd := s.c.Ready()
+	require.Len(t, rd.Work, 3, "one Post call per part")
+	for i, w := range rd.Work {
+		if i == 0 {
+			res, err := s.d.exec(w)
+			s.c.Done(w.ID, res, err)
+			continue
+		}
+		s.c.Done(w.ID, Result{}, errBackend)
+	}
+	s.settle()
+	require.Equal(t, 1, s.c.Stats().Live)
+	for range 2 {
+		rd = s.poll()
+		assert.Zero(t, s.seen["r"], "failure reported while part 0 runs: %+v", rd)
+		assert.Equal(t, repeat(OwnerTransfer, 3), s.owners(blocks))
+	}
+	s.d.set(s.d.live()[0], sdk.StateDone, nil)
+	rd = s.poll()
+	require.Equal(t, []RequestID{"r"}, failedIDs(rd))
+	assert.Contains(t, rd.Failed[0].Reason.Error(), "parts 1-1")
+	assert.ElementsMatch(t, blocks, rd.InvalidBlocks)
+	assert.Zero(t, s.d.held().Handles)
+}
