@@ -1,6 +1,7 @@
 package core
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -151,4 +152,28 @@ func TestPostFailingInALaterBatchWaitsForTheEarlierParts(t *testing.T) {
 	assert.Contains(t, rd.Failed[0].Reason.Error(), "parts 1-1")
 	assert.ElementsMatch(t, blocks, rd.InvalidBlocks)
 	assert.Zero(t, s.d.held().Handles)
+}
+
+// Calls respect the transport's limit on items per call (Describe's
+// MaxItemsPerCall) when Config.Batch leaves the batch to it.
+func TestCallsRespectTheTransportsItemLimit(t *testing.T) {
+	s := newSrig(t, Config{}, func(d *double) { d.desc.Limits.MaxItemsPerCall = 2 })
+	s.connect(peerSpec("p", 3))
+	s.read("r", "p", 3)
+	var sizes []int
+	for _, c := range s.d.calls {
+		if strings.Contains(c, " Post [") {
+			sizes = append(sizes, strings.Count(c, "READ"))
+		}
+	}
+	assert.Equal(t, []int{2, 1}, sizes, "posts per call: %v", s.d.calls)
+}
+
+// Owner of a block that does not exist is OwnerFree, not a crash.
+func TestOwnerOfABlockOutOfRange(t *testing.T) {
+	s := newSrig(t, Config{}, nil)
+	assert.Equal(t, OwnerEngine, s.c.Owner(BlockRef{s.pool, mustAlloc(t, s, 1)[0]}))
+	for _, b := range []BlockRef{{s.pool, 8}, {s.pool, 1 << 31}, {s.pool + 1, 0}, {0, 0}} {
+		assert.NotPanics(t, func() { assert.Equal(t, OwnerFree, s.c.Owner(b), "%v", b) })
+	}
 }
