@@ -56,10 +56,7 @@ func WrittenMessage(id RequestID, token Token) []byte {
 }
 
 func noteMessage(prefix string, id RequestID, token Token) []byte {
-	b := make([]byte, 0, len(prefix)+tokenDigits+1+len(id))
-	b = append(b, prefix...)
-	b = fmt.Appendf(b, "%016x ", uint64(token))
-	return append(b, id...)
+	return fmt.Appendf(nil, "%s%016x %s", prefix, uint64(token), id)
 }
 
 // parseConsumed returns the request id and token of a consumed
