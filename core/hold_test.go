@@ -52,6 +52,7 @@ func TestHandleThatNeverTurnsTerminalIsBoundedByCap(t *testing.T) {
 				assert.Equal(t, blocks, rd.Quarantined)
 				assert.Empty(t, rd.InvalidBlocks, "quarantined blocks are not handed back")
 				assert.Equal(t, OwnerQuarantined, r.c.Owner(blocks[0]))
+				assert.Equal(t, len(blocks), r.c.Stats().Quarantined, "Stats counts the quarantined blocks")
 				got, err := r.c.Alloc(r.pool, nBlocks-1)
 				require.NoError(t, err)
 				assert.NotContains(t, got, blocks[0].Block)
