@@ -1,6 +1,7 @@
 package core
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -154,4 +155,22 @@ func TestRegistrationsWithoutATokenAreRefused(t *testing.T) {
 		assert.Zero(t, s.c.Stats().Requests, name)
 	}
 	require.NoError(t, s.c.Read(s.now, ReadSpec{Request: "x", Peer: "p", Parts: part}), "a Read that notifies no one needs no token")
+}
+
+// Notifications kept for requests not registered yet are bounded in number
+// and age, and so is what core keeps to expire them: a steady trickle of
+// notifications nobody registers for does not grow core's memory.
+func TestEarlyNotificationsKeepBoundedMemory(t *testing.T) {
+	s := newSrig(t, Config{MaxEarlyNotifications: 4, EarlyNotificationAge: time.Minute}, nil)
+	for i := range 100 {
+		id := RequestID(fmt.Sprint("never-", i))
+		s.d.inbox = append(s.d.inbox, sdk.Notification{From: "a", Message: ConsumedMessage(id, tok(id))})
+		s.poll()
+		require.Equal(t, 1, s.c.earlyCount(), "round %d", i)
+		s.now = s.now.Add(time.Minute)
+	}
+	s.poll()
+	assert.Zero(t, s.c.earlyCount(), "expired notifications are dropped")
+	assert.LessOrEqual(t, len(s.c.earlyQ), 4, "the expiry queue keeps what expired")
+	assert.False(t, hasAlert(s.all, "early_notification_dropped"), "expired notifications took places")
 }
