@@ -104,3 +104,38 @@ func TestPushReceiveOutcomes(t *testing.T) {
 		})
 	}
 }
+
+// A finished receive tells the producer ranks that wrote (sent a written
+// notification) that it holds the bytes, not the others; each send that
+// fails is an Alert of its own, and one that succeeds none, however the
+// sends are batched.
+func TestConsumedNotificationGoesToTheRanksThatWrote(t *testing.T) {
+	s := newSrig(t, Config{Batch: 1}, nil)
+	s.connect(peerSpec("p", 3))
+	ranks := map[sdk.PeerID]string{}
+	for id, name := range s.d.peers {
+		ranks[id] = name
+	}
+	b := mustAlloc(t, s, 1)
+	require.NoError(t, s.c.ExpectReceive(s.now, RecvSpec{Request: "x", Token: tok("x"), Peer: "p", Pool: s.pool, Blocks: b, Producers: 2, Lease: time.Minute}))
+	for _, from := range []string{"p2", "p1"} {
+		s.d.inbox = append(s.d.inbox, sdk.Notification{From: from, Message: WrittenMessage("x", tok("x"))})
+	}
+	s.d.failItem(WorkSendNotifications, 0, errBackend, 1) // the first of the two sends
+	rd := s.poll()
+	require.Equal(t, []RequestID{"x"}, rd.FinishedReceiving)
+	var to []string
+	for _, n := range s.d.sent {
+		to = append(to, ranks[n.Peer])
+	}
+	require.Len(t, to, 1, "one send failed, one went out")
+	assert.Contains(t, []string{"p1", "p2"}, to[0], "the consumed notification went to a rank that did not write")
+	n := 0
+	for _, a := range rd.Alerts {
+		if a.Kind == "consumed_notification_failed" {
+			n++
+			assert.ErrorIs(t, a.Err, errBackend, "the alert names the send's error")
+		}
+	}
+	assert.Equal(t, 1, n, "one alert per failed send, none for one that went out: %v", rd.Alerts)
+}
