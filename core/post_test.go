@@ -3,6 +3,7 @@ package core
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -176,4 +177,58 @@ func TestOwnerOfABlockOutOfRange(t *testing.T) {
 	for _, b := range []BlockRef{{s.pool, 8}, {s.pool, 1 << 31}, {s.pool + 1, 0}, {0, 0}} {
 		assert.NotPanics(t, func() { assert.Equal(t, OwnerFree, s.c.Owner(b), "%v", b) })
 	}
+}
+
+// Rule 8 without a fence: a handle held past the cap under
+// EscalateQuarantine is forgotten without release (leaked: the transport
+// still holds it) and its blocks are quarantined; once its epoch is fenced
+// the process died with it, and nothing of it is held any more.
+func TestAFenceEndsTheLeakedHandlesOfItsEpoch(t *testing.T) {
+	s := newSrig(t, Config{HoldCap: 5 * time.Second, Escalation: EscalateQuarantine}, nil)
+	s.connect(peerSpec("p", 1))
+	blocks := s.read("r", "p", 1)
+	s.now = s.now.Add(5 * time.Second)
+	rd := s.poll()
+	require.Equal(t, []RequestID{"r"}, failedIDs(rd))
+	assert.Equal(t, blocks, rd.Quarantined)
+	assert.Equal(t, 1, s.c.Stats().Leaked, "the handle is forgotten, not released")
+	assert.Equal(t, uint64(1), s.d.held().Handles)
+	s.kill(1)
+	s.poll()
+	assert.Zero(t, s.c.Stats().Leaked, "the fenced process held the leaked handle")
+}
+
+// Bad input to Write and ExpectSend is an error naming what was wrong, and
+// changes nothing.
+func TestBadSendSpecsAreRefused(t *testing.T) {
+	s := newSrig(t, Config{}, nil)
+	s.connect(peerSpec("p", 1))
+	b := mustAlloc(t, s, 1)
+	part := []Part{{Pool: s.pool, Local: b, Remote: []uint32{0}}}
+	w := func(consumers int, lease time.Duration) error {
+		return s.c.Write(s.now, WriteSpec{Request: "w", Token: 1, Peer: "p", Parts: part, Consumers: consumers, Lease: lease})
+	}
+	x := func(consumers int, lease time.Duration) error {
+		return s.c.ExpectSend(s.now, SendSpec{Request: "s", Token: 1, Pool: s.pool, Blocks: b, Consumers: consumers, Lease: lease})
+	}
+	for name, err := range map[string]error{
+		"write, no consumers":       w(0, time.Second),
+		"write, lease zero":         w(1, 0),
+		"write, lease negative":     w(1, -time.Second),
+		"send, no consumers":        x(0, time.Second),
+		"send, lease zero":          x(1, 0),
+		"send, no blocks":           s.c.ExpectSend(s.now, SendSpec{Request: "s", Token: 1, Pool: s.pool, Consumers: 1, Lease: time.Second}),
+		"send, unknown pool":        s.c.ExpectSend(s.now, SendSpec{Request: "s", Token: 1, Pool: 9, Blocks: b, Consumers: 1, Lease: time.Second}),
+		"send, unknown peer":        s.c.ExpectSend(s.now, SendSpec{Request: "s", Token: 1, Peer: "q", Pool: s.pool, Blocks: b, Consumers: 1, Lease: time.Second}),
+		"send, empty id":            s.c.ExpectSend(s.now, SendSpec{Token: 1, Pool: s.pool, Blocks: b, Consumers: 1, Lease: time.Second}),
+		"receive, no producers":     s.c.ExpectReceive(s.now, RecvSpec{Request: "v", Token: 1, Peer: "p", Pool: s.pool, Blocks: b, Producers: 0, Lease: time.Second}),
+		"receive, lease zero":       s.c.ExpectReceive(s.now, RecvSpec{Request: "v", Token: 1, Peer: "p", Pool: s.pool, Blocks: b, Producers: 1}),
+		"receive, unknown peer":     s.c.ExpectReceive(s.now, RecvSpec{Request: "v", Token: 1, Peer: "q", Pool: s.pool, Blocks: b, Producers: 1, Lease: time.Second}),
+		"receive, not the engine's": s.c.ExpectReceive(s.now, RecvSpec{Request: "v", Token: 1, Peer: "p", Pool: s.pool, Blocks: []uint32{7}, Producers: 1, Lease: time.Second}),
+	} {
+		assert.Error(t, err, name)
+	}
+	assert.Equal(t, OwnerEngine, s.c.Owner(BlockRef{s.pool, b[0]}))
+	assert.Zero(t, s.c.Stats().Requests)
+	require.NoError(t, w(1, time.Nanosecond), "the smallest good values")
 }
