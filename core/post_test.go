@@ -232,3 +232,64 @@ func TestBadSendSpecsAreRefused(t *testing.T) {
 	assert.Zero(t, s.c.Stats().Requests)
 	require.NoError(t, w(1, time.Nanosecond), "the smallest good values")
 }
+
+// Parts name ranks that exist, at most 65536 of them.
+func TestPartsOutOfRangeAreRefused(t *testing.T) {
+	s := newSrig(t, Config{}, nil)
+	s.connect(peerSpec("p", 2))
+	b := mustAlloc(t, s, 1)
+	err := s.c.Read(s.now, ReadSpec{Request: "r", Peer: "p", Parts: []Part{{Pool: s.pool, Local: b, Rank: 2, Remote: []uint32{0}}}})
+	require.Error(t, err, "rank 2 of a peer of 2 ranks")
+	assert.Contains(t, err.Error(), "rank 2 does not exist")
+	many := make([]Part, 1<<16)
+	for i := range many {
+		many[i] = Part{Pool: s.pool, Local: b, Remote: []uint32{0}}
+	}
+	err = s.c.Read(s.now, ReadSpec{Request: "r", Peer: "p", Parts: many})
+	require.Error(t, err) // the same block in every part
+	assert.NotContains(t, err.Error(), "at most 65536", "65536 parts are allowed")
+	err = s.c.Read(s.now, ReadSpec{Request: "r", Peer: "p", Parts: append(many, many[0])})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "65537 parts; at most 65536")
+	assert.Equal(t, OwnerEngine, s.c.Owner(BlockRef{s.pool, b[0]}))
+}
+
+// A handle whose Release failed, and whose epoch is then fenced, is gone
+// with the process: no Release of it is made again, nothing is left to
+// retry, and its request is reported once.
+func TestAFenceDropsReleasesToRetry(t *testing.T) {
+	s := newSrig(t, Config{}, nil)
+	s.connect(peerSpec("p", 1))
+	s.read("r", "p", 1)
+	s.d.set(s.d.live()[0], sdk.StateDone, nil)
+	s.d.failItem(WorkRelease, 0, errBackend, -1)
+	s.poll()
+	require.True(t, s.c.Retrying(), "the failed release is to be retried")
+	s.kill(1)
+	s.poll()
+	assert.Equal(t, 1, s.seen["r"])
+	assert.False(t, s.c.Retrying(), "a release of a fenced epoch is retried")
+	assert.False(t, s.c.Busy())
+	s.attach(2, nil)
+	s.poll()
+	assert.Zero(t, s.d.count(WorkRelease), "a Release of a fenced epoch's handle on the new one: %v", s.d.calls)
+}
+
+// A stale fence report (an epoch fenced before) changes nothing: a handle
+// of the new epoch whose Release is being retried is still released and
+// its request reported.
+func TestAStaleFenceLeavesTheNewEpochsReleases(t *testing.T) {
+	s := newSrig(t, Config{}, nil)
+	s.kill(1)
+	s.attach(2, nil)
+	s.connect(peerSpec("p", 1))
+	s.read("r", "p", 1)
+	s.d.set(s.d.live()[0], sdk.StateDone, nil)
+	s.d.failItem(WorkRelease, 0, errBackend, 1)
+	s.poll()
+	require.True(t, s.c.Retrying())
+	s.c.Fenced(1) // reported again, late
+	s.poll()
+	assert.Equal(t, 1, s.seen["r"], "the retried release was dropped")
+	assert.Zero(t, s.d.held().Handles)
+}
