@@ -1,6 +1,7 @@
 package core
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -105,4 +106,26 @@ func TestRetainedPastTheCapIsFencedAndANewEpochWorks(t *testing.T) {
 	r.c.Fenced(1) // stale: must not touch epoch 2
 	r.reported("r2")
 	assert.Equal(t, []RequestID{"r2"}, r.all.FinishedReceiving)
+}
+
+// Rule 8 under churn: however many handles came and went before (their
+// hold-cap entries are compacted away), a handle that never turns terminal
+// is still escalated at its cap.
+func TestHoldCapHoldsUnderChurn(t *testing.T) {
+	s := newSrig(t, Config{HoldCap: time.Minute, Escalation: EscalateQuarantine}, nil)
+	s.connect(peerSpec("p", 1))
+	stuck := s.read("stuck", "p", 1)
+	for i := range 1500 {
+		id := RequestID(fmt.Sprint("r", i))
+		b := s.read(id, "p", 1)
+		s.d.set(s.d.live()[1], sdk.StateDone, nil)
+		s.poll()
+		require.Equal(t, 1, s.seen[id])
+		require.NoError(t, s.c.Free(b[0].Pool, []uint32{b[0].Block}))
+	}
+	assert.Less(t, len(s.c.holdQ)-s.c.holdHead, 1500, "entries of released handles are compacted")
+	s.now = s.now.Add(time.Minute)
+	rd := s.poll()
+	assert.Equal(t, []RequestID{"stuck"}, failedIDs(rd), "the stuck handle was not escalated at its cap")
+	assert.Equal(t, stuck, rd.Quarantined)
 }
