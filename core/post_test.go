@@ -1,7 +1,6 @@
 package core
 
 import (
-	"strings"
 	"testing"
 	"time"
 
@@ -160,14 +159,26 @@ func TestPostFailingInALaterBatchWaitsForTheEarlierParts(t *testing.T) {
 func TestCallsRespectTheTransportsItemLimit(t *testing.T) {
 	s := newSrig(t, Config{}, func(d *double) { d.desc.Limits.MaxItemsPerCall = 2 })
 	s.connect(peerSpec("p", 3))
-	s.read("r", "p", 3)
+	b := mustAlloc(t, s, 3)
+	spec := ReadSpec{Request: "r", Token: tok("r"), Peer: "p"}
+	for k := range 3 {
+		spec.Parts = append(spec.Parts, Part{Pool: s.pool, Local: b[k : k+1], Rank: k, Remote: []uint32{uint32(k)}})
+	}
+	require.NoError(t, s.c.Read(s.now, spec))
+	rd := s.c.Ready()
 	var sizes []int
-	for _, c := range s.d.calls {
-		if strings.Contains(c, " Post [") {
-			sizes = append(sizes, strings.Count(c, "READ"))
+	var remote []uint32
+	for _, w := range rd.Work {
+		require.Equal(t, WorkPost, w.Kind)
+		sizes = append(sizes, len(w.Posts))
+		for _, p := range w.Posts {
+			remote = append(remote, p.RemoteIndices...)
 		}
 	}
-	assert.Equal(t, []int{2, 1}, sizes, "posts per call: %v", s.d.calls)
+	assert.Equal(t, []int{2, 1}, sizes, "posts per call")
+	assert.Equal(t, []uint32{0, 1, 2}, remote, "each part posted once")
+	s.stash = mergeReady(s.stash, s.drive(rd))
+	assert.Equal(t, 3, s.c.Stats().Live)
 }
 
 // Owner of a block that does not exist is OwnerFree, not a crash.
@@ -292,4 +303,61 @@ func TestAStaleFenceLeavesTheNewEpochsReleases(t *testing.T) {
 	s.poll()
 	assert.Equal(t, 1, s.seen["r"], "the retried release was dropped")
 	assert.Zero(t, s.d.held().Handles)
+}
+
+// Rule 7 with a Post outstanding: a removed peer's natives are released
+// only once no handle of it may run. When its last Post then fails, they
+// are released at once (results reported with Done are acted on at once);
+// while a part posted by an earlier batch still runs they stay.
+func TestARemovedPeersNativesWaitForItsPosts(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  error
+	}{{"refused", errBackend}, {"unknown outcome", sdk.Errorf(sdk.CodeTimeout, "double: injected")}} {
+		t.Run(tc.name+", last post", func(t *testing.T) {
+			s := newSrig(t, Config{}, nil)
+			s.connect(peerSpec("p", 1))
+			b := mustAlloc(t, s, 1)
+			require.NoError(t, s.c.Read(s.now, ReadSpec{Request: "r", Token: tok("r"), Peer: "p", Parts: []Part{{Pool: s.pool, Local: b, Remote: []uint32{0}}}}))
+			rd := s.c.Ready()
+			require.Len(t, rd.Work, 1)
+			require.NoError(t, s.c.RemovePeer(s.now, "p"))
+			s.settle()
+			assert.Equal(t, uint64(1), s.d.held().Peers, "unloaded under an outstanding Post")
+			s.c.Done(rd.Work[0].ID, Result{}, tc.err)
+			s.settle()
+			assert.Zero(t, s.d.held().Peers, "the peer's natives wait for a round")
+			assert.Zero(t, s.c.Stats().RetiredPeers)
+		})
+		t.Run(tc.name+", a later batch", func(t *testing.T) {
+			s := newSrig(t, Config{Batch: 1}, nil)
+			s.connect(peerSpec("p", 3))
+			b := mustAlloc(t, s, 3)
+			spec := ReadSpec{Request: "r", Token: tok("r"), Peer: "p"}
+			for k := range 3 {
+				spec.Parts = append(spec.Parts, Part{Pool: s.pool, Local: b[k : k+1], Rank: k, Remote: []uint32{uint32(k)}})
+			}
+			require.NoError(t, s.c.Read(s.now, spec))
+			rd := s.c.Ready()
+			require.Len(t, rd.Work, 3)
+			require.NoError(t, s.c.RemovePeer(s.now, "p"))
+			for i, w := range rd.Work {
+				if i == 0 {
+					res, err := s.d.exec(w)
+					s.c.Done(w.ID, res, err)
+					continue
+				}
+				s.c.Done(w.ID, Result{}, tc.err)
+			}
+			s.settle()
+			s.poll()
+			require.Equal(t, uint64(1), s.d.held().Handles)
+			assert.Equal(t, uint64(3), s.d.held().Peers, "a peer unloaded while a handle of it runs")
+			assert.Equal(t, 1, s.c.Stats().RetiredPeers)
+			s.d.set(s.d.live()[0], sdk.StateCanceled, nil)
+			s.poll()
+			assert.Zero(t, s.d.held().Peers)
+			assert.Zero(t, s.c.Stats().RetiredPeers)
+		})
+	}
 }
