@@ -361,3 +361,24 @@ func TestARemovedPeersNativesWaitForItsPosts(t *testing.T) {
 		})
 	}
 }
+
+// Rule 5 and a stale fence: a handshake's leftovers in the journal (its
+// rollback failed) stay listed when an earlier epoch is reported fenced
+// again, and are released before the next setup of that peer.
+func TestAStaleFenceKeepsTheJournal(t *testing.T) {
+	s := newSrig(t, Config{}, nil)
+	s.kill(1)
+	s.attach(2, nil)
+	s.d.failItem(WorkPrepareDescriptors, 0, errBackend, 1)
+	s.d.failItem(WorkUnloadPeers, 0, errBackend, 1)
+	require.NoError(t, s.c.ConnectPeer(peerSpec("p", 1)))
+	s.settle()
+	require.False(t, s.c.Connected("p"))
+	require.Equal(t, 1, s.c.Stats().Journal, "the loaded peer whose unload failed")
+	s.c.Fenced(1) // reported again, late
+	assert.Equal(t, 1, s.c.Stats().Journal, "a stale fence dropped the journal of the attached epoch")
+	s.connect(peerSpec("p", 1))
+	assert.True(t, s.c.Connected("p"))
+	assert.Zero(t, s.c.Stats().Journal)
+	assert.Equal(t, uint64(1), s.d.held().Peers, "the leftover was unloaded before the new setup")
+}
