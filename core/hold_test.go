@@ -129,3 +129,22 @@ func TestHoldCapHoldsUnderChurn(t *testing.T) {
 	assert.Equal(t, []RequestID{"stuck"}, failedIDs(rd), "the stuck handle was not escalated at its cap")
 	assert.Equal(t, stuck, rd.Quarantined)
 }
+
+// Memory follows what is in flight: hold-cap entries popped as time passes
+// do not pile up however many handles come and go.
+func TestHoldQueueFollowsWhatIsInFlight(t *testing.T) {
+	s := newSrig(t, Config{HoldCap: time.Second}, nil)
+	s.connect(peerSpec("p", 1))
+	for i := range 1500 {
+		id := RequestID(fmt.Sprint("r", i))
+		b := s.read(id, "p", 1)
+		s.d.set(s.d.live()[0], sdk.StateDone, nil)
+		s.poll()
+		require.Equal(t, 1, s.seen[id])
+		require.NoError(t, s.c.Free(b[0].Pool, []uint32{b[0].Block}))
+		s.now = s.now.Add(time.Second)
+	}
+	s.poll()
+	assert.LessOrEqual(t, len(s.c.holdQ), 4, "hold-cap entries of released handles pile up")
+	assert.Empty(t, s.all.Failed, "a released handle was escalated")
+}
