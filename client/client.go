@@ -5,6 +5,8 @@ package client
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/binary"
 	"fmt"
 	"sync"
 	"time"
@@ -163,31 +165,49 @@ func toParts(ps []Part) []*enginev1.Part {
 	return out
 }
 
+// NewToken draws a request's notification token: 64 random bits, never
+// zero. Draw one per request and pass it, with the request id, to both
+// sides (ExpectSend and Read, or ExpectReceive and Write): notifications
+// count only for the registration with their token, so a late one of an
+// earlier request under the same id counts for nothing.
+func NewToken() uint64 {
+	var b [8]byte
+	for {
+		_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24)
+		if t := binary.LittleEndian.Uint64(b[:]); t != 0 {
+			return t
+		}
+	}
+}
+
 // Read pulls a request's blocks from a peer; notifyProducer tells the
-// producer once every part is done.
-func (c *Client) Read(ctx context.Context, request, peer string, notifyProducer bool, parts ...Part) error {
-	_, err := c.api.Read(ctx, &enginev1.ReadRequest{RequestId: request, Peer: peer, Parts: toParts(parts), NotifyProducer: notifyProducer})
+// producer once every part is done, with token (the one its ExpectSend was
+// given).
+func (c *Client) Read(ctx context.Context, request string, token uint64, peer string, notifyProducer bool, parts ...Part) error {
+	_, err := c.api.Read(ctx, &enginev1.ReadRequest{RequestId: request, Token: token, Peer: peer, Parts: toParts(parts), NotifyProducer: notifyProducer})
 	return wrap(err)
 }
 
 // Write pushes a request's blocks to a peer; it finishes once consumers
-// consumed notifications arrived or the lease expired.
-func (c *Client) Write(ctx context.Context, request, peer string, consumers int, lease time.Duration, parts ...Part) error {
-	_, err := c.api.Write(ctx, &enginev1.WriteRequest{RequestId: request, Peer: peer, Parts: toParts(parts), Consumers: uint32(consumers), LeaseMs: uint64(lease.Milliseconds())})
+// consumed notifications with token (the one the consumer's ExpectReceive
+// was given) arrived or the lease expired.
+func (c *Client) Write(ctx context.Context, request string, token uint64, peer string, consumers int, lease time.Duration, parts ...Part) error {
+	_, err := c.api.Write(ctx, &enginev1.WriteRequest{RequestId: request, Token: token, Peer: peer, Parts: toParts(parts), Consumers: uint32(consumers), LeaseMs: uint64(lease.Milliseconds())})
 	return wrap(err)
 }
 
-// ExpectSend pins blocks that consumers will read.
-func (c *Client) ExpectSend(ctx context.Context, request, peer string, pool uint32, blocks []uint32, consumers int, lease time.Duration) error {
-	_, err := c.api.ExpectSend(ctx, &enginev1.ExpectSendRequest{RequestId: request, Peer: peer, Pool: pool, Blocks: blocks, Consumers: uint32(consumers), LeaseMs: uint64(lease.Milliseconds())})
+// ExpectSend pins blocks that consumers will read, until consumers consumed
+// notifications with token arrived or the lease expired.
+func (c *Client) ExpectSend(ctx context.Context, request string, token uint64, peer string, pool uint32, blocks []uint32, consumers int, lease time.Duration) error {
+	_, err := c.api.ExpectSend(ctx, &enginev1.ExpectSendRequest{RequestId: request, Token: token, Peer: peer, Pool: pool, Blocks: blocks, Consumers: uint32(consumers), LeaseMs: uint64(lease.Milliseconds())})
 	return wrap(err)
 }
 
 // ExpectReceive pins blocks a peer will push into until producers written
-// notifications arrived or the lease expired. It fails with Unavailable while
-// the peer's handshake runs: retry.
-func (c *Client) ExpectReceive(ctx context.Context, request, peer string, pool uint32, blocks []uint32, producers int, lease time.Duration) error {
-	_, err := c.api.ExpectReceive(ctx, &enginev1.ExpectReceiveRequest{RequestId: request, Peer: peer, Pool: pool, Blocks: blocks, Producers: uint32(producers), LeaseMs: uint64(lease.Milliseconds())})
+// notifications with token arrived or the lease expired. It fails with
+// Unavailable while the peer's handshake runs: retry.
+func (c *Client) ExpectReceive(ctx context.Context, request string, token uint64, peer string, pool uint32, blocks []uint32, producers int, lease time.Duration) error {
+	_, err := c.api.ExpectReceive(ctx, &enginev1.ExpectReceiveRequest{RequestId: request, Token: token, Peer: peer, Pool: pool, Blocks: blocks, Producers: uint32(producers), LeaseMs: uint64(lease.Milliseconds())})
 	return wrap(err)
 }
 

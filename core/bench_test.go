@@ -126,7 +126,7 @@ func benchCore(tb testing.TB, blocks int, events bool) (*Core, *benchTransport, 
 
 // read issues a one-block, one-part read of block b and returns its handle.
 func benchRead(tb testing.TB, c *Core, tr *benchTransport, pool PoolID, id RequestID, b uint32, now time.Time) sdk.HandleID {
-	if err := c.Read(now, ReadSpec{Request: id, Peer: "p", Parts: []Part{{Pool: pool, Local: []uint32{b}, Remote: []uint32{b}}}}); err != nil {
+	if err := c.Read(now, ReadSpec{Request: id, Token: tok(id), Peer: "p", Parts: []Part{{Pool: pool, Local: []uint32{b}, Remote: []uint32{b}}}}); err != nil {
 		tb.Fatal(err)
 	}
 	drive(context.Background(), c, one(tr), c.Ready())

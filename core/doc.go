@@ -77,24 +77,35 @@
 // # Notifications
 //
 // A consumer tells its producer that it holds a request's bytes with the
-// message ConsumedMessage(id) ("custody/1 consumed " + id). A Read with
-// NotifyProducer sends it to each rank read from once every part is DONE and
-// released, never after a failure. A producer counts them against its sends.
+// message ConsumedMessage(id, token) ("custody/2 consumed " + 16 hex digits
+// of the token + " " + id). A Read with NotifyProducer sends it to each rank
+// read from once every part is DONE and released, never after a failure. A
+// producer counts them against its sends.
+//
+// The token (Token) tells registrations of one id apart. The engine draws
+// one per request and passes it with the request id to both sides (in
+// vLLM's terms, with the request's kv_transfer_params, where the remote
+// block ids travel): SendSpec.Token and ReadSpec.Token in pull mode,
+// RecvSpec.Token and WriteSpec.Token in push mode. A notification counts
+// only for the registration of its id with its token; one with another
+// token, a late notification of an earlier request under the same id, is
+// dropped with a "stale_notification_dropped" Alert. So an id may be
+// reused at once, as long as each request under it gets a fresh token (64
+// random bits make a repeat negligible).
 //
 // A request counts each sending agent (sdk.Notification.From) once, and a
 // request tied to a peer counts only the agents of its ranks
-// (RankSpec.Agent). Notifications of a request not registered yet are kept
-// for Config.EarlyNotificationAge at most, bounded in number by
-// Config.MaxEarlyNotifications; those of a send or receive reported lately
+// (RankSpec.Agent). Notifications of a request not registered yet are kept,
+// with their tokens, for Config.EarlyNotificationAge at most, bounded in
+// number by Config.MaxEarlyNotifications, and count when the request is
+// registered with their token; those of a send or receive reported lately
 // (the last MaxEarlyNotifications of them) are late or duplicated and are
-// dropped. An id reused for a new request before such a late notification
-// arrives is the one case core cannot tell apart: once the new request is
-// registered, a late notification from one of its peer's ranks counts for
-// it, so engines should not reuse request ids.
+// dropped.
 //
 // Push mode (vLLM's push connector): the producer's Write sends
-// WrittenMessage(id) ("custody/1 written " + id) to each rank it wrote to
-// once every part is DONE and released, never after a failure. The
+// WrittenMessage(id, token) ("custody/2 written " + token + " " + id) to
+// each rank it wrote to once every part is DONE and released, never after a
+// failure. The
 // consumer's ExpectReceive pins its blocks until that many written
 // notifications arrived, then reports the request finished receiving and
 // sends the consumed notification back itself; the producer finishes

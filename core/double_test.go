@@ -302,6 +302,9 @@ func describeWork(w Work) string {
 	return fmt.Sprintf("e%d %v [%s]", w.Epoch, w.Kind, strings.Join(args, " "))
 }
 
+// maxWorkSteps bounds the Ready-Done exchanges one command or round needs.
+const maxWorkSteps = 1000
+
 // srig is a Core over doubles (one per epoch) with one pool of 8 blocks.
 // Every command runs the Work it hands out to its end, synchronously.
 type srig struct {
@@ -348,7 +351,12 @@ func (s *srig) attach(e Epoch, mod func(d *double)) {
 func (s *srig) drive(rd Ready) Ready {
 	all := rd
 	all.Work = nil
+	// Each command or round hands out a bounded amount of Work: a host
+	// that kept running Work for one command would spin without end.
+	steps := 0
 	for work := rd.Work; len(work) > 0; {
+		steps++
+		require.Less(s.t, steps, maxWorkSteps, "core keeps handing out Work: %v", work)
 		for _, w := range work {
 			d := s.ds[w.Epoch]
 			if d == nil || s.dead[w.Epoch] {
@@ -408,7 +416,7 @@ func (s *srig) connect(ps PeerSpec) {
 // read reads one block per part (rank k's block k into a fresh block).
 func (s *srig) read(id RequestID, peer string, parts int) []BlockRef {
 	s.t.Helper()
-	spec := ReadSpec{Request: id, Peer: peer}
+	spec := ReadSpec{Request: id, Token: tok(id), Peer: peer}
 	var blocks []BlockRef
 	for k := range parts {
 		b, err := s.c.Alloc(s.pool, 1)

@@ -16,10 +16,16 @@ const DefaultEarlyNotificationAge = 60 * time.Second
 
 // earlyNote is what core keeps of the notifications of one kind (consumed
 // or written) for a request not registered yet: the distinct agents that
-// sent one, and when the first came (UnixNano of the now core was given).
+// sent one with the token each gave, and when the first came (UnixNano of
+// the now core was given).
 type earlyNote struct {
 	at   int64
-	from []string
+	from []earlyFrom
+}
+
+type earlyFrom struct {
+	agent string
+	token Token
 }
 
 // earlyRef queues an earlyNote by age, so expiry pops only the expired.
@@ -73,12 +79,13 @@ func (s *recentIDs) add(k recentKey) {
 func (s *recentIDs) has(k recentKey) bool { _, ok := s.m[k]; return ok }
 
 // noteNotification counts a consumed (written false) or written
-// notification of request id from agent against its send or receive, or
-// keeps it (bounded in number and age) for one not registered yet. A
-// request counts each agent once, and a request tied to a peer counts only
-// agents that are ranks of that peer. Notifications of a send or receive
-// reported recently are late or duplicated: they are dropped.
-func (c *Core) noteNotification(id RequestID, from string, written bool) {
+// notification of request id with token from agent against its send or
+// receive, or keeps it (bounded in number and age) for one not registered
+// yet. A request counts each agent once, only with its own token, and a
+// request tied to a peer counts only agents that are ranks of that peer.
+// Notifications of a send or receive reported recently are late or
+// duplicated: they are dropped.
+func (c *Core) noteNotification(id RequestID, token Token, from string, written bool) {
 	var r *request
 	if written {
 		if rv := c.recvs[id]; rv != nil {
@@ -88,7 +95,7 @@ func (c *Core) noteNotification(id RequestID, from string, written bool) {
 		r = c.sends[id]
 	}
 	if r != nil {
-		c.countSender(r, from)
+		c.countSender(r, token, from)
 		return
 	}
 	if c.reqs.get(id) != nil {
@@ -112,11 +119,18 @@ func (c *Core) noteNotification(id RequestID, from string, written bool) {
 		m[id] = e
 		c.earlyQ = append(c.earlyQ, earlyRef{id: id, at: c.now, written: written})
 	}
-	e.from = addName(e.from, from)
+	if !slices.Contains(e.from, earlyFrom{from, token}) {
+		e.from = append(e.from, earlyFrom{from, token})
+	}
 }
 
-// countSender counts agent from once for r, if it may notify r.
-func (c *Core) countSender(r *request, from string) {
+// countSender counts agent from once for r, if it may notify r: it must
+// give r's token and, when r is tied to a peer, be one of its ranks.
+func (c *Core) countSender(r *request, token Token, from string) {
+	if token != r.token {
+		c.alert(Alert{Level: AlertWarn, Kind: "stale_notification_dropped", Peer: r.peerName(), Request: r.id, Err: fmt.Errorf("agent %q notified request %q with token %016x, but it is registered with token %016x: a notification of an earlier request under the same id, ignored", from, r.id, uint64(token), uint64(r.token))})
+		return
+	}
 	if !fromPeer(r, from) {
 		c.alert(Alert{Level: AlertWarn, Kind: "notification_from_stranger", Peer: r.peerName(), Request: r.id, Err: fmt.Errorf("agent %q is not a rank of peer %q: notification ignored", from, r.peerName())})
 		return
@@ -156,7 +170,7 @@ func (c *Core) adoptEarly(r *request, written bool) {
 	}
 	delete(m, r.id)
 	for _, f := range e.from {
-		c.countSender(r, f)
+		c.countSender(r, f.token, f.agent)
 	}
 }
 
@@ -183,11 +197,3 @@ func (c *Core) expireEarly() {
 }
 
 func (c *Core) earlyCount() int { return len(c.early) + len(c.earlyW) }
-
-// addName adds name to a set kept as a short slice.
-func addName(set []string, name string) []string {
-	if slices.Contains(set, name) {
-		return set
-	}
-	return append(set, name)
-}

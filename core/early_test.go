@@ -24,7 +24,7 @@ func (r *rig) sendFrom(k int, msgs ...[]byte) {
 }
 
 // drained polls until the local Core has taken the marker notification
-// "custody/1 consumed <marker>" (kept as an early one), so that every
+// ConsumedMessage("marker", ...) (kept as an early one), so that every
 // notification a rank sent before it was drained too.
 func (r *rig) drained(marker RequestID) {
 	r.t.Helper()
@@ -40,11 +40,11 @@ type notifyKind struct {
 }
 
 var notifyKinds = []notifyKind{
-	{"pull send, consumed", ConsumedMessage, func(r *rig, id RequestID, peer string, b []uint32, n int) error {
-		return r.c.ExpectSend(r.now, SendSpec{Request: id, Peer: peer, Pool: r.pool, Blocks: b, Consumers: n, Lease: time.Minute})
+	{"pull send, consumed", func(id RequestID) []byte { return ConsumedMessage(id, tok(id)) }, func(r *rig, id RequestID, peer string, b []uint32, n int) error {
+		return r.c.ExpectSend(r.now, SendSpec{Request: id, Token: tok(id), Peer: peer, Pool: r.pool, Blocks: b, Consumers: n, Lease: time.Minute})
 	}},
-	{"push receive, written", WrittenMessage, func(r *rig, id RequestID, peer string, b []uint32, n int) error {
-		return r.c.ExpectReceive(r.now, RecvSpec{Request: id, Peer: peer, Pool: r.pool, Blocks: b, Producers: n, Lease: time.Minute})
+	{"push receive, written", func(id RequestID) []byte { return WrittenMessage(id, tok(id)) }, func(r *rig, id RequestID, peer string, b []uint32, n int) error {
+		return r.c.ExpectReceive(r.now, RecvSpec{Request: id, Token: tok(id), Peer: peer, Pool: r.pool, Blocks: b, Producers: n, Lease: time.Minute})
 	}},
 }
 
@@ -60,7 +60,7 @@ func TestLateNotificationNeverFinishesAReusedID(t *testing.T) {
 			r.now = r.now.Add(time.Minute)
 			r.reported("x")     // the lease expired first
 			delete(r.seen, "x") // the id is reused below
-			r.sendFrom(0, k.msg("x"), ConsumedMessage("marker"))
+			r.sendFrom(0, k.msg("x"), ConsumedMessage("marker", tok("marker")))
 			r.drained("marker")
 			assert.True(t, hasAlert(r.all, "late_notification_dropped"))
 			b := r.alloc(1)
@@ -84,10 +84,10 @@ func TestEarlyNotificationsExpire(t *testing.T) {
 		t.Run(k.name, func(t *testing.T) {
 			r := newRig(t, rigOpts{cfg: Config{MaxEarlyNotifications: 2, EarlyNotificationAge: time.Minute}})
 			r.connect("p")
-			r.sendFrom(0, k.msg("stale"), ConsumedMessage("marker"))
+			r.sendFrom(0, k.msg("stale"), ConsumedMessage("marker", tok("marker")))
 			r.drained("marker")
 			r.now = r.now.Add(time.Minute)
-			r.sendFrom(0, k.msg("fresh"), ConsumedMessage("marker2"))
+			r.sendFrom(0, k.msg("fresh"), ConsumedMessage("marker2", tok("marker2")))
 			r.drained("marker2")
 			assert.False(t, hasAlert(r.all, "early_notification_dropped"), "stale notifications filled the bound")
 			b := r.alloc(2)
@@ -118,7 +118,7 @@ func TestNotificationsCountDistinctSenders(t *testing.T) {
 				if !early {
 					require.NoError(t, k.expect(r, "x", "p", b, 2))
 				}
-				r.sendFrom(0, k.msg("x"), k.msg("x"), ConsumedMessage("marker"))
+				r.sendFrom(0, k.msg("x"), k.msg("x"), ConsumedMessage("marker", tok("marker")))
 				r.drained("marker")
 				if early {
 					require.NoError(t, k.expect(r, "x", "p", b, 2))
@@ -152,7 +152,7 @@ func TestNotificationsFromStrangersAreIgnored(t *testing.T) {
 				if !early {
 					require.NoError(t, k.expect(r, "x", "p", b, 1))
 				}
-				r.sendFrom(1, k.msg("x"), ConsumedMessage("marker"))
+				r.sendFrom(1, k.msg("x"), ConsumedMessage("marker", tok("marker")))
 				r.drained("marker")
 				if early {
 					require.NoError(t, k.expect(r, "x", "p", b, 1))

@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
 	"os"
 	"slices"
 	"sync"
@@ -455,7 +456,7 @@ func (r *rig) alloc(n int) []uint32 {
 // readSpec reads one block per rank into fresh engine blocks.
 func (r *rig) readSpec(id RequestID, peer string, ranks int) (ReadSpec, []BlockRef) {
 	r.t.Helper()
-	spec := ReadSpec{Request: id, Peer: peer}
+	spec := ReadSpec{Request: id, Token: tok(id), Peer: peer}
 	var blocks []BlockRef
 	for k := 0; k < ranks; k++ {
 		b := r.alloc(1)
@@ -592,7 +593,7 @@ func (r *rig) shutdown() {
 func (r *rig) notifyBack(k int, id RequestID) {
 	r.t.Helper()
 	rm := r.loadBack(k)
-	errs, err := rm.tr.SendNotifications(r.ctx, []sdk.OutboundNotification{{Peer: rm.back, Message: ConsumedMessage(id)}})
+	errs, err := rm.tr.SendNotifications(r.ctx, []sdk.OutboundNotification{{Peer: rm.back, Message: ConsumedMessage(id, tok(id))}})
 	require.NoError(r.t, err)
 	require.NoError(r.t, errs[0])
 }
@@ -619,4 +620,23 @@ func newAgent(t testingT, r *rig) *fake.Transport {
 	a := fake.New()
 	require.NoError(t, a.Open(r.ctx, sdk.OpenRequest{Agent: "dec", Params: map[string]string{"dir": r.dir}}))
 	return a
+}
+
+// tok is the notification token tests give request id: fixed per id, so
+// both sides of a test agree on it without passing it around, and never
+// zero.
+func tok(id RequestID) Token {
+	h := fnv.New64a()
+	h.Write([]byte(id))
+	return Token(h.Sum64() | 1)
+}
+
+// skipStallsIfShort skips, under go test -short, a test that waits for the
+// fake's stalls in real time (100 ms to 1 s). make mutate runs the tests
+// with -short, once per mutant; the full run (make test, CI) keeps them.
+func skipStallsIfShort(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("waits for the fake's real-time stalls; run without -short")
+	}
 }

@@ -1,6 +1,7 @@
 package core
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -52,6 +53,7 @@ func TestHandleThatNeverTurnsTerminalIsBoundedByCap(t *testing.T) {
 				assert.Equal(t, blocks, rd.Quarantined)
 				assert.Empty(t, rd.InvalidBlocks, "quarantined blocks are not handed back")
 				assert.Equal(t, OwnerQuarantined, r.c.Owner(blocks[0]))
+				assert.Equal(t, len(blocks), r.c.Stats().Quarantined, "Stats counts the quarantined blocks")
 				got, err := r.c.Alloc(r.pool, nBlocks-1)
 				require.NoError(t, err)
 				assert.NotContains(t, got, blocks[0].Block)
@@ -104,4 +106,45 @@ func TestRetainedPastTheCapIsFencedAndANewEpochWorks(t *testing.T) {
 	r.c.Fenced(1) // stale: must not touch epoch 2
 	r.reported("r2")
 	assert.Equal(t, []RequestID{"r2"}, r.all.FinishedReceiving)
+}
+
+// Rule 8 under churn: however many handles came and went before (their
+// hold-cap entries are compacted away), a handle that never turns terminal
+// is still escalated at its cap.
+func TestHoldCapHoldsUnderChurn(t *testing.T) {
+	s := newSrig(t, Config{HoldCap: time.Minute, Escalation: EscalateQuarantine}, nil)
+	s.connect(peerSpec("p", 1))
+	stuck := s.read("stuck", "p", 1)
+	for i := range 1500 {
+		id := RequestID(fmt.Sprint("r", i))
+		b := s.read(id, "p", 1)
+		s.d.set(s.d.live()[1], sdk.StateDone, nil)
+		s.poll()
+		require.Equal(t, 1, s.seen[id])
+		require.NoError(t, s.c.Free(b[0].Pool, []uint32{b[0].Block}))
+	}
+	assert.Less(t, len(s.c.holdQ)-s.c.holdHead, 1500, "entries of released handles are compacted")
+	s.now = s.now.Add(time.Minute)
+	rd := s.poll()
+	assert.Equal(t, []RequestID{"stuck"}, failedIDs(rd), "the stuck handle was not escalated at its cap")
+	assert.Equal(t, stuck, rd.Quarantined)
+}
+
+// Memory follows what is in flight: hold-cap entries popped as time passes
+// do not pile up however many handles come and go.
+func TestHoldQueueFollowsWhatIsInFlight(t *testing.T) {
+	s := newSrig(t, Config{HoldCap: time.Second}, nil)
+	s.connect(peerSpec("p", 1))
+	for i := range 1500 {
+		id := RequestID(fmt.Sprint("r", i))
+		b := s.read(id, "p", 1)
+		s.d.set(s.d.live()[0], sdk.StateDone, nil)
+		s.poll()
+		require.Equal(t, 1, s.seen[id])
+		require.NoError(t, s.c.Free(b[0].Pool, []uint32{b[0].Block}))
+		s.now = s.now.Add(time.Second)
+	}
+	s.poll()
+	assert.LessOrEqual(t, len(s.c.holdQ), 4, "hold-cap entries of released handles pile up")
+	assert.Empty(t, s.all.Failed, "a released handle was escalated")
 }

@@ -161,7 +161,7 @@ func TestExpectSendAtAFence(t *testing.T) {
 			b, err := s.c.Alloc(s.pool, 2)
 			require.NoError(t, err)
 			blocks := []BlockRef{{s.pool, b[0]}, {s.pool, b[1]}}
-			require.NoError(t, s.c.ExpectSend(s.now, SendSpec{Request: "s", Pool: s.pool, Blocks: b, Consumers: 1, Lease: 10 * time.Second}))
+			require.NoError(t, s.c.ExpectSend(s.now, SendSpec{Request: "s", Token: tok("s"), Pool: s.pool, Blocks: b, Consumers: 1, Lease: 10 * time.Second}))
 			s.poll()
 			s.kill(1)
 			rd := s.poll()
@@ -204,7 +204,7 @@ func TestPoolReleaseFailingAtClose(t *testing.T) {
 // closeCore calls Close, running its Work, until it returns nil, another
 // error than ErrHeld, or ErrHeld with nothing left to run.
 func (s *srig) closeCore() error {
-	for {
+	for range maxWorkSteps {
 		err := s.c.Close(s.now)
 		rd := s.c.Ready()
 		if err == nil || !errors.Is(err, ErrHeld) || len(rd.Work) == 0 {
@@ -213,6 +213,8 @@ func (s *srig) closeCore() error {
 		}
 		s.stash = mergeReady(s.stash, s.drive(rd))
 	}
+	require.FailNow(s.t, "Close keeps handing out Work and returning ErrHeld")
+	return nil
 }
 
 // A Done for a Work that is not outstanding (reported twice) is an Alert and
@@ -220,7 +222,7 @@ func (s *srig) closeCore() error {
 func TestWorkReportedTwiceIsIgnored(t *testing.T) {
 	s := newSrig(t, Config{}, nil)
 	s.connect(peerSpec("p", 1))
-	require.NoError(t, s.c.Read(s.now, ReadSpec{Request: "r", Peer: "p", Parts: []Part{{Pool: s.pool, Local: mustAlloc(t, s, 1), Remote: []uint32{0}}}}))
+	require.NoError(t, s.c.Read(s.now, ReadSpec{Request: "r", Token: tok("r"), Peer: "p", Parts: []Part{{Pool: s.pool, Local: mustAlloc(t, s, 1), Remote: []uint32{0}}}}))
 	rd := s.c.Ready()
 	require.Len(t, rd.Work, 1)
 	w := rd.Work[0]
@@ -287,7 +289,7 @@ func TestPostOutstandingWhenThePeerIsRemoved(t *testing.T) {
 	s := newSrig(t, Config{}, nil)
 	s.connect(peerSpec("p", 1))
 	b := mustAlloc(t, s, 1)
-	require.NoError(t, s.c.Read(s.now, ReadSpec{Request: "r", Peer: "p", Parts: []Part{{Pool: s.pool, Local: b, Remote: []uint32{0}}}}))
+	require.NoError(t, s.c.Read(s.now, ReadSpec{Request: "r", Token: tok("r"), Peer: "p", Parts: []Part{{Pool: s.pool, Local: b, Remote: []uint32{0}}}}))
 	rd := s.c.Ready()
 	require.Len(t, rd.Work, 1)
 	require.NoError(t, s.c.RemovePeer(s.now, "p"))
@@ -311,7 +313,7 @@ func TestFenceWhilePostOutstanding(t *testing.T) {
 	s := newSrig(t, Config{}, nil)
 	s.connect(peerSpec("p", 1))
 	b := mustAlloc(t, s, 1)
-	require.NoError(t, s.c.Read(s.now, ReadSpec{Request: "r", Peer: "p", Parts: []Part{{Pool: s.pool, Local: b, Remote: []uint32{0}}}}))
+	require.NoError(t, s.c.Read(s.now, ReadSpec{Request: "r", Token: tok("r"), Peer: "p", Parts: []Part{{Pool: s.pool, Local: b, Remote: []uint32{0}}}}))
 	rd := s.c.Ready()
 	require.Len(t, rd.Work, 1)
 	s.kill(1)

@@ -467,18 +467,19 @@ func (p *peer) released() bool {
 	return true
 }
 
-// NotifyConsumed sends the consumed notification for request id to every
+// NotifyConsumed sends the consumed notification for request id, with the
+// token of the producer's Write, to every
 // rank of a connected peer: what a push consumer does once it holds the
 // bytes a producer wrote. The send is Work in the next Ready; a rank it
 // fails for is a "consumed_notification_failed" Alert.
-func (c *Core) NotifyConsumed(name string, id RequestID) error {
+func (c *Core) NotifyConsumed(name string, id RequestID, token Token) error {
 	p := c.peers[name]
 	if p == nil || !c.attached {
 		return fmt.Errorf("core: notify peer %q of request %q: peer not connected", name, id)
 	}
 	msgs := make([]sdk.OutboundNotification, len(p.ranks))
 	for i, r := range p.ranks {
-		msgs[i] = sdk.OutboundNotification{Peer: r.id, Message: ConsumedMessage(id)}
+		msgs[i] = sdk.OutboundNotification{Peer: r.id, Message: ConsumedMessage(id, token)}
 	}
 	c.send(msgs, "consumed_notification_failed", name, id)
 	return nil

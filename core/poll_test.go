@@ -16,6 +16,7 @@ import (
 // finishes normally once a poll sees it DONE. Polling is the fallback for
 // transports without events.
 func TestPollErrorIsNotTerminal(t *testing.T) {
+	skipStallsIfShort(t)
 	r := newRig(t, rigOpts{local: "poll-fail,post=1,count=3;stall,post=1,for=100ms"})
 	r.c.events = false
 	r.connect("p")
@@ -75,14 +76,14 @@ func TestBadInputChangesNothing(t *testing.T) {
 		spec ReadSpec
 	}{
 		{"empty id", ReadSpec{Peer: "p", Parts: []Part{good}}},
-		{"no peer", ReadSpec{Request: "x", Parts: []Part{good}}},
-		{"no parts", ReadSpec{Request: "x", Peer: "p"}},
-		{"unknown pool", ReadSpec{Request: "x", Peer: "p", Parts: []Part{{Pool: 9, Local: b[:1], Remote: []uint32{0}}}}},
-		{"lengths differ", ReadSpec{Request: "x", Peer: "p", Parts: []Part{{Pool: r.pool, Local: b, Remote: []uint32{0}}}}},
-		{"block listed twice", ReadSpec{Request: "x", Peer: "p", Parts: []Part{good, good}}},
-		{"free block", ReadSpec{Request: "x", Peer: "p", Parts: []Part{{Pool: r.pool, Local: []uint32{nBlocks - 1}, Remote: []uint32{0}}}}},
-		{"rank out of range", ReadSpec{Request: "x", Peer: "p", Parts: []Part{{Pool: r.pool, Local: b[:1], Rank: 5, Remote: []uint32{0}}}}},
-		{"remote block out of range", ReadSpec{Request: "x", Peer: "p", Parts: []Part{{Pool: r.pool, Local: b[:1], Remote: []uint32{nBlocks}}}}},
+		{"no peer", ReadSpec{Request: "x", Token: tok("x"), Parts: []Part{good}}},
+		{"no parts", ReadSpec{Request: "x", Token: tok("x"), Peer: "p"}},
+		{"unknown pool", ReadSpec{Request: "x", Token: tok("x"), Peer: "p", Parts: []Part{{Pool: 9, Local: b[:1], Remote: []uint32{0}}}}},
+		{"lengths differ", ReadSpec{Request: "x", Token: tok("x"), Peer: "p", Parts: []Part{{Pool: r.pool, Local: b, Remote: []uint32{0}}}}},
+		{"block listed twice", ReadSpec{Request: "x", Token: tok("x"), Peer: "p", Parts: []Part{good, good}}},
+		{"free block", ReadSpec{Request: "x", Token: tok("x"), Peer: "p", Parts: []Part{{Pool: r.pool, Local: []uint32{nBlocks - 1}, Remote: []uint32{0}}}}},
+		{"rank out of range", ReadSpec{Request: "x", Token: tok("x"), Peer: "p", Parts: []Part{{Pool: r.pool, Local: b[:1], Rank: 5, Remote: []uint32{0}}}}},
+		{"remote block out of range", ReadSpec{Request: "x", Token: tok("x"), Peer: "p", Parts: []Part{{Pool: r.pool, Local: b[:1], Remote: []uint32{nBlocks}}}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := r.c.Stats()
@@ -93,8 +94,8 @@ func TestBadInputChangesNothing(t *testing.T) {
 			assert.Equal(t, []Owner{OwnerEngine, OwnerEngine}, r.owners([]BlockRef{{r.pool, b[0]}, {r.pool, b[1]}}))
 		})
 	}
-	require.NoError(t, r.read(ReadSpec{Request: "dup", Peer: "p", Parts: []Part{good}}))
-	err := r.read(ReadSpec{Request: "dup", Peer: "p", Parts: []Part{{Pool: r.pool, Local: b[1:], Remote: []uint32{1}}}})
+	require.NoError(t, r.read(ReadSpec{Request: "dup", Token: tok("dup"), Peer: "p", Parts: []Part{good}}))
+	err := r.read(ReadSpec{Request: "dup", Token: tok("dup"), Peer: "p", Parts: []Part{{Pool: r.pool, Local: b[1:], Remote: []uint32{1}}}})
 	require.ErrorContains(t, err, "still in flight")
 	assert.Equal(t, OwnerEngine, r.c.Owner(BlockRef{r.pool, b[1]}))
 	r.reported("dup")

@@ -186,7 +186,7 @@ func (m *model) read(t *rapid.T, n int, notify bool) {
 		return
 	}
 	id := m.id("r")
-	require.NoError(t, m.r.read(ReadSpec{Request: id, Peer: "p", Parts: parts, NotifyProducer: notify}))
+	require.NoError(t, m.r.read(ReadSpec{Request: id, Token: tok(id), Peer: "p", Parts: parts, NotifyProducer: notify}))
 	m.issued[id] = true
 }
 
@@ -196,7 +196,7 @@ func (m *model) write(t *rapid.T, n int) {
 		return
 	}
 	id := m.id("w")
-	require.NoError(t, m.r.write(WriteSpec{Request: id, Peer: "p", Parts: parts, Consumers: n, Lease: 10 * time.Second}))
+	require.NoError(t, m.r.write(WriteSpec{Request: id, Token: tok(id), Peer: "p", Parts: parts, Consumers: n, Lease: 10 * time.Second}))
 	m.issued[id] = true
 	m.registered(id, n)
 	m.sends = append(m.sends, id)
@@ -207,7 +207,7 @@ func (m *model) expectSend(t *rapid.T, id RequestID) bool {
 	if !ok {
 		return false
 	}
-	require.NoError(t, m.r.c.ExpectSend(m.r.now, SendSpec{Request: id, Pool: m.r.pool, Blocks: b, Consumers: 1, Lease: 10 * time.Second}))
+	require.NoError(t, m.r.c.ExpectSend(m.r.now, SendSpec{Request: id, Token: tok(id), Pool: m.r.pool, Blocks: b, Consumers: 1, Lease: 10 * time.Second}))
 	m.issued[id] = true
 	m.registered(id, 1)
 	m.sends = append(m.sends, id)
@@ -227,7 +227,7 @@ func (m *model) receive(t *rapid.T, id RequestID) bool {
 		return false
 	}
 	r := m.r
-	require.NoError(t, r.c.ExpectReceive(r.now, RecvSpec{Request: id, Peer: "p", Pool: r.pool, Blocks: b, Producers: n, Lease: 10 * time.Second}))
+	require.NoError(t, r.c.ExpectReceive(r.now, RecvSpec{Request: id, Token: tok(id), Peer: "p", Pool: r.pool, Blocks: b, Producers: n, Lease: 10 * time.Second}))
 	m.issued[id] = true
 	inc := m.registered(id, n)
 	for k := 0; k < n; k++ {
@@ -240,7 +240,7 @@ func (m *model) receive(t *rapid.T, id RequestID) bool {
 		}
 		dl := m.producerDlists(k)
 		rm := r.remotes[k]
-		res, err := rm.tr.Post(r.ctx, []sdk.PostSpec{{Op: sdk.OpWrite, Local: dl[0], LocalIndices: share, Remote: dl[1], RemoteIndices: share, Notification: WrittenMessage(id)}})
+		res, err := rm.tr.Post(r.ctx, []sdk.PostSpec{{Op: sdk.OpWrite, Local: dl[0], LocalIndices: share, Remote: dl[1], RemoteIndices: share, Notification: WrittenMessage(id, tok(id))}})
 		require.NoError(t, err)
 		require.NoError(t, res[0].Err)
 		m.pushes = append(m.pushes, push{id: id, k: k, h: res[0].ID, blocks: share})

@@ -93,12 +93,12 @@ func pushUntil(r, p *rig, what string, cond func() bool) {
 
 // pushSpec writes the producer's blocks pb into the consumer's blocks cb.
 func pushSpec(id RequestID, p *rig, pb, cb []uint32) WriteSpec {
-	return WriteSpec{Request: id, Peer: "dec", Parts: []Part{{Pool: p.pool, Local: pb, Rank: 0, Remote: cb}}, Consumers: 1, Lease: time.Minute}
+	return WriteSpec{Request: id, Token: tok(id), Peer: "dec", Parts: []Part{{Pool: p.pool, Local: pb, Rank: 0, Remote: cb}}, Consumers: 1, Lease: time.Minute}
 }
 
-func isWritten(msg []byte) bool { _, ok := parseWritten(msg); return ok }
+func isWritten(msg []byte) bool { _, _, ok := parseWritten(msg); return ok }
 
-func isConsumed(msg []byte) bool { _, ok := parseConsumed(msg); return ok }
+func isConsumed(msg []byte) bool { _, _, ok := parseConsumed(msg); return ok }
 
 func blockRefs(pool PoolID, bs []uint32) []BlockRef {
 	out := make([]BlockRef, len(bs))
@@ -119,7 +119,7 @@ func TestPushFinishesOnWrittenThenConsumed(t *testing.T) {
 	cb := r.alloc(2)
 	pb, err := p.c.Alloc(p.pool, 2)
 	require.NoError(t, err)
-	require.NoError(t, r.c.ExpectReceive(r.now, RecvSpec{Request: "x", Peer: "prod", Pool: r.pool, Blocks: cb, Producers: 1, Lease: time.Minute}))
+	require.NoError(t, r.c.ExpectReceive(r.now, RecvSpec{Request: "x", Token: tok("x"), Peer: "prod", Pool: r.pool, Blocks: cb, Producers: 1, Lease: time.Minute}))
 	require.NoError(t, p.write(pushSpec("x", p, pb, cb)))
 
 	// The writes land and are released; the written notification is held.
@@ -142,7 +142,7 @@ func TestPushFinishesOnWrittenThenConsumed(t *testing.T) {
 	assert.Equal(t, []RequestID{"x"}, rd.FinishedReceiving)
 	assert.Empty(t, rd.InvalidBlocks)
 	assert.Equal(t, repeat(OwnerEngine, 2), r.owners(blockRefs(r.pool, cb)))
-	assert.Equal(t, []string{string(ConsumedMessage("x"))}, r.tr.sentNotes(), "the consumer notifies the producer once")
+	assert.Equal(t, []string{string(ConsumedMessage("x", tok("x")))}, r.tr.sentNotes(), "the consumer notifies the producer once")
 
 	// The consumed notification is held: the producer keeps waiting.
 	for i := 0; i < 20; i++ {
@@ -154,7 +154,7 @@ func TestPushFinishesOnWrittenThenConsumed(t *testing.T) {
 	rd = p.reported("x")
 	assert.Equal(t, []RequestID{"x"}, rd.FinishedSending)
 	assert.False(t, hasAlert(rd, "send_lease_expired"))
-	assert.Equal(t, []string{string(WrittenMessage("x"))}, p.tr.sentNotes(), "the producer notifies the consumer once")
+	assert.Equal(t, []string{string(WrittenMessage("x", tok("x")))}, p.tr.sentNotes(), "the producer notifies the consumer once")
 }
 
 // Seed 001 on the push side: a push with a failed part never sends the
@@ -166,8 +166,8 @@ func TestFailedPushNeverSendsWritten(t *testing.T) {
 	cb := r.alloc(2)
 	pb, err := p.c.Alloc(p.pool, 2)
 	require.NoError(t, err)
-	require.NoError(t, r.c.ExpectReceive(r.now, RecvSpec{Request: "x", Peer: "prod", Pool: r.pool, Blocks: cb, Producers: 1, Lease: time.Minute}))
-	w := WriteSpec{Request: "x", Peer: "dec", Consumers: 1, Lease: time.Minute, Parts: []Part{
+	require.NoError(t, r.c.ExpectReceive(r.now, RecvSpec{Request: "x", Token: tok("x"), Peer: "prod", Pool: r.pool, Blocks: cb, Producers: 1, Lease: time.Minute}))
+	w := WriteSpec{Request: "x", Token: tok("x"), Peer: "dec", Consumers: 1, Lease: time.Minute, Parts: []Part{
 		{Pool: p.pool, Local: pb[:1], Rank: 0, Remote: cb[:1]},
 		{Pool: p.pool, Local: pb[1:], Rank: 0, Remote: cb[1:]},
 	}}
@@ -186,11 +186,11 @@ func TestFailedPushNeverSendsWritten(t *testing.T) {
 	cb2 := r.alloc(1)
 	pb2, err := p.c.Alloc(p.pool, 1)
 	require.NoError(t, err)
-	require.NoError(t, r.c.ExpectReceive(r.now, RecvSpec{Request: "y", Peer: "prod", Pool: r.pool, Blocks: cb2, Producers: 1, Lease: time.Minute}))
+	require.NoError(t, r.c.ExpectReceive(r.now, RecvSpec{Request: "y", Token: tok("y"), Peer: "prod", Pool: r.pool, Blocks: cb2, Producers: 1, Lease: time.Minute}))
 	require.NoError(t, p.write(pushSpec("y", p, pb2, cb2)))
 	pushUntil(r, p, "y received", func() bool { return r.seen["y"] == 1 })
 	assert.Equal(t, []RequestID{"y"}, r.all.FinishedReceiving, "the failed push finished a receive")
-	assert.Equal(t, []string{string(WrittenMessage("y"))}, p.tr.sentNotes())
+	assert.Equal(t, []string{string(WrittenMessage("y", tok("y")))}, p.tr.sentNotes())
 }
 
 // vLLM #61667's class of bug: a receive that fails while its producer may
@@ -225,7 +225,7 @@ func TestFailedReceiveNeverHandsBackBlocksAProducerMayWrite(t *testing.T) {
 			blocks := blockRefs(r.pool, cb)
 			pb, err := p.c.Alloc(p.pool, 2)
 			require.NoError(t, err)
-			require.NoError(t, r.c.ExpectReceive(r.now, RecvSpec{Request: "x", Peer: "prod", Pool: r.pool, Blocks: cb, Producers: 1, Lease: time.Minute}))
+			require.NoError(t, r.c.ExpectReceive(r.now, RecvSpec{Request: "x", Token: tok("x"), Peer: "prod", Pool: r.pool, Blocks: cb, Producers: 1, Lease: time.Minute}))
 			require.NoError(t, p.write(pushSpec("x", p, pb, cb)))
 			r.poll()
 			p.poll()
@@ -289,7 +289,7 @@ func TestEarlyWrittenNotifications(t *testing.T) {
 		require.NoError(t, p.write(pushSpec("x", p, pb, cb)))
 		pushUntil(r, p, "the early written notification kept", func() bool { return r.c.earlyW["x"] != nil })
 		assert.Empty(t, r.all.FinishedReceiving)
-		require.NoError(t, r.c.ExpectReceive(r.now, RecvSpec{Request: "x", Peer: "prod", Pool: r.pool, Blocks: cb, Producers: 1, Lease: time.Minute}))
+		require.NoError(t, r.c.ExpectReceive(r.now, RecvSpec{Request: "x", Token: tok("x"), Peer: "prod", Pool: r.pool, Blocks: cb, Producers: 1, Lease: time.Minute}))
 		assert.Empty(t, r.c.earlyW, "the early notification was used")
 		rd := r.poll()
 		assert.Equal(t, []RequestID{"x"}, rd.FinishedReceiving)
@@ -300,21 +300,21 @@ func TestEarlyWrittenNotifications(t *testing.T) {
 		r := newRig(t, rigOpts{cfg: Config{MaxEarlyNotifications: 1}})
 		p := newProducer(t, r, rigOpts{})
 		dec := p.c.peers["dec"].ranks[0].id
-		errs, err := p.tr.SendNotifications(p.ctx, []sdk.OutboundNotification{{Peer: dec, Message: WrittenMessage("a")}, {Peer: dec, Message: WrittenMessage("b")}, {Peer: dec, Message: WrittenMessage("a")}})
+		errs, err := p.tr.SendNotifications(p.ctx, []sdk.OutboundNotification{{Peer: dec, Message: WrittenMessage("a", tok("a"))}, {Peer: dec, Message: WrittenMessage("b", tok("b"))}, {Peer: dec, Message: WrittenMessage("a", tok("a"))}})
 		require.NoError(t, err)
 		require.NoError(t, firstErr(errs))
 		r.until("both kept or dropped", func(Ready) bool {
 			return hasAlert(r.all, "early_notification_dropped") && r.c.earlyW["a"] != nil
 		})
 		assert.Nil(t, r.c.earlyW["b"], "kept past the bound")
-		assert.Equal(t, []string{"prod"}, r.c.earlyW["a"].from, "a sender counted twice")
+		assert.Equal(t, []earlyFrom{{"prod", tok("a")}}, r.c.earlyW["a"].from, "a sender counted twice")
 		b := r.alloc(2)
-		require.NoError(t, r.c.ExpectReceive(r.now, RecvSpec{Request: "a", Peer: "prod", Pool: r.pool, Blocks: b[:1], Producers: 1, Lease: time.Minute}))
-		require.NoError(t, r.c.ExpectReceive(r.now, RecvSpec{Request: "b", Peer: "prod", Pool: r.pool, Blocks: b[1:], Producers: 1, Lease: time.Minute}))
+		require.NoError(t, r.c.ExpectReceive(r.now, RecvSpec{Request: "a", Token: tok("a"), Peer: "prod", Pool: r.pool, Blocks: b[:1], Producers: 1, Lease: time.Minute}))
+		require.NoError(t, r.c.ExpectReceive(r.now, RecvSpec{Request: "b", Token: tok("b"), Peer: "prod", Pool: r.pool, Blocks: b[1:], Producers: 1, Lease: time.Minute}))
 		rd := r.poll()
 		assert.Equal(t, []RequestID{"a"}, rd.FinishedReceiving)
 		assert.Equal(t, OwnerTransfer, r.c.Owner(BlockRef{r.pool, b[1]}), "a dropped notification counted")
-		errs, err = p.tr.SendNotifications(p.ctx, []sdk.OutboundNotification{{Peer: dec, Message: WrittenMessage("b")}})
+		errs, err = p.tr.SendNotifications(p.ctx, []sdk.OutboundNotification{{Peer: dec, Message: WrittenMessage("b", tok("b"))}})
 		require.NoError(t, err)
 		require.NoError(t, firstErr(errs))
 		r.until("b received", func(Ready) bool { return r.seen["b"] == 1 })
@@ -336,8 +336,8 @@ func TestExpectReceiveRefusesBadInput(t *testing.T) {
 	r := newRig(t, rigOpts{})
 	r.connect("p")
 	b := r.alloc(2)
-	require.NoError(t, r.c.ExpectReceive(r.now, RecvSpec{Request: "taken", Peer: "p", Pool: r.pool, Blocks: r.alloc(1), Producers: 1, Lease: time.Minute}))
-	good := RecvSpec{Request: "x", Peer: "p", Pool: r.pool, Blocks: b, Producers: 1, Lease: time.Minute}
+	require.NoError(t, r.c.ExpectReceive(r.now, RecvSpec{Request: "taken", Token: tok("taken"), Peer: "p", Pool: r.pool, Blocks: r.alloc(1), Producers: 1, Lease: time.Minute}))
+	good := RecvSpec{Request: "x", Token: tok("x"), Peer: "p", Pool: r.pool, Blocks: b, Producers: 1, Lease: time.Minute}
 	for _, tc := range []struct {
 		name string
 		edit func(*RecvSpec)
@@ -372,6 +372,7 @@ func TestExpectReceiveRefusesBadInput(t *testing.T) {
 // going away), until Close deregistered the pool; then the receive is
 // reported failed with its blocks invalid.
 func TestCloseHandsBackReceiveBlocksOnlyOnceDeregistered(t *testing.T) {
+	skipStallsIfShort(t)
 	r := newRig(t, rigOpts{local: "stall,post=1,for=300ms", setup: cancelNone})
 	p := newProducer(t, r, rigOpts{local: "stall,post=1,for=300ms", setup: func(s *spy) { s.holdNote = isWritten }})
 	r.connect("p")
@@ -380,7 +381,7 @@ func TestCloseHandsBackReceiveBlocksOnlyOnceDeregistered(t *testing.T) {
 	cb := r.alloc(1)
 	pb, err := p.c.Alloc(p.pool, 1)
 	require.NoError(t, err)
-	require.NoError(t, r.c.ExpectReceive(r.now, RecvSpec{Request: "x", Peer: "prod", Pool: r.pool, Blocks: cb, Producers: 1, Lease: time.Hour}))
+	require.NoError(t, r.c.ExpectReceive(r.now, RecvSpec{Request: "x", Token: tok("x"), Peer: "prod", Pool: r.pool, Blocks: cb, Producers: 1, Lease: time.Hour}))
 	require.NoError(t, p.write(pushSpec("x", p, pb, cb)))
 
 	require.ErrorIs(t, r.close(), ErrHeld, "the stalled read keeps Close refused")
@@ -405,12 +406,13 @@ func TestCloseHandsBackReceiveBlocksOnlyOnceDeregistered(t *testing.T) {
 // expired hands its blocks back (invalid, the receive failed) as soon as
 // its producer reports its writes done after all.
 func TestLateWrittenEndsTheWaitForTheFence(t *testing.T) {
+	skipStallsIfShort(t)
 	r := newRig(t, rigOpts{})
 	p := newProducer(t, r, rigOpts{local: "stall,post=1,for=100ms", setup: func(s *spy) { s.holdNote = isWritten }})
 	cb := r.alloc(1)
 	pb, err := p.c.Alloc(p.pool, 1)
 	require.NoError(t, err)
-	require.NoError(t, r.c.ExpectReceive(r.now, RecvSpec{Request: "x", Peer: "prod", Pool: r.pool, Blocks: cb, Producers: 1, Lease: time.Minute}))
+	require.NoError(t, r.c.ExpectReceive(r.now, RecvSpec{Request: "x", Token: tok("x"), Peer: "prod", Pool: r.pool, Blocks: cb, Producers: 1, Lease: time.Minute}))
 	require.NoError(t, p.write(pushSpec("x", p, pb, cb)))
 	r.now = r.now.Add(time.Minute)
 	require.Equal(t, []Epoch{1}, r.poll().Fence)

@@ -23,6 +23,10 @@ type RecvSpec struct {
 	Producers int
 	// Lease bounds the wait for those notifications; positive.
 	Lease time.Duration
+	// Token is the request's notification token (see Token), the one the
+	// producer's Write is given; not zero. Only written notifications with
+	// it count, and the consumed notification carries it.
+	Token Token
 }
 
 // recv is what a push receive keeps besides its request: the fence scope
@@ -39,8 +43,9 @@ type recv struct {
 // request is reported in FinishedReceiving, its blocks back with the engine
 // holding the bytes, and core sends the consumed notification to each rank
 // of the peer that sent a written one, so the producer finishes sending.
-// Each producer counts once however many times it notifies, and only ranks
-// of Peer count: notifications from other agents are ignored with an Alert.
+// Each producer counts once however many times it notifies, only ranks of
+// Peer count, and only notifications with the receive's Token: others are
+// ignored with an Alert.
 // Written notifications that came before ExpectReceive count (bounded by
 // Config.MaxEarlyNotifications and Config.EarlyNotificationAge), except
 // while the id is among the recently reported ones: those are late.
@@ -68,6 +73,9 @@ func (c *Core) ExpectReceive(now time.Time, spec RecvSpec) error {
 	if len(spec.Blocks) == 0 {
 		return fmt.Errorf("core: expect receive %q: no blocks", spec.Request)
 	}
+	if spec.Token == 0 {
+		return fmt.Errorf("core: expect receive %q: Token is zero; draw one per request and pass it to the producer's Write too", spec.Request)
+	}
 	if err := c.checkID(spec.Request); err != nil {
 		return fmt.Errorf("core: expect receive: %w", err)
 	}
@@ -88,7 +96,7 @@ func (c *Core) ExpectReceive(now time.Time, spec RecvSpec) error {
 	r := newRequestOf(1, len(spec.Blocks))
 	r.id, r.kind, r.peer, r.idx = spec.Request, kindRecv, peer, append(r.idx, spec.Blocks...)
 	r.xs[0] = xfer{req: r, n: uint32(len(spec.Blocks)), pool: spec.Pool}
-	r.consumers = int32(spec.Producers)
+	r.token, r.consumers = spec.Token, int32(spec.Producers)
 	p.setOwner(r.idx, OwnerTransfer)
 	c.reqs.add(r)
 	rv := &recv{r: r, incoming: c.desc.FenceScope == sdk.FenceInitiatedAndIncoming}
@@ -150,14 +158,14 @@ func (c *Core) notifyConsumed(r *request, rv *recv) {
 	for _, rk := range p.ranks {
 		for _, f := range r.from {
 			if rk.spec.Agent == f {
-				msgs = append(msgs, sdk.OutboundNotification{Peer: rk.id, Message: ConsumedMessage(r.id)})
+				msgs = append(msgs, sdk.OutboundNotification{Peer: rk.id, Message: ConsumedMessage(r.id, r.token)})
 				break
 			}
 		}
 	}
 	if len(msgs) == 0 {
 		for _, rk := range p.ranks {
-			msgs = append(msgs, sdk.OutboundNotification{Peer: rk.id, Message: ConsumedMessage(r.id)})
+			msgs = append(msgs, sdk.OutboundNotification{Peer: rk.id, Message: ConsumedMessage(r.id, r.token)})
 		}
 	}
 	c.send(msgs, "consumed_notification_failed", p.name, r.id)
@@ -171,7 +179,7 @@ func (c *Core) notifyWritten(r *request) {
 		return
 	}
 	r.flags |= rWritten
-	c.notifyRanks(r, WrittenMessage(r.id), "written_notification_failed")
+	c.notifyRanks(r, WrittenMessage(r.id, r.token), "written_notification_failed")
 }
 
 // send hands out the sending of msgs, alerting kind for each that fails.

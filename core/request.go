@@ -27,6 +27,9 @@ type ReadSpec struct {
 	// consumed notification to each rank read from, so the producer frees
 	// its blocks. Never sent when any part failed.
 	NotifyProducer bool
+	// Token is the request's notification token (see Token): the one its
+	// producer's ExpectSend was given. Needed with NotifyProducer.
+	Token Token
 }
 
 // WriteSpec pushes engine blocks of a request into a peer's blocks.
@@ -41,6 +44,10 @@ type WriteSpec struct {
 	// Lease bounds the wait for those notifications; positive. A failed push
 	// keeps its blocks until the lease expires.
 	Lease time.Duration
+	// Token is the request's notification token (see Token), the one the
+	// consumer's ExpectReceive was given; not zero. The written
+	// notifications carry it, and only consumed notifications with it count.
+	Token Token
 }
 
 // SendSpec pins engine blocks that peers will read (pull mode, producer
@@ -55,6 +62,10 @@ type SendSpec struct {
 	Blocks    []uint32
 	Consumers int
 	Lease     time.Duration
+	// Token is the request's notification token (see Token), the one the
+	// consumer's Read is given; not zero. Only consumed notifications with
+	// it count.
+	Token Token
 }
 
 type reqKind uint8
@@ -87,6 +98,7 @@ type request struct {
 	idx       []uint32 // every part's local indices, then its remote ones
 	failed    error
 	from      []string  // sends and receives: the distinct agents that notified it
+	token     Token     // its notifications' token (zero: a Read that notifies no one)
 	h         uint64    // hash of id (reqIndex)
 	next      *request  // next request of its reqIndex chain
 	pprev     **request // the pointer that points to it in its chain
@@ -164,10 +176,14 @@ const (
 // handle is released. Bad input is an error that changes nothing.
 func (c *Core) Read(now time.Time, spec ReadSpec) error {
 	c.setNow(now)
+	if spec.NotifyProducer && spec.Token == 0 {
+		return fmt.Errorf("core: read request %q: NotifyProducer without a Token; pass the token the producer's ExpectSend was given", spec.Request)
+	}
 	r, err := c.newRequest(spec.Request, spec.Peer, spec.Parts, kindRead)
 	if err != nil {
 		return fmt.Errorf("core: read request %q: %w", spec.Request, err)
 	}
+	r.token = spec.Token
 	if spec.NotifyProducer {
 		r.flags |= rNotify
 	}
@@ -185,19 +201,24 @@ func (c *Core) Write(now time.Time, spec WriteSpec) error {
 	if spec.Consumers < 1 || spec.Lease <= 0 {
 		return fmt.Errorf("core: write request %q: Consumers %d must be at least 1 and Lease %v positive", spec.Request, spec.Consumers, spec.Lease)
 	}
+	if spec.Token == 0 {
+		return fmt.Errorf("core: write request %q: Token is zero; pass the token the consumer's ExpectReceive was given", spec.Request)
+	}
 	r, err := c.newRequest(spec.Request, spec.Peer, spec.Parts, kindWrite)
 	if err != nil {
 		return fmt.Errorf("core: write request %q: %w", spec.Request, err)
 	}
-	c.startSend(r, spec.Consumers, spec.Lease)
+	c.startSend(r, spec.Token, spec.Consumers, spec.Lease)
 	c.admit(r, spec.Peer)
 	return nil
 }
 
 // ExpectSend pins blocks that consumers will read until Consumers consumed
-// notifications arrived or the lease expired; then the request is finished
-// sending (or Failed, if its peer was removed meanwhile). Each consumer agent
-// counts once; with Peer set, only the peer's ranks count. Notifications that
+// notifications with its Token arrived or the lease expired; then the
+// request is finished sending (or Failed, if its peer was removed
+// meanwhile). Each consumer agent counts once; with Peer set, only the
+// peer's ranks count; a notification with another token (one for an earlier
+// request under the same id) is dropped with an Alert. Notifications that
 // came before ExpectSend count as for ExpectReceive. Bad input is an error
 // that changes nothing.
 func (c *Core) ExpectSend(now time.Time, spec SendSpec) error {
@@ -207,6 +228,9 @@ func (c *Core) ExpectSend(now time.Time, spec SendSpec) error {
 	}
 	if len(spec.Blocks) == 0 {
 		return fmt.Errorf("core: expect send %q: no blocks", spec.Request)
+	}
+	if spec.Token == 0 {
+		return fmt.Errorf("core: expect send %q: Token is zero; draw one per request and pass it to the consumer's Read too", spec.Request)
 	}
 	if err := c.checkID(spec.Request); err != nil {
 		return fmt.Errorf("core: expect send: %w", err)
@@ -226,7 +250,7 @@ func (c *Core) ExpectSend(now time.Time, spec SendSpec) error {
 	r.xs[0] = xfer{req: r, n: uint32(len(spec.Blocks)), pool: spec.Pool}
 	p.setOwner(r.idx, OwnerTransfer)
 	c.reqs.add(r)
-	c.startSend(r, spec.Consumers, spec.Lease)
+	c.startSend(r, spec.Token, spec.Consumers, spec.Lease)
 	return nil
 }
 
@@ -320,8 +344,8 @@ func (c *Core) checkRank(p *peer, i int, pool PoolID, rank int, remote []uint32)
 	return nil
 }
 
-func (c *Core) startSend(r *request, consumers int, lease time.Duration) {
-	r.consumers = int32(consumers)
+func (c *Core) startSend(r *request, token Token, consumers int, lease time.Duration) {
+	r.token, r.consumers = token, int32(consumers)
 	c.sends[r.id] = r
 	c.adoptEarly(r, false)
 	c.leases.push(r, c.now+int64(lease))

@@ -41,7 +41,7 @@ func TestReadLandsBytesAndNotifiesProducer(t *testing.T) {
 			}
 			return len(msgs) > 0
 		}, wait, time.Millisecond, "rank %d was not notified", k)
-		assert.Equal(t, []string{string(ConsumedMessage("ok"))}, msgs)
+		assert.Equal(t, []string{string(ConsumedMessage("ok", tok("ok")))}, msgs)
 	}
 }
 
@@ -49,6 +49,7 @@ func TestReadLandsBytesAndNotifiesProducer(t *testing.T) {
 // failure, and the request's blocks as invalid, are reported only when the
 // sibling handle is terminal and released, whether it ends DONE or FAILED.
 func TestFailureWaitsForSibling(t *testing.T) {
+	skipStallsIfShort(t)
 	for _, tc := range []struct {
 		name    string
 		sibling string
@@ -128,7 +129,7 @@ func TestMixedReadFailureDoesNotNotifyProducer(t *testing.T) {
 		}
 		return len(msgs) > 0
 	}, wait, time.Millisecond)
-	assert.Equal(t, []string{string(ConsumedMessage("good"))}, msgs, "the failed read notified the producer")
+	assert.Equal(t, []string{string(ConsumedMessage("good", tok("good")))}, msgs, "the failed read notified the producer")
 }
 
 // Seed 001: a request failed by its handshake, or by its setup, shows its
@@ -169,7 +170,7 @@ func TestFailedPushIsNotReportedDoneSending(t *testing.T) {
 	r := newRig(t, rigOpts{local: "fail,post=1"})
 	r.connect("p")
 	b := r.alloc(1)
-	require.NoError(t, r.write(WriteSpec{Request: "w", Peer: "p", Parts: []Part{{Pool: r.pool, Local: b, Rank: 0, Remote: []uint32{0}}}, Consumers: 1, Lease: time.Minute}))
+	require.NoError(t, r.write(WriteSpec{Request: "w", Token: tok("w"), Peer: "p", Parts: []Part{{Pool: r.pool, Local: b, Rank: 0, Remote: []uint32{0}}}, Consumers: 1, Lease: time.Minute}))
 	r.until("the push failed", func(rd Ready) bool { return hasAlert(rd, "transfer_failed") })
 	r.until("the failed handle released", func(Ready) bool { return r.c.Stats().Live == 0 })
 	r.notifyBack(0, "w") // even a consumer's notification must not finish it
@@ -202,7 +203,7 @@ func TestCompletedPushWaitsForConsumerNotification(t *testing.T) {
 			r.connect("p")
 			b := r.alloc(2)
 			parts := []Part{{Pool: r.pool, Local: b[:1], Rank: 0, Remote: []uint32{3}}, {Pool: r.pool, Local: b[1:], Rank: 1, Remote: []uint32{3}}}
-			require.NoError(t, r.write(WriteSpec{Request: "w", Peer: "p", Parts: parts, Consumers: 2, Lease: time.Minute}))
+			require.NoError(t, r.write(WriteSpec{Request: "w", Token: tok("w"), Peer: "p", Parts: parts, Consumers: 2, Lease: time.Minute}))
 			r.until("both writes released", func(Ready) bool { return r.c.Stats().Live == 0 })
 			assert.Empty(t, r.all.FinishedSending, "finished at write-handle time, before any consumer")
 			for i, k := range tc.notifies {
@@ -229,7 +230,7 @@ func TestFailedPushKeepsWriterState(t *testing.T) {
 	r := newRig(t, rigOpts{local: "fail,post=1"})
 	r.connect("p")
 	b := r.alloc(1)
-	require.NoError(t, r.write(WriteSpec{Request: "w", Peer: "p", Parts: []Part{{Pool: r.pool, Local: b, Rank: 0, Remote: []uint32{0}}}, Consumers: 1, Lease: time.Minute}))
+	require.NoError(t, r.write(WriteSpec{Request: "w", Token: tok("w"), Peer: "p", Parts: []Part{{Pool: r.pool, Local: b, Rank: 0, Remote: []uint32{0}}}, Consumers: 1, Lease: time.Minute}))
 	r.until("the failed handle released", func(Ready) bool { return r.c.Stats().Live == 0 && r.tr.count("Release") > 0 })
 	r.notifyBack(0, "w")
 	r.until("notification counted", func(Ready) bool { return r.c.sends["w"] != nil && r.c.sends["w"].notified == 1 })
@@ -247,7 +248,7 @@ func TestExpectSendCountsConsumers(t *testing.T) {
 	b := r.alloc(2)
 	r.notifyBack(0, "s") // early: before ExpectSend
 	r.until("early notification kept", func(Ready) bool { return r.c.early["s"] != nil })
-	require.NoError(t, r.c.ExpectSend(r.now, SendSpec{Request: "s", Pool: r.pool, Blocks: b, Consumers: 2, Lease: time.Minute}))
+	require.NoError(t, r.c.ExpectSend(r.now, SendSpec{Request: "s", Token: tok("s"), Pool: r.pool, Blocks: b, Consumers: 2, Lease: time.Minute}))
 	r.poll()
 	assert.Empty(t, r.all.FinishedSending)
 	assert.Equal(t, OwnerTransfer, r.c.Owner(BlockRef{r.pool, b[0]}))

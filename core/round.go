@@ -101,10 +101,10 @@ func (c *Core) drainNotifications() {
 			return
 		}
 		for _, n := range res.Notifications {
-			if id, ok := parseWritten(n.Message); ok {
-				c.noteNotification(id, n.From, true)
-			} else if id, ok := parseConsumed(n.Message); ok {
-				c.noteNotification(id, n.From, false)
+			if id, tok, ok := parseWritten(n.Message); ok {
+				c.noteNotification(id, tok, n.From, true)
+			} else if id, tok, ok := parseConsumed(n.Message); ok {
+				c.noteNotification(id, tok, n.From, false)
 			}
 		}
 	})
@@ -351,7 +351,7 @@ func (c *Core) tryFinish(r *request) {
 // notifyProducer sends the consumed notification to each rank r read from.
 func (c *Core) notifyProducer(r *request) {
 	if r.flags&rNotify != 0 {
-		c.notifyRanks(r, ConsumedMessage(r.id), "consumed_notification_failed")
+		c.notifyRanks(r, ConsumedMessage(r.id, r.token), "consumed_notification_failed")
 	}
 }
 

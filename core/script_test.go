@@ -210,24 +210,24 @@ func runCommand(t *testing.T, s *srig, c scriptCase) string {
 		errOut = s.c.ConnectPeer(peerSpec(a["peer"], atoi(t, a["ranks"], 1), notify...))
 		s.settle()
 	case "read":
-		spec := ReadSpec{Request: RequestID(a["id"]), Peer: a["peer"], NotifyProducer: a["notify"] == "true"}
+		spec := ReadSpec{Request: RequestID(a["id"]), Token: tok(RequestID(a["id"])), Peer: a["peer"], NotifyProducer: a["notify"] == "true"}
 		for k := range atoi(t, a["parts"], 1) {
 			spec.Parts = append(spec.Parts, Part{Pool: s.pool, Local: mustAllocT(t, s, 1), Rank: k, Remote: []uint32{uint32(k)}})
 		}
 		errOut = s.c.Read(s.now, spec)
 		s.settle()
 	case "write":
-		spec := WriteSpec{Request: RequestID(a["id"]), Peer: a["peer"], Consumers: atoi(t, a["consumers"], 1), Lease: dur(t, a["lease"], 10*time.Second)}
+		spec := WriteSpec{Request: RequestID(a["id"]), Token: tok(RequestID(a["id"])), Peer: a["peer"], Consumers: atoi(t, a["consumers"], 1), Lease: dur(t, a["lease"], 10*time.Second)}
 		for k := range atoi(t, a["parts"], 1) {
 			spec.Parts = append(spec.Parts, Part{Pool: s.pool, Local: mustAllocT(t, s, 1), Rank: k, Remote: []uint32{uint32(k)}})
 		}
 		errOut = s.c.Write(s.now, spec)
 		s.settle()
 	case "send":
-		errOut = s.c.ExpectSend(s.now, SendSpec{Request: RequestID(a["id"]), Peer: a["peer"], Pool: s.pool, Blocks: mustAllocT(t, s, atoi(t, a["blocks"], 1)), Consumers: atoi(t, a["consumers"], 1), Lease: dur(t, a["lease"], 10*time.Second)})
+		errOut = s.c.ExpectSend(s.now, SendSpec{Request: RequestID(a["id"]), Token: tok(RequestID(a["id"])), Peer: a["peer"], Pool: s.pool, Blocks: mustAllocT(t, s, atoi(t, a["blocks"], 1)), Consumers: atoi(t, a["consumers"], 1), Lease: dur(t, a["lease"], 10*time.Second)})
 	case "notify":
 		// A consumed notification for id arrives from agent from.
-		s.d.inbox = append(s.d.inbox, sdk.Notification{From: a["from"], Message: ConsumedMessage(RequestID(a["id"]))})
+		s.d.inbox = append(s.d.inbox, sdk.Notification{From: a["from"], Message: ConsumedMessage(RequestID(a["id"]), tok(RequestID(a["id"])))})
 	case "state":
 		// state h=N|all|first|last st=done|failed|canceled [code=...]:
 		// first and last are the double's oldest and newest live handles.

@@ -379,8 +379,9 @@ func (r *runner) pull(ctx context.Context, id string, n, parts int, rng *rand.Ra
 		return err
 	}
 	sent := r.pd.expect(id, nil)
+	token := client.NewToken()
 	if err := retry(ctx, func(ctx context.Context) error {
-		return r.prefill.c.ExpectSend(ctx, id, "", r.prefill.poolID, pb, 1, 2*time.Second)
+		return r.prefill.c.ExpectSend(ctx, id, token, "", r.prefill.poolID, pb, 1, 2*time.Second)
 	}); err != nil {
 		return fmt.Errorf("%s: expect send: %w", id, err)
 	}
@@ -390,7 +391,7 @@ func (r *runner) pull(ctx context.Context, id string, n, parts int, rng *rand.Ra
 	}
 	recv := r.dd.expect(id, db)
 	if err := retry(ctx, func(ctx context.Context) error {
-		return r.decode.c.Read(ctx, id, "prefill", true, split(r.decode.poolID, db, pb, parts)...)
+		return r.decode.c.Read(ctx, id, token, "prefill", true, split(r.decode.poolID, db, pb, parts)...)
 	}); err != nil {
 		return fmt.Errorf("%s: read: %w", id, err)
 	}
@@ -410,8 +411,9 @@ func (r *runner) push(ctx context.Context, id string, n, parts int, rng *rand.Ra
 		return err
 	}
 	recv := r.dd.expect(id, db)
+	token := client.NewToken()
 	if err := retry(ctx, func(ctx context.Context) error {
-		return r.decode.c.ExpectReceive(ctx, id, "prefill", r.decode.poolID, db, 1, 2*time.Second)
+		return r.decode.c.ExpectReceive(ctx, id, token, "prefill", r.decode.poolID, db, 1, 2*time.Second)
 	}); err != nil {
 		return fmt.Errorf("%s: expect receive: %w", id, err)
 	}
@@ -421,7 +423,7 @@ func (r *runner) push(ctx context.Context, id string, n, parts int, rng *rand.Ra
 	}
 	sent := r.pd.expect(id, nil)
 	if err := retry(ctx, func(ctx context.Context) error {
-		return r.prefill.c.Write(ctx, id, "decode", 1, time.Second, split(r.prefill.poolID, pb, db, parts)...)
+		return r.prefill.c.Write(ctx, id, token, "decode", 1, time.Second, split(r.prefill.poolID, pb, db, parts)...)
 	}); err != nil {
 		return fmt.Errorf("%s: write: %w", id, err)
 	}

@@ -198,6 +198,7 @@ func firstLine(raw []byte, want string) string {
 // prefill ranks. kill: decode rank 1 is killed once it has issued its part.
 func runRankRequest(ctx context.Context, s *RanksSummary, o Options, pre, dec []*hostProc, id string, i, n int, kill bool) error {
 	rng := rand.New(rand.NewPCG(o.Seed, uint64(i)))
+	token := client.NewToken() // one logical request: the same token on every rank
 	src := make([][][]byte, len(pre)) // [prefill rank][block]
 	pb := make([][]uint32, len(pre))
 	for r, p := range pre {
@@ -217,7 +218,7 @@ func runRankRequest(ctx context.Context, s *RanksSummary, o Options, pre, dec []
 		if err := p.writeBlocks(b, src[r], o.BlockSize); err != nil {
 			return err
 		}
-		if err := p.c.ExpectSend(ctx, id, "", p.poolID, b, len(dec), 5*time.Second); err != nil {
+		if err := p.c.ExpectSend(ctx, id, token, "", p.poolID, b, len(dec), 5*time.Second); err != nil {
 			return fmt.Errorf("%s: expect send %s: %w", p.name, id, err)
 		}
 	}
@@ -232,7 +233,7 @@ func runRankRequest(ctx context.Context, s *RanksSummary, o Options, pre, dec []
 		for r := range pre {
 			parts = append(parts, client.Part{Pool: d.poolID, Local: b[r*n : (r+1)*n], Rank: uint32(r), Remote: pb[r][q*n : (q+1)*n]})
 		}
-		if err := d.c.Read(ctx, id, "prefill", true, parts...); err != nil {
+		if err := d.c.Read(ctx, id, token, "prefill", true, parts...); err != nil {
 			return fmt.Errorf("%s: read %s: %w", d.name, id, err)
 		}
 	}

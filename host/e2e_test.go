@@ -21,10 +21,11 @@ func pull(t *testing.T, prefill, decode *testHost, id string, n int) (src [][]by
 	pb, err := prefill.c.Alloc(prefill.ctx(), prefill.poolID, n)
 	require.NoError(t, err)
 	src = prefill.fill(pb)
-	require.NoError(t, prefill.c.ExpectSend(prefill.ctx(), id, "", prefill.poolID, pb, 1, 30*time.Second))
+	token := client.NewToken()
+	require.NoError(t, prefill.c.ExpectSend(prefill.ctx(), id, token, "", prefill.poolID, pb, 1, 30*time.Second))
 	dst, err = decode.c.Alloc(decode.ctx(), decode.poolID, n)
 	require.NoError(t, err)
-	require.NoError(t, decode.c.Read(decode.ctx(), id, "prefill", true, client.Part{Pool: decode.poolID, Local: dst, Remote: pb}))
+	require.NoError(t, decode.c.Read(decode.ctx(), id, token, "prefill", true, client.Part{Pool: decode.poolID, Local: dst, Remote: pb}))
 	return src, dst
 }
 
@@ -51,15 +52,16 @@ func TestPushFinishesBothSidesOnTheirNotifications(t *testing.T) {
 
 	db, err := decode.c.Alloc(decode.ctx(), decode.poolID, 3)
 	require.NoError(t, err)
+	token := client.NewToken()
 	require.Eventually(t, func() bool {
-		err = decode.c.ExpectReceive(decode.ctx(), "w1", "prefill", decode.poolID, db, 1, 30*time.Second)
+		err = decode.c.ExpectReceive(decode.ctx(), "w1", token, "prefill", decode.poolID, db, 1, 30*time.Second)
 		return status.Code(err) != codes.Unavailable // the handshake runs
 	}, 10*time.Second, time.Millisecond)
 	require.NoError(t, err)
 	pb, err := prefill.c.Alloc(prefill.ctx(), prefill.poolID, 3)
 	require.NoError(t, err)
 	src := prefill.fill(pb)
-	require.NoError(t, prefill.c.Write(prefill.ctx(), "w1", "decode", 1, 30*time.Second, client.Part{Pool: prefill.poolID, Local: pb, Remote: db}))
+	require.NoError(t, prefill.c.Write(prefill.ctx(), "w1", token, "decode", 1, 30*time.Second, client.Part{Pool: prefill.poolID, Local: pb, Remote: db}))
 
 	// Both finish long before the 30 s leases: on the written and the
 	// consumed notification.

@@ -125,6 +125,7 @@ func (s *engineServer) Read(ctx context.Context, r *enginev1.ReadRequest) (*engi
 	}
 	return &enginev1.Empty{}, engineErr(s.h.Read(ctx, core.ReadSpec{
 		Request: core.RequestID(r.GetRequestId()), Peer: r.GetPeer(), Parts: parts(r.GetParts()), NotifyProducer: r.GetNotifyProducer(),
+		Token: core.Token(r.GetToken()),
 	}))
 }
 
@@ -135,6 +136,7 @@ func (s *engineServer) Write(ctx context.Context, r *enginev1.WriteRequest) (*en
 	return &enginev1.Empty{}, engineErr(s.h.Write(ctx, core.WriteSpec{
 		Request: core.RequestID(r.GetRequestId()), Peer: r.GetPeer(), Parts: parts(r.GetParts()),
 		Consumers: int(r.GetConsumers()), Lease: time.Duration(r.GetLeaseMs()) * time.Millisecond,
+		Token: core.Token(r.GetToken()),
 	}))
 }
 
@@ -145,6 +147,7 @@ func (s *engineServer) ExpectSend(ctx context.Context, r *enginev1.ExpectSendReq
 	return &enginev1.Empty{}, engineErr(s.h.ExpectSend(ctx, core.SendSpec{
 		Request: core.RequestID(r.GetRequestId()), Peer: r.GetPeer(), Pool: core.PoolID(r.GetPool()), Blocks: r.GetBlocks(),
 		Consumers: int(r.GetConsumers()), Lease: time.Duration(r.GetLeaseMs()) * time.Millisecond,
+		Token: core.Token(r.GetToken()),
 	}))
 }
 
@@ -155,6 +158,7 @@ func (s *engineServer) ExpectReceive(ctx context.Context, r *enginev1.ExpectRece
 	return &enginev1.Empty{}, engineErr(s.h.ExpectReceive(ctx, core.RecvSpec{
 		Request: core.RequestID(r.GetRequestId()), Peer: r.GetPeer(), Pool: core.PoolID(r.GetPool()), Blocks: r.GetBlocks(),
 		Producers: int(r.GetProducers()), Lease: time.Duration(r.GetLeaseMs()) * time.Millisecond,
+		Token: core.Token(r.GetToken()),
 	}))
 }
 

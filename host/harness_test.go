@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"hash/fnv"
 	"os"
 	"path/filepath"
 	"testing"
@@ -212,4 +213,13 @@ func sameBlocks(t *testing.T, want, got [][]byte, msg string) bool {
 		}
 	}
 	return assert.Empty(t, bad, "%s: blocks at these positions differ", msg)
+}
+
+// tok is the notification token a test's engine gives request id on every
+// host: drawn from the id, so both sides of a request agree without passing
+// it around.
+func tok(id string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(id))
+	return h.Sum64() | 1
 }

@@ -60,7 +60,7 @@ func TestEngineAPILimitsNamesAndIDs(t *testing.T) {
 	blocks, err := th.c.Alloc(th.ctx(), th.poolID, 2)
 	require.NoError(t, err)
 	send := func(id string, b uint32) error {
-		_, err := api.ExpectSend(th.ctx(), &enginev1.ExpectSendRequest{RequestId: id, Pool: th.poolID, Blocks: []uint32{b}, Consumers: 1, LeaseMs: 1000})
+		_, err := api.ExpectSend(th.ctx(), &enginev1.ExpectSendRequest{RequestId: id, Token: 1, Pool: th.poolID, Blocks: []uint32{b}, Consumers: 1, LeaseMs: 1000})
 		return err
 	}
 	require.NoError(t, send(strings.Repeat("r", MaxNameBytes), blocks[0]))
@@ -69,7 +69,7 @@ func TestEngineAPILimitsNamesAndIDs(t *testing.T) {
 		"request_id 257": func() error { return send(strings.Repeat("r", MaxNameBytes+1), blocks[1]) },
 		"request_id":     func() error { return send(huge, blocks[1]) },
 		"peer": func() error {
-			_, err := api.ExpectSend(th.ctx(), &enginev1.ExpectSendRequest{RequestId: "p", Peer: huge, Pool: th.poolID, Blocks: blocks[1:], Consumers: 1, LeaseMs: 1000})
+			_, err := api.ExpectSend(th.ctx(), &enginev1.ExpectSendRequest{RequestId: "p", Token: 1, Peer: huge, Pool: th.poolID, Blocks: blocks[1:], Consumers: 1, LeaseMs: 1000})
 			return err
 		},
 		"name": func() error {
@@ -104,7 +104,7 @@ func TestLinkWhoseHandshakeFailedLeavesStatus(t *testing.T) {
 	dst, err := th.c.Alloc(th.ctx(), th.poolID, 1)
 	require.NoError(t, err)
 	// The request waits for the handshake; its failure is the event.
-	require.NoError(t, th.c.Read(th.ctx(), "r1", "ghost", false, client.Part{Pool: th.poolID, Local: dst, Remote: []uint32{0}}))
+	require.NoError(t, th.c.Read(th.ctx(), "r1", tok("r1"), "ghost", false, client.Part{Pool: th.poolID, Local: dst, Remote: []uint32{0}}))
 	f := th.waitFinished("r1")
 	require.Equal(t, []string{"r1"}, failedIDs(f))
 	st, err := th.c.Status(th.ctx())

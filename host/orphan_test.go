@@ -273,7 +273,7 @@ func TestKilledHostsTransportWritesNothingAfterward(t *testing.T) {
 	part := client.Part{Pool: prefill.poolID, Local: pb, Remote: db}
 	write := func(id string) {
 		require.Eventually(t, func() bool {
-			err = prefill.c.Write(ctx, id, "decode", 1, time.Second, part) // a failed push is reported when its lease ends
+			err = prefill.c.Write(ctx, id, tok(id), "decode", 1, time.Second, part) // a failed push is reported when its lease ends
 			return status.Code(err) != codes.Unavailable                   // the handshake runs
 		}, 20*time.Second, time.Millisecond)
 		require.NoError(t, err)

@@ -113,28 +113,31 @@ func TestInvalidEngineCallsChangeNothing(t *testing.T) {
 	}{
 		{"unknown pool", func() error { _, err := th.c.Alloc(th.ctx(), 99, 1); return err }, "pool"},
 		{"block out of range", func() error {
-			return th.c.Read(th.ctx(), "x1", "peer", false, client.Part{Pool: th.poolID, Local: []uint32{mine[0], 4}, Remote: []uint32{0, 1}})
+			return th.c.Read(th.ctx(), "x1", 0, "peer", false, client.Part{Pool: th.poolID, Local: []uint32{mine[0], 4}, Remote: []uint32{0, 1}})
 		}, "4"},
 		{"duplicated blocks", func() error {
-			return th.c.Read(th.ctx(), "x2", "peer", false, client.Part{Pool: th.poolID, Local: []uint32{mine[0], mine[0]}, Remote: []uint32{0, 1}})
+			return th.c.Read(th.ctx(), "x2", 0, "peer", false, client.Part{Pool: th.poolID, Local: []uint32{mine[0], mine[0]}, Remote: []uint32{0, 1}})
 		}, "twice"},
 		{"block not the engine's", func() error {
 			free := []uint32{0, 1, 2, 3}
 			for _, b := range mine {
 				free = remove(free, b)
 			}
-			return th.c.ExpectSend(th.ctx(), "x3", "", th.poolID, free[:1], 1, time.Second)
+			return th.c.ExpectSend(th.ctx(), "x3", 1, "", th.poolID, free[:1], 1, time.Second)
 		}, "engine"},
 		{"unknown peer", func() error {
-			return th.c.Read(th.ctx(), "x4", "nobody", false, client.Part{Pool: th.poolID, Local: mine[:1], Remote: []uint32{0}})
+			return th.c.Read(th.ctx(), "x4", 0, "nobody", false, client.Part{Pool: th.poolID, Local: mine[:1], Remote: []uint32{0}})
 		}, "nobody"},
 		{"remove unknown peer", func() error { return th.c.RemovePeer(th.ctx(), "nobody") }, "nobody"},
 		{"empty request id", func() error {
-			return th.c.ExpectSend(th.ctx(), "", "", th.poolID, mine[:1], 1, time.Second)
+			return th.c.ExpectSend(th.ctx(), "", 1, "", th.poolID, mine[:1], 1, time.Second)
 		}, "empty"},
 		{"zero consumers", func() error {
-			return th.c.ExpectSend(th.ctx(), "x5", "", th.poolID, mine[:1], 0, time.Second)
+			return th.c.ExpectSend(th.ctx(), "x5", 1, "", th.poolID, mine[:1], 0, time.Second)
 		}, "consumers"},
+		{"no notification token", func() error {
+			return th.c.ExpectSend(th.ctx(), "x6", 0, "", th.poolID, mine[:1], 1, time.Second)
+		}, "Token"},
 		{"free a block the engine does not hold", func() error { return th.c.Free(th.ctx(), th.poolID, []uint32{3, 3}) }, ""},
 	}
 	for _, tc := range cases {

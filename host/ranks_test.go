@@ -26,7 +26,7 @@ func pullRanks(t *testing.T, prefill *testHost, ranks []*testHost, consumers int
 	pb, err := prefill.c.Alloc(prefill.ctx(), prefill.poolID, n*consumers)
 	require.NoError(t, err)
 	all := prefill.fill(pb)
-	require.NoError(t, prefill.c.ExpectSend(prefill.ctx(), id, "", prefill.poolID, pb, consumers, 30*time.Second))
+	require.NoError(t, prefill.c.ExpectSend(prefill.ctx(), id, tok(id), "", prefill.poolID, pb, consumers, 30*time.Second))
 	for r := range consumers {
 		src = append(src, all[r*n:(r+1)*n])
 	}
@@ -45,7 +45,7 @@ func readRank(t *testing.T, d *testHost, id string, remote []uint32) []uint32 {
 	t.Helper()
 	b, err := d.c.Alloc(d.ctx(), d.poolID, len(remote))
 	require.NoError(t, err)
-	require.NoError(t, d.c.Read(d.ctx(), id, "prefill", true, client.Part{Pool: d.poolID, Local: b, Remote: remote}))
+	require.NoError(t, d.c.Read(d.ctx(), id, tok(id), "prefill", true, client.Part{Pool: d.poolID, Local: b, Remote: remote}))
 	return b
 }
 
@@ -153,7 +153,7 @@ func TestRule11PoisonIsTopologyWide(t *testing.T) {
 	b, err := d[0].c.Alloc(d[0].ctx(), d[0].poolID, 2)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
-		err = d[0].c.ExpectReceive(d[0].ctx(), "w1", "prefill", d[0].poolID, b, 1, 100*time.Millisecond)
+		err = d[0].c.ExpectReceive(d[0].ctx(), "w1", tok("w1"), "prefill", d[0].poolID, b, 1, 100*time.Millisecond)
 		return status.Code(err) != codes.Unavailable // the handshake runs
 	}, 10*time.Second, time.Millisecond)
 	require.NoError(t, err)
@@ -163,7 +163,7 @@ func TestRule11PoisonIsTopologyWide(t *testing.T) {
 		_, err := h.c.Alloc(h.ctx(), h.poolID, 1)
 		require.Equal(t, codes.FailedPrecondition, status.Code(err), "rank %d: %v", r, err)
 		assert.Contains(t, err.Error(), `pool "kv"`)
-		err = h.c.ExpectSend(h.ctx(), "s1", "", h.poolID, []uint32{15}, 1, time.Second)
+		err = h.c.ExpectSend(h.ctx(), "s1", tok("s1"), "", h.poolID, []uint32{15}, 1, time.Second)
 		require.Equal(t, codes.FailedPrecondition, status.Code(err), "rank %d: %v", r, err)
 		assert.Contains(t, err.Error(), `pool "kv"`)
 		st, err := h.c.Status(h.ctx())
@@ -221,14 +221,14 @@ func TestPeersByNameAcrossEngines(t *testing.T) {
 		b, err := h.c.Alloc(h.ctx(), h.poolID, 2)
 		require.NoError(t, err)
 		pb[r], src[r] = b, h.fill(b)
-		require.NoError(t, h.c.ExpectSend(h.ctx(), "h1", "", h.poolID, b, 2, 30*time.Second))
+		require.NoError(t, h.c.ExpectSend(h.ctx(), "h1", tok("h1"), "", h.poolID, b, 2, 30*time.Second))
 	}
 	var dst [2][]uint32
 	for q, h := range d {
 		b, err := h.c.Alloc(h.ctx(), h.poolID, 2)
 		require.NoError(t, err)
 		dst[q] = b
-		require.NoError(t, h.c.Read(h.ctx(), "h1", "prefill", true,
+		require.NoError(t, h.c.Read(h.ctx(), "h1", tok("h1"), "prefill", true,
 			client.Part{Pool: h.poolID, Local: b[:1], Rank: 0, Remote: pb[0][q : q+1]},
 			client.Part{Pool: h.poolID, Local: b[1:], Rank: 1, Remote: pb[1][q : q+1]}))
 	}

@@ -43,20 +43,20 @@ func TestEngineAPIRangeChecksEveryNumber(t *testing.T) {
 	send := func(consumers uint32, leaseMs uint64) (string, error) {
 		n++
 		id := fmt.Sprintf("s%d", n)
-		_, err := api.ExpectSend(th.ctx(), &enginev1.ExpectSendRequest{RequestId: id, Pool: th.poolID, Blocks: fresh(), Consumers: consumers, LeaseMs: leaseMs})
+		_, err := api.ExpectSend(th.ctx(), &enginev1.ExpectSendRequest{RequestId: id, Token: 1, Pool: th.poolID, Blocks: fresh(), Consumers: consumers, LeaseMs: leaseMs})
 		return id, err
 	}
 	write := func(consumers uint32, leaseMs uint64) (string, error) {
 		n++
 		id := fmt.Sprintf("w%d", n)
-		_, err := api.Write(th.ctx(), &enginev1.WriteRequest{RequestId: id, Peer: "nobody", Consumers: consumers, LeaseMs: leaseMs,
+		_, err := api.Write(th.ctx(), &enginev1.WriteRequest{RequestId: id, Token: 1, Peer: "nobody", Consumers: consumers, LeaseMs: leaseMs,
 			Parts: []*enginev1.Part{{Pool: th.poolID, Local: blocks, Remote: []uint32{0}}}})
 		return id, err
 	}
 	recv := func(producers uint32, leaseMs uint64) (string, error) {
 		n++
 		id := fmt.Sprintf("r%d", n)
-		_, err := api.ExpectReceive(th.ctx(), &enginev1.ExpectReceiveRequest{RequestId: id, Peer: "nobody", Pool: th.poolID, Blocks: blocks, Producers: producers, LeaseMs: leaseMs})
+		_, err := api.ExpectReceive(th.ctx(), &enginev1.ExpectReceiveRequest{RequestId: id, Token: 1, Peer: "nobody", Pool: th.poolID, Blocks: blocks, Producers: producers, LeaseMs: leaseMs})
 		return id, err
 	}
 	pool := func(offset, blockSize uint64, count uint32) (string, error) {
@@ -125,7 +125,7 @@ func TestEngineAPIRangeChecksEveryNumber(t *testing.T) {
 			assert.Contains(t, status.Convert(err).Message(), c.field)
 			assert.NotContains(t, status.Convert(err).Message(), "-", "a wrapped, negative number in the message")
 			if strings.HasPrefix(id, "s") { // nothing was recorded: the id is free
-				_, err := api.ExpectSend(th.ctx(), &enginev1.ExpectSendRequest{RequestId: id, Pool: th.poolID, Blocks: fresh(), Consumers: 1, LeaseMs: 1000})
+				_, err := api.ExpectSend(th.ctx(), &enginev1.ExpectSendRequest{RequestId: id, Token: 1, Pool: th.poolID, Blocks: fresh(), Consumers: 1, LeaseMs: 1000})
 				assert.NoError(t, err, "request %s after its refusal", id)
 			}
 		})

@@ -179,13 +179,14 @@ func (b *e2eBench) pull(ctx context.Context, prefix string, w int) (time.Duratio
 	id := fmt.Sprintf("%s-%d", prefix, b.seq.Add(1))
 	sent, recv := b.pw.expect(id), b.dw.expect(id)
 	p, d := b.pair.Prefill, b.pair.Decode
-	if err := p.Client.ExpectSend(ctx, id, "", p.Pool, b.src[w:w+1], 1, time.Minute); err != nil {
+	token := client.NewToken()
+	if err := p.Client.ExpectSend(ctx, id, token, "", p.Pool, b.src[w:w+1], 1, time.Minute); err != nil {
 		return 0, fmt.Errorf("%s: prefill: expect send: %w", id, err)
 	}
 	var start time.Time
 	for {
 		start = time.Now()
-		err := d.Client.Read(ctx, id, "prefill", true, client.Part{Pool: d.Pool, Local: b.dst[w : w+1], Remote: b.src[w : w+1]})
+		err := d.Client.Read(ctx, id, token, "prefill", true, client.Part{Pool: d.Pool, Local: b.dst[w : w+1], Remote: b.src[w : w+1]})
 		if err == nil {
 			break
 		}

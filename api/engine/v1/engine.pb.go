@@ -574,8 +574,13 @@ type ReadRequest struct {
 	// notify_producer: once every part is done, tell each rank read from that
 	// its blocks may be freed. Never sent when a part failed.
 	NotifyProducer bool `protobuf:"varint,4,opt,name=notify_producer,json=notifyProducer,proto3" json:"notify_producer,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// token: the request's notification token, drawn by the engine once per
+	// request (64 random bits, not zero; needed with notify_producer) and given to both sides with the
+	// request id. Notifications carry it; one with another token (from an
+	// earlier request under the same id) counts for nothing.
+	Token         uint64 `protobuf:"varint,5,opt,name=token,proto3" json:"token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReadRequest) Reset() {
@@ -636,13 +641,25 @@ func (x *ReadRequest) GetNotifyProducer() bool {
 	return false
 }
 
+func (x *ReadRequest) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
 type WriteRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	RequestId     string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
-	Peer          string                 `protobuf:"bytes,2,opt,name=peer,proto3" json:"peer,omitempty"`
-	Parts         []*Part                `protobuf:"bytes,3,rep,name=parts,proto3" json:"parts,omitempty"`
-	Consumers     uint32                 `protobuf:"varint,4,opt,name=consumers,proto3" json:"consumers,omitempty"`
-	LeaseMs       uint64                 `protobuf:"varint,5,opt,name=lease_ms,json=leaseMs,proto3" json:"lease_ms,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	RequestId string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Peer      string                 `protobuf:"bytes,2,opt,name=peer,proto3" json:"peer,omitempty"`
+	Parts     []*Part                `protobuf:"bytes,3,rep,name=parts,proto3" json:"parts,omitempty"`
+	Consumers uint32                 `protobuf:"varint,4,opt,name=consumers,proto3" json:"consumers,omitempty"`
+	LeaseMs   uint64                 `protobuf:"varint,5,opt,name=lease_ms,json=leaseMs,proto3" json:"lease_ms,omitempty"`
+	// token: the request's notification token, drawn by the engine once per
+	// request (64 random bits, not zero) and given to both sides with the
+	// request id. Notifications carry it; one with another token (from an
+	// earlier request under the same id) counts for nothing.
+	Token         uint64 `protobuf:"varint,6,opt,name=token,proto3" json:"token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -712,14 +729,26 @@ func (x *WriteRequest) GetLeaseMs() uint64 {
 	return 0
 }
 
+func (x *WriteRequest) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
 type ExpectSendRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	RequestId     string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
-	Peer          string                 `protobuf:"bytes,2,opt,name=peer,proto3" json:"peer,omitempty"`
-	Pool          uint32                 `protobuf:"varint,3,opt,name=pool,proto3" json:"pool,omitempty"`
-	Blocks        []uint32               `protobuf:"varint,4,rep,packed,name=blocks,proto3" json:"blocks,omitempty"`
-	Consumers     uint32                 `protobuf:"varint,5,opt,name=consumers,proto3" json:"consumers,omitempty"`
-	LeaseMs       uint64                 `protobuf:"varint,6,opt,name=lease_ms,json=leaseMs,proto3" json:"lease_ms,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	RequestId string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Peer      string                 `protobuf:"bytes,2,opt,name=peer,proto3" json:"peer,omitempty"`
+	Pool      uint32                 `protobuf:"varint,3,opt,name=pool,proto3" json:"pool,omitempty"`
+	Blocks    []uint32               `protobuf:"varint,4,rep,packed,name=blocks,proto3" json:"blocks,omitempty"`
+	Consumers uint32                 `protobuf:"varint,5,opt,name=consumers,proto3" json:"consumers,omitempty"`
+	LeaseMs   uint64                 `protobuf:"varint,6,opt,name=lease_ms,json=leaseMs,proto3" json:"lease_ms,omitempty"`
+	// token: the request's notification token, drawn by the engine once per
+	// request (64 random bits, not zero) and given to both sides with the
+	// request id. Notifications carry it; one with another token (from an
+	// earlier request under the same id) counts for nothing.
+	Token         uint64 `protobuf:"varint,7,opt,name=token,proto3" json:"token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -796,18 +825,30 @@ func (x *ExpectSendRequest) GetLeaseMs() uint64 {
 	return 0
 }
 
+func (x *ExpectSendRequest) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
 // ExpectReceiveRequest: the consumer side of a push. The engine's blocks
 // are pinned until producers written notifications arrived (then the receive
 // finishes and the producer is told its blocks may go) or the lease expired
 // (then they come back invalid, once no producer write can reach them).
 type ExpectReceiveRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	RequestId     string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
-	Peer          string                 `protobuf:"bytes,2,opt,name=peer,proto3" json:"peer,omitempty"`
-	Pool          uint32                 `protobuf:"varint,3,opt,name=pool,proto3" json:"pool,omitempty"`
-	Blocks        []uint32               `protobuf:"varint,4,rep,packed,name=blocks,proto3" json:"blocks,omitempty"`
-	Producers     uint32                 `protobuf:"varint,5,opt,name=producers,proto3" json:"producers,omitempty"`
-	LeaseMs       uint64                 `protobuf:"varint,6,opt,name=lease_ms,json=leaseMs,proto3" json:"lease_ms,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	RequestId string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Peer      string                 `protobuf:"bytes,2,opt,name=peer,proto3" json:"peer,omitempty"`
+	Pool      uint32                 `protobuf:"varint,3,opt,name=pool,proto3" json:"pool,omitempty"`
+	Blocks    []uint32               `protobuf:"varint,4,rep,packed,name=blocks,proto3" json:"blocks,omitempty"`
+	Producers uint32                 `protobuf:"varint,5,opt,name=producers,proto3" json:"producers,omitempty"`
+	LeaseMs   uint64                 `protobuf:"varint,6,opt,name=lease_ms,json=leaseMs,proto3" json:"lease_ms,omitempty"`
+	// token: the request's notification token, drawn by the engine once per
+	// request (64 random bits, not zero) and given to both sides with the
+	// request id. Notifications carry it; one with another token (from an
+	// earlier request under the same id) counts for nothing.
+	Token         uint64 `protobuf:"varint,7,opt,name=token,proto3" json:"token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -880,6 +921,13 @@ func (x *ExpectReceiveRequest) GetProducers() uint32 {
 func (x *ExpectReceiveRequest) GetLeaseMs() uint64 {
 	if x != nil {
 		return x.LeaseMs
+	}
+	return 0
+}
+
+func (x *ExpectReceiveRequest) GetToken() uint64 {
+	if x != nil {
+		return x.Token
 	}
 	return 0
 }
@@ -1476,20 +1524,22 @@ const file_api_engine_v1_engine_proto_rawDesc = "" +
 	"\x04pool\x18\x01 \x01(\rR\x04pool\x12\x14\n" +
 	"\x05local\x18\x02 \x03(\rR\x05local\x12\x12\n" +
 	"\x04rank\x18\x03 \x01(\rR\x04rank\x12\x16\n" +
-	"\x06remote\x18\x04 \x03(\rR\x06remote\"\x98\x01\n" +
+	"\x06remote\x18\x04 \x03(\rR\x06remote\"\xae\x01\n" +
 	"\vReadRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x12\n" +
 	"\x04peer\x18\x02 \x01(\tR\x04peer\x12-\n" +
 	"\x05parts\x18\x03 \x03(\v2\x17.custody.engine.v1.PartR\x05parts\x12'\n" +
-	"\x0fnotify_producer\x18\x04 \x01(\bR\x0enotifyProducer\"\xa9\x01\n" +
+	"\x0fnotify_producer\x18\x04 \x01(\bR\x0enotifyProducer\x12\x14\n" +
+	"\x05token\x18\x05 \x01(\x04R\x05token\"\xbf\x01\n" +
 	"\fWriteRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x12\n" +
 	"\x04peer\x18\x02 \x01(\tR\x04peer\x12-\n" +
 	"\x05parts\x18\x03 \x03(\v2\x17.custody.engine.v1.PartR\x05parts\x12\x1c\n" +
 	"\tconsumers\x18\x04 \x01(\rR\tconsumers\x12\x19\n" +
-	"\blease_ms\x18\x05 \x01(\x04R\aleaseMs\"\xab\x01\n" +
+	"\blease_ms\x18\x05 \x01(\x04R\aleaseMs\x12\x14\n" +
+	"\x05token\x18\x06 \x01(\x04R\x05token\"\xc1\x01\n" +
 	"\x11ExpectSendRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x12\n" +
@@ -1497,7 +1547,8 @@ const file_api_engine_v1_engine_proto_rawDesc = "" +
 	"\x04pool\x18\x03 \x01(\rR\x04pool\x12\x16\n" +
 	"\x06blocks\x18\x04 \x03(\rR\x06blocks\x12\x1c\n" +
 	"\tconsumers\x18\x05 \x01(\rR\tconsumers\x12\x19\n" +
-	"\blease_ms\x18\x06 \x01(\x04R\aleaseMs\"\xae\x01\n" +
+	"\blease_ms\x18\x06 \x01(\x04R\aleaseMs\x12\x14\n" +
+	"\x05token\x18\a \x01(\x04R\x05token\"\xc4\x01\n" +
 	"\x14ExpectReceiveRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x12\n" +
@@ -1505,7 +1556,8 @@ const file_api_engine_v1_engine_proto_rawDesc = "" +
 	"\x04pool\x18\x03 \x01(\rR\x04pool\x12\x16\n" +
 	"\x06blocks\x18\x04 \x03(\rR\x06blocks\x12\x1c\n" +
 	"\tproducers\x18\x05 \x01(\rR\tproducers\x12\x19\n" +
-	"\blease_ms\x18\x06 \x01(\x04R\aleaseMs\"\x14\n" +
+	"\blease_ms\x18\x06 \x01(\x04R\aleaseMs\x12\x14\n" +
+	"\x05token\x18\a \x01(\x04R\x05token\"\x14\n" +
 	"\x12GetFinishedRequest\"V\n" +
 	"\x14WatchFinishedRequest\x12\x16\n" +
 	"\x06cursor\x18\x01 \x01(\x04R\x06cursor\x12&\n" +
