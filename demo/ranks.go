@@ -198,7 +198,7 @@ func firstLine(raw []byte, want string) string {
 // prefill ranks. kill: decode rank 1 is killed once it has issued its part.
 func runRankRequest(ctx context.Context, s *RanksSummary, o Options, pre, dec []*hostProc, id string, i, n int, kill bool) error {
 	rng := rand.New(rand.NewPCG(o.Seed, uint64(i)))
-	token := client.NewToken() // one logical request: the same token on every rank
+	token := client.NewToken()        // one logical request: the same token on every rank
 	src := make([][][]byte, len(pre)) // [prefill rank][block]
 	pb := make([][]uint32, len(pre))
 	for r, p := range pre {

@@ -274,7 +274,7 @@ func TestKilledHostsTransportWritesNothingAfterward(t *testing.T) {
 	write := func(id string) {
 		require.Eventually(t, func() bool {
 			err = prefill.c.Write(ctx, id, tok(id), "decode", 1, time.Second, part) // a failed push is reported when its lease ends
-			return status.Code(err) != codes.Unavailable                   // the handshake runs
+			return status.Code(err) != codes.Unavailable                            // the handshake runs
 		}, 20*time.Second, time.Millisecond)
 		require.NoError(t, err)
 	}
