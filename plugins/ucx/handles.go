@@ -2,6 +2,7 @@ package ucx
 
 import (
 	"context"
+	"slices"
 
 	"github.com/custody-dev/custody/sdk"
 )
@@ -58,7 +59,7 @@ func (a *agent) postAll(posts []sdk.PostSpec, out []sdk.PostResult) {
 	if len(a.pend) == 0 {
 		return
 	}
-	a.issued = append(a.issued[:0], make([]bool, len(a.pend))...)
+	a.issued = slices.Grow(a.issued[:0], len(a.pend))[:len(a.pend)]
 	a.nw.submit(&a.batch, a.cname, len(a.name), a.issued)
 	for k, pp := range a.pend {
 		h := pp.h

@@ -17,9 +17,13 @@
  * waiting for its turn on our core would otherwise wait for our time slice
  * to end. */
 #define CU_IDLE_ROUNDS 64
-/* CU_CALLER_NS: the progress thread naps while a caller progressed the
- * worker within this time, and naps this long. */
-#define CU_CALLER_NS 20000
+/* A caller that polls in a loop progresses the worker every few hundred
+ * nanoseconds. While one does (it progressed within CU_CALLER_RECENT_NS),
+ * the progress thread naps CU_CALLER_NAP_NS at a time instead of spinning
+ * beside it; a caller that polls now and then (a host's rounds, tens of
+ * µs apart) leaves the progress to the thread. */
+#define CU_CALLER_RECENT_NS 2000
+#define CU_CALLER_NAP_NS 20000
 
 #define LOAD(p) __atomic_load_n((p), __ATOMIC_SEQ_CST)
 #define STORE(p, v) __atomic_store_n((p), (v), __ATOMIC_SEQ_CST)
@@ -299,9 +303,9 @@ static void *cu_thread(void *arg)
         if (LOAD(&w->running) > 0) {
             uint64_t c = LOAD(&w->caller_ns);
             active = 0;
-            if (c != 0 && cu_now_ns() - c < CU_CALLER_NS) {
+            if (c != 0 && cu_now_ns() - c < CU_CALLER_RECENT_NS) {
                 /* A caller polls and progresses: leave it the core. */
-                struct timespec ts = {0, CU_CALLER_NS};
+                struct timespec ts = {0, CU_CALLER_NAP_NS};
                 nanosleep(&ts, NULL);
             }
             continue;
