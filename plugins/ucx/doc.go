@@ -22,12 +22,16 @@
 //     (one atomic load) and takes the entries only when it moved.
 //   - Poll, when a handle it is asked about still runs, progresses the
 //     worker once itself (unless the progress thread holds the lock): a
-//     caller that polls until DONE is its own progress engine, and the
-//     progress thread naps meanwhile instead of spinning beside it.
+//     caller that polls until DONE is its own progress engine, and while
+//     it polls in a loop (it progressed within the last 2 µs) the
+//     progress thread naps instead of spinning beside it.
+//   - Release, Cancel and the rest only touch the agent's own state, or
+//     make their UCX call on the caller's thread under the worker's lock.
 //
 // The submission and completion entries are laid out as a ring's would
-// be, so that the progress thread could take submissions from a
-// shared-memory ring instead of from a caller.
+// be (cu_sub, cu_seg and cu_done in shim.h), so that the progress thread
+// could take submissions from a shared-memory ring itself, by the same
+// cu_submit, instead of from a caller.
 //
 // The progress thread spins while anything is in flight (ops, notification
 // sends, endpoint closes) and for 2 ms after the last event, yielding the
@@ -35,9 +39,10 @@
 // bytes, and a peer waiting for our core would otherwise wait for our
 // time slice). Then it arms the worker (ucp_worker_arm) and sleeps in poll
 // on the worker's event fd (UCP_FEATURE_WAKEUP) and on an eventfd that a
-// Post or notification send writes when the thread sleeps: incoming data,
-// which needs this side's progress (see Paths), wakes it, and an idle
-// agent costs no CPU but one safety-net wake-up every 100 ms. Completed
+// Post or notification send writes when the thread sleeps, so that it
+// spins again while the transfer runs: incoming data, which needs this
+// side's progress (see Paths), wakes it, and an idle agent costs no CPU
+// but one safety-net wake-up every 100 ms. Completed
 // ops leave the shim through the completion queue and are freed there; a
 // request is freed only in its completion callback, never while its
 // operation may run.
