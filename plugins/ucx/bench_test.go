@@ -36,7 +36,7 @@ func BenchmarkTransfer(b *testing.B) {
 								require.NoError(b, r.Err)
 								ids[i] = r.ID
 							}
-							for _, st := range settle(b, p.a, ids) {
+							for _, st := range pollDone(b, p.a, ids) {
 								require.Equal(b, sdk.StateDone, st.State)
 							}
 						}
@@ -76,7 +76,7 @@ func BenchmarkTransferBlocks(b *testing.B) {
 							require.NoError(b, r.Err)
 							ids[i] = r.ID
 						}
-						for _, st := range settle(b, p.a, ids) {
+						for _, st := range pollDone(b, p.a, ids) {
 							require.Equal(b, sdk.StateDone, st.State)
 						}
 					}

@@ -21,10 +21,16 @@
 //     entries and bumps a counter; every call first reads that counter
 //     (one atomic load) and takes the entries only when it moved.
 //   - Poll, when a handle it is asked about still runs, progresses the
-//     worker once itself (unless the progress thread holds the lock): a
+//     worker itself until nothing more is ready (at most 64 rounds;
+//     unless the progress thread holds the lock): a
 //     caller that polls until DONE is its own progress engine, and while
-//     it polls in a loop (it progressed within the last 2 µs) the
-//     progress thread naps instead of spinning beside it.
+//     it polls in a loop (it progressed within the last 2 µs) with at most
+//     4 ops in flight, the progress thread naps instead of spinning beside
+//     it; with more in flight the thread keeps progressing beside it.
+//     When nothing was ready, Poll yields the core (sched_yield) before it
+//     returns: the transfer then waits for the peer or this side's
+//     progress thread, and a caller that polls in a loop would otherwise
+//     take a core from them on a crowded machine.
 //   - Release, Cancel and the rest only touch the agent's own state, or
 //     make their UCX call on the caller's thread under the worker's lock.
 //

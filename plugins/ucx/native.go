@@ -103,8 +103,9 @@ func (w *nativeWorker) close() {
 
 func (w *nativeWorker) progress() uint { return uint(C.cu_progress(w.cw)) }
 
-// callerProgress progresses the worker once on this thread, unless the
-// progress thread is at it; the progress thread naps while callers do.
+// callerProgress progresses the worker on this thread until nothing more
+// is ready (bounded), unless the progress thread is at it; the progress
+// thread naps while a caller does so in a loop.
 func (w *nativeWorker) callerProgress() uint { return uint(C.cu_caller_progress(w.cw)) }
 
 // counter reads one of the shim's atomic counters in place, without a

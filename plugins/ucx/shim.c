@@ -18,12 +18,19 @@
  * to end. */
 #define CU_IDLE_ROUNDS 64
 /* A caller that polls in a loop progresses the worker every few hundred
- * nanoseconds. While one does (it progressed within CU_CALLER_RECENT_NS),
- * the progress thread naps CU_CALLER_NAP_NS at a time instead of spinning
- * beside it; a caller that polls now and then (a host's rounds, tens of
- * µs apart) leaves the progress to the thread. */
+ * nanoseconds. While one does (it progressed within CU_CALLER_RECENT_NS)
+ * and at most CU_NAP_MAX_RUNNING ops are in flight, the progress thread
+ * naps CU_CALLER_NAP_NS at a time instead of spinning beside it: the
+ * caller's own progress finishes a transfer or two soonest, and on a
+ * crowded machine a second spinner only takes the caller's core. With
+ * more in flight the thread keeps the pipeline full beside the caller; a
+ * caller that polls now and then (a host's rounds, tens of µs apart)
+ * leaves the progress to the thread. */
 #define CU_CALLER_RECENT_NS 2000
 #define CU_CALLER_NAP_NS 20000
+#define CU_NAP_MAX_RUNNING 4
+/* CU_CALLER_ROUNDS bounds the progress rounds of one caller's call. */
+#define CU_CALLER_ROUNDS 64
 
 #define LOAD(p) __atomic_load_n((p), __ATOMIC_SEQ_CST)
 #define STORE(p, v) __atomic_store_n((p), (v), __ATOMIC_SEQ_CST)
@@ -286,6 +293,7 @@ static void *cu_thread(void *arg)
 
     while (!LOAD(&w->stop)) {
         unsigned n;
+        int32_t running;
         cu_thread_lock(w);
         n = cu_round(w);
         cu_unlock(w);
@@ -300,10 +308,12 @@ static void *cu_thread(void *arg)
             sched_yield();
             idle = 0;
         }
-        if (LOAD(&w->running) > 0) {
+        running = LOAD(&w->running);
+        if (running > 0) {
             uint64_t c = LOAD(&w->caller_ns);
             active = 0;
-            if (c != 0 && cu_now_ns() - c < CU_CALLER_RECENT_NS) {
+            if (running <= CU_NAP_MAX_RUNNING && c != 0 &&
+                cu_now_ns() - c < CU_CALLER_RECENT_NS) {
                 /* A caller polls and progresses: leave it the core. */
                 struct timespec ts = {0, CU_CALLER_NAP_NS};
                 nanosleep(&ts, NULL);
@@ -463,13 +473,28 @@ unsigned cu_progress(cu_worker *w)
 
 unsigned cu_caller_progress(cu_worker *w)
 {
-    unsigned n;
+    unsigned n = 0, got, i;
     if (pthread_mutex_trylock(&w->lock) != 0) {
         return 0; /* the progress thread is at it */
     }
-    n = cu_round(w);
+    /* Drain what is ready (bounded), not one round: a caller that polls
+     * in a loop then moves as much per call as the progress thread. */
+    for (i = 0; i < CU_CALLER_ROUNDS; i++) {
+        got = cu_round(w);
+        n += got;
+        if (got == 0) {
+            break;
+        }
+    }
     cu_unlock(w);
     STORE(&w->caller_ns, cu_now_ns());
+    if (n == 0) {
+        /* Nothing was ready: the transfer waits for the peer or for this
+         * side's progress thread. A caller that polls in a loop would
+         * otherwise take a core from them; let them run first (at once
+         * when a core is free). */
+        sched_yield();
+    }
     return n;
 }
 

@@ -148,8 +148,9 @@ void cu_close(cu_worker *w);
 /* cu_kick wakes the progress thread if it sleeps. */
 void cu_kick(cu_worker *w);
 unsigned cu_progress(cu_worker *w);
-/* cu_caller_progress progresses the worker once on the caller's thread,
- * unless the progress thread holds the lock, and notes the time: while a
+/* cu_caller_progress progresses the worker on the caller's thread until
+ * nothing more is ready (at most CU_CALLER_ROUNDS rounds), unless the
+ * progress thread holds the lock, and notes the time: while a
  * caller keeps progressing (it polls transfers it waits for), the progress
  * thread naps instead of spinning beside it. */
 unsigned cu_caller_progress(cu_worker *w);
