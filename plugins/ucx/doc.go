@@ -20,9 +20,10 @@
 //   - The progress thread queues what finished as fixed-size completion
 //     entries and bumps a counter; every call first reads that counter
 //     (one atomic load) and takes the entries only when it moved.
-//   - Poll, when a handle it is asked about still runs, progresses the
-//     worker itself until nothing more is ready (at most 64 rounds;
-//     unless the progress thread holds the lock): a
+//   - Poll, when a handle it is asked about still runs and at most 4 ops
+//     are in flight, progresses the worker itself until nothing more is
+//     ready (at most 64 rounds; unless the progress thread holds the
+//     lock): a
 //     caller that polls until DONE is its own progress engine, and while
 //     it polls in a loop (it progressed within the last 2 µs) with at most
 //     4 ops in flight, the progress thread naps instead of spinning beside

@@ -474,6 +474,13 @@ unsigned cu_progress(cu_worker *w)
 unsigned cu_caller_progress(cu_worker *w)
 {
     unsigned n = 0, got, i;
+    if (LOAD(&w->running) > CU_NAP_MAX_RUNNING) {
+        /* The progress thread spins for these: progressing here too would
+         * only contend for the lock (and stall the thread whenever this
+         * caller is preempted holding it). Leave it the core. */
+        sched_yield();
+        return 0;
+    }
     if (pthread_mutex_trylock(&w->lock) != 0) {
         return 0; /* the progress thread is at it */
     }

@@ -150,7 +150,8 @@ void cu_kick(cu_worker *w);
 unsigned cu_progress(cu_worker *w);
 /* cu_caller_progress progresses the worker on the caller's thread until
  * nothing more is ready (at most CU_CALLER_ROUNDS rounds), unless the
- * progress thread holds the lock, and notes the time: while a
+ * progress thread holds the lock or more than a few ops are in flight (the
+ * progress thread spins for those), and notes the time: while a
  * caller keeps progressing (it polls transfers it waits for), the progress
  * thread naps instead of spinning beside it. */
 unsigned cu_caller_progress(cu_worker *w);
