@@ -22,16 +22,15 @@
 //     (one atomic load) and takes the entries only when it moved.
 //   - Poll, when a handle it is asked about still runs and at most 4 ops
 //     are in flight, progresses the worker itself until nothing more is
-//     ready (at most 64 rounds; unless the progress thread holds the
-//     lock): a
-//     caller that polls until DONE is its own progress engine, and while
-//     it polls in a loop (it progressed within the last 2 µs) with at most
-//     4 ops in flight, the progress thread naps instead of spinning beside
-//     it; with more in flight the thread keeps progressing beside it.
+//     ready (at most 64 rounds; not while the progress thread holds the
+//     lock): a caller that polls until DONE is its own progress engine.
+//     While it polls in a loop (it progressed within the last 2 µs), the
+//     progress thread naps instead of spinning beside it. With more ops in
+//     flight the progress thread drives them alone, and Poll only reads.
 //     When nothing was ready, Poll yields the core (sched_yield) before it
-//     returns: the transfer then waits for the peer or this side's
-//     progress thread, and a caller that polls in a loop would otherwise
-//     take a core from them on a crowded machine.
+//     returns: the transfer then waits for the peer or for this side's
+//     progress thread, and a caller polling in a loop would otherwise take
+//     their core on a crowded machine.
 //   - Release, Cancel and the rest only touch the agent's own state, or
 //     make their UCX call on the caller's thread under the worker's lock.
 //
@@ -49,10 +48,9 @@
 // Post or notification send writes when the thread sleeps, so that it
 // spins again while the transfer runs: incoming data, which needs this
 // side's progress (see Paths), wakes it, and an idle agent costs no CPU
-// but one safety-net wake-up every 100 ms. Completed
-// ops leave the shim through the completion queue and are freed there; a
-// request is freed only in its completion callback, never while its
-// operation may run.
+// but one safety-net wake-up every 100 ms. Completed ops leave the shim
+// through the completion queue and are freed there; a request is freed
+// only in its completion callback, never while its operation may run.
 //
 // Regions are files mapped MAP_SHARED and registered with ucp_mem_map over
 // the mapping. LocalMetadata carries, versioned and checksummed (at most
@@ -147,7 +145,16 @@
 // ucx_perftest, on UCX-allocated segments, does one memcpy straight into
 // the peer's memory. A single-copy path for region files would need the
 // peer to pull them with an active-message rendezvous (cma), a different
-// protocol; see custody bench for the references.
+// protocol; see custody bench for the references. Each emulated put
+// moves one posix or sysv FIFO segment per message (UCX_POSIX_SEG_SIZE,
+// UCX_SYSV_SEG_SIZE: 8 KiB) and the peer acknowledges each, so larger
+// segments move bulk data with fewer messages. Two limits, should anyone
+// raise them (in the environment: UCX 1.13 does not apply these prefixed
+// names given to ucp_config_modify): a segment above 65535 bytes
+// overflows the FIFO element's 16-bit length and corrupts data silently
+// (the conformance suite's data checks catch it), and the sender writes
+// into the receiver's segments up to its own segment size (UCX 1.13's mm
+// transport does not check it), so both peers must use the same value.
 //
 // # Parameters
 //
@@ -158,7 +165,10 @@
 //	              unchanged (e.g. UCX_TCP_KEEPIDLE=5s); a value UCX refuses
 //	              fails Open with INVALID_ARGUMENT. UCX 1.13 accepts names
 //	              it does not know (they may belong to a transport), so a
-//	              misspelt name is silently ignored.
+//	              misspelt name is silently ignored; it also ignores some
+//	              transports' prefixed settings given this way (posix and
+//	              sysv ones: it logs "invalid configurations"), which only
+//	              the environment sets.
 //
 // Any other key fails Open with INVALID_ARGUMENT. UCX also reads UCX_*
 // from the process environment; parameters override it.
