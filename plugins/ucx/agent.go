@@ -4,22 +4,25 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"runtime"
-	"sync/atomic"
+	"sync"
 	"time"
 
 	"github.com/custody-dev/custody/sdk"
 )
 
-// agent is the state of one open agent. It is owned by one goroutine, the
-// worker loop, locked to one OS thread: every UCX call happens there,
-// because the UCP worker is created UCS_THREAD_MODE_SINGLE. Transport calls
-// reach it only through the command queue.
+// agent is the state of one open agent. Transport calls run on their
+// callers' goroutines and hold mu for the whole call; UCX itself is driven
+// by the shim's progress thread, which never touches this state. What the
+// progress thread finished reaches it through the shim's completion queue
+// (reap).
 type agent struct {
-	name string
-	cfg  config
-	nw   *nativeWorker
-	self procID // this process, carried in metadata
+	mu sync.Mutex
+
+	name  string
+	cname cChars // name, in C memory: notifications carry it
+	cfg   config
+	nw    *nativeWorker
+	self  procID // this process, carried in metadata
 
 	nextID  uint64
 	regions map[sdk.RegionID]*region
@@ -29,18 +32,25 @@ type agent struct {
 	sends   map[uint64]*notifSend // notification sends UCX still runs
 	closing []*closeReq           // endpoint closes UCX still runs
 
-	inflight int // handle ops UCX still runs (sends are in a.sends)
+	inflight int // handles not terminal yet
 	events   []sdk.Event
 	inbox    []sdk.Notification
 
-	unflushed map[*peer][]*cOp // WRITE ops of the current Post call, per peer
-	scratch   postScratch
-	segs      []segment
-	doneOps   []*cOp
-	failSeen  uint64
-	lastWatch time.Time
-	exit      func(code int) // ends the process when a watched peer dies
-	stop      bool           // set by Close: the loop ends after this command
+	batch  subBatch      // the submissions of one Post call
+	segs   []segment     // one post's segments while they are checked
+	pend   []pendingPost // one Post call's handles, until submitted
+	issued []bool
+	done   doneBuf
+	comps  []completion
+
+	doneSeen uint64 // the shim's done_seq at the last reap
+	msgSeen  uint64 // its msg_seq
+	lostSeen uint64 // its msg_lost, as Notifications last reported it
+	failSeen uint64 // its peer_failures
+
+	exit    func(code int) // ends the process when a watched peer dies
+	closed  bool           // set by Close: every later call is refused
+	watches []*procWatch   // of unloaded peers, until their goroutines ended
 }
 
 // newID returns the next id; ids are never reused within a process since
@@ -50,191 +60,107 @@ func (a *agent) newID() uint64 {
 	return a.nextID
 }
 
-// Bounds of the loop's waiting.
+// Bounds of the progress thread's waiting and of the peer watch.
 const (
-	// spinIdle is how long the loop keeps spinning after the last sign of
-	// activity before it sleeps: incoming transfers over tcp need this
-	// side's progress too, and the next batch usually comes soon.
-	spinIdle = 5 * time.Millisecond
-	// idleWait is the longest the loop sleeps between progress rounds
-	// when nothing is in flight.
-	idleWait = 500 * time.Microsecond
-	// spinSlice bounds one spin in C, so that the loop looks at the
-	// clock (idle, peer watch) now and then; commands and completions end
-	// a spin at once.
-	spinSlice = 100 * time.Microsecond
-	// crowdedSlice bounds one spin when spinning loops may hold every
-	// processor; the loop yields after each.
-	crowdedSlice = 10 * time.Microsecond
-	// watchEvery is how often the loop checks that watched peer processes
-	// still live.
-	watchEvery = 20 * time.Millisecond
+	// spinIdle is how long the progress thread keeps spinning after the
+	// last sign of activity before it sleeps on the worker's event fd:
+	// the next transfer usually comes soon, and a sleeping thread takes
+	// a wake-up (tens of µs) to answer.
+	spinIdle = 2 * time.Millisecond
 )
 
-// loop runs the agent: it creates the UCP context and worker, then
-// alternates between commands and progress until Close stops it. It never
-// blocks in UCX: each progress call returns at once.
-func (t *Transport) loop(cfg config, name string, opened chan<- error) {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	defer close(t.exited)
+// sleepMax bounds one sleep of the progress thread: a safety net should
+// an event not wake it, at the cost of one wake-up per period. Tests
+// raise it so that a missed wake-up shows as a hang.
+var sleepMax = 100 * time.Millisecond
 
+// openAgent creates the native worker (and its progress thread) and the
+// agent around it.
+func openAgent(cfg config, name string, idBase uint64, exit func(int)) (*agent, error) {
 	keys, vals := cfg.settings()
-	nw, err := openNative(keys, vals, cfg.errPeer)
+	nw, err := openNative(keys, vals, cfg.errPeer, spinIdle, sleepMax)
 	if err != nil {
-		opened <- err
-		return
+		return nil, err
 	}
 	self, err := selfProc()
 	if err != nil {
 		nw.close()
-		opened <- sdk.Errorf(sdk.CodeBackend, "ucx: Open %q: reading this process's start time: %v", name, err)
-		return
+		return nil, sdk.Errorf(sdk.CodeBackend, "ucx: Open %q: reading this process's start time: %v", name, err)
 	}
 	a := &agent{
-		name: name, cfg: cfg, nw: nw, self: self,
-		nextID:    t.idBase,
-		regions:   map[sdk.RegionID]*region{},
-		peers:     map[sdk.PeerID]*peer{},
-		dlists:    map[sdk.DlistID]*dlist{},
-		handles:   map[sdk.HandleID]*handle{},
-		sends:     map[uint64]*notifSend{},
-		unflushed: map[*peer][]*cOp{},
-		exit:      t.exit,
+		name: name, cname: cString(name), cfg: cfg, nw: nw, self: self,
+		nextID:  idBase,
+		regions: map[sdk.RegionID]*region{},
+		peers:   map[sdk.PeerID]*peer{},
+		dlists:  map[sdk.DlistID]*dlist{},
+		handles: map[sdk.HandleID]*handle{},
+		sends:   map[uint64]*notifSend{},
+		exit:    exit,
 	}
-	opened <- nil
-
-	loopsRunning.Add(1)
-	defer loopsRunning.Add(-1)
-	procs := int32(runtime.GOMAXPROCS(0)) // read once: it takes the scheduler's lock
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
-	active := time.Now()
-	for {
-		t.wake.Store(0) // before draining: a later command sets it again
-		select {
-		case cmd := <-t.cmds:
-			cmd(a)
-			if a.stop {
-				a.shutdown()
-				return
-			}
-			active = time.Time{}
-			continue
-		default:
-		}
-		// Spin in C: one cgo call per completion, command or slice rather
-		// than one per progress round.
-		slice := spinSlice
-		crowded := loopsRunning.Load() >= procs
-		if crowded {
-			slice = crowdedSlice
-		}
-		n := a.nw.spin(&t.wake, slice)
-		if crowded {
-			// Every processor may be held by a spinning loop (several
-			// agents in one process): let the goroutines that serve calls,
-			// and the other agents, run. Yielding a goroutine locked to
-			// its thread costs two context switches, so a loop with a
-			// processor to spare never does.
-			runtime.Gosched()
-		}
-		if a.reap() || n > 0 || a.inflight > 0 || len(a.sends) > 0 || len(a.closing) > 0 {
-			active = time.Time{}
-		}
-		now := time.Now()
-		if a.cfg.watchPeers {
-			a.watch(now)
-		}
-		if active.IsZero() {
-			active = now
-		}
-		if now.Sub(active) < spinIdle {
-			continue
-		}
-		timer.Reset(idleWait)
-		select {
-		case cmd := <-t.cmds:
-			cmd(a)
-			if a.stop {
-				a.shutdown()
-				return
-			}
-			active = time.Time{}
-		case <-timer.C:
-		}
-	}
+	return a, nil
 }
 
-// loopsRunning counts the worker loops of this process, each of which
-// may hold a processor while it spins.
-var loopsRunning atomic.Int32
-
-// reap takes what UCX completed: finished ops, received notifications,
-// failed endpoints and finished closes. It reports whether anything did.
-func (a *agent) reap() bool {
-	any := false
-	a.doneOps = a.nw.takeDone(a.doneOps[:0])
-	for _, op := range a.doneOps {
-		any = true
-		a.opDone(op)
-	}
-	for a.nw.hasMsg() {
-		from, msg, ok := a.nw.takeMsg()
-		if !ok {
-			break
+// reap takes what the progress thread finished: completed ops, received
+// notifications, failed endpoints and finished closes. Each is one atomic
+// load when nothing happened.
+func (a *agent) reap() {
+	if s := a.nw.doneSeq(); s != a.doneSeen {
+		a.doneSeen = s
+		a.comps = a.nw.takeDone(&a.done, a.comps[:0])
+		for _, c := range a.comps {
+			a.opDone(c)
 		}
-		any = true
-		a.inbox = append(a.inbox, sdk.Notification{From: from, Message: msg})
+	}
+	if s := a.nw.msgSeq(); s != a.msgSeen {
+		a.msgSeen = s
+		for {
+			from, msg, ok := a.nw.takeMsg()
+			if !ok {
+				break
+			}
+			a.inbox = append(a.inbox, sdk.Notification{From: from, Message: msg})
+		}
 	}
 	if f := a.nw.peerFailures(); f != a.failSeen {
 		a.failSeen = f
-		any = true
 		for _, p := range a.peers {
 			p.noteFailure()
 		}
 	}
-	kept := a.closing[:0]
-	for _, c := range a.closing {
-		if !c.done() {
-			kept = append(kept, c)
+	if len(a.closing) > 0 {
+		kept := a.closing[:0]
+		for _, c := range a.closing {
+			if !c.done() {
+				kept = append(kept, c)
+			}
 		}
+		a.closing = kept
 	}
-	a.closing = kept
-	return any
 }
 
 // opDone routes a finished op to its handle or notification send.
-func (a *agent) opDone(op *cOp) {
-	id := opID(op)
-	if h, ok := a.handles[sdk.HandleID(id)]; ok && h.op == op {
+func (a *agent) opDone(c completion) {
+	if h, ok := a.handles[sdk.HandleID(c.id)]; ok && !h.state.Terminal() {
 		a.inflight--
-		h.opDone(a)
+		h.peer.inflight--
+		h.finish(a, c)
 		return
 	}
-	if s, ok := a.sends[id]; ok {
-		delete(a.sends, id)
+	if s, ok := a.sends[c.id]; ok {
+		delete(a.sends, c.id)
 		s.peer.sends--
-		opFree(op)
-		return
 	}
-	// An op whose handle is gone cannot happen: Release refuses running
-	// handles. Free it rather than leak.
-	opFree(op)
+	// Nothing else can finish: Release refuses running handles.
 }
 
-// watch checks, every watchEvery, that the processes of watched peers
-// still live (UCX reports nothing in UCP_ERR_HANDLING_MODE_NONE).
-func (a *agent) watch(now time.Time) {
-	if now.Sub(a.lastWatch) < watchEvery || len(a.peers) == 0 {
-		return
+// onPeerExit runs when a watched peer's process exited.
+func (a *agent) onPeerExit(p *peer) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed || a.peers[p.id] != p || p.lost != nil {
+		return // unloaded (or closed) meanwhile
 	}
-	a.lastWatch = now
-	for _, p := range a.peers {
-		if p.lost == nil && !p.proc.alive() {
-			a.peerDied(p)
-		}
-	}
+	a.peerDied(p)
 }
 
 // peerDied handles a watched peer whose process is gone while loaded. UCX
@@ -267,23 +193,39 @@ func (a *agent) held() sdk.Resources {
 	}
 }
 
-// awaitCloses progresses the worker until every endpoint close and
-// notification send finished, for at most closeWait or until ctx ends.
+// awaitCloses waits until every endpoint close and notification send
+// finished, for at most closeWait or until ctx ends. The progress thread
+// moves them; this only looks.
 func (a *agent) awaitCloses(ctx context.Context) {
 	deadline := time.Now().Add(closeWait)
-	for len(a.closing)+len(a.sends) > 0 && time.Now().Before(deadline) && ctx.Err() == nil {
-		a.nw.progress()
+	for {
 		a.reap()
+		if len(a.closing)+len(a.sends) == 0 || !time.Now().Before(deadline) || ctx.Err() != nil {
+			return
+		}
+		time.Sleep(closePoll)
 	}
 }
 
-// shutdown frees the worker. Close has checked that nothing is held; a
-// closing endpoint is waited for (bounded) before the worker goes.
+// shutdown waits for the peer watches to end and frees the worker. Close
+// has checked that nothing is held (every peer unloaded, so every watch
+// stopped), and set closed, so no call touches the worker or the watches
+// any more. It must be called without mu held: a watch that fires takes it.
 func (a *agent) shutdown() {
-	a.awaitCloses(context.Background())
-	a.scratch.free()
+	for _, w := range a.watches {
+		w.wait()
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
 	a.nw.close()
+	a.batch.free()
+	a.done.free()
+	freeCString(a.cname)
 }
 
-// closeWait bounds how long Close waits for endpoint closes to finish.
-const closeWait = 5 * time.Second
+// closeWait bounds how long Close waits for endpoint closes to finish;
+// closePoll is how often it looks.
+const (
+	closeWait = 5 * time.Second
+	closePoll = 50 * time.Microsecond
+)

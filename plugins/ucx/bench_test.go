@@ -36,7 +36,7 @@ func BenchmarkTransfer(b *testing.B) {
 								require.NoError(b, r.Err)
 								ids[i] = r.ID
 							}
-							for _, st := range settle(b, p.a, ids) {
+							for _, st := range pollDone(b, p.a, ids) {
 								require.Equal(b, sdk.StateDone, st.State)
 							}
 						}
@@ -76,7 +76,7 @@ func BenchmarkTransferBlocks(b *testing.B) {
 							require.NoError(b, r.Err)
 							ids[i] = r.ID
 						}
-						for _, st := range settle(b, p.a, ids) {
+						for _, st := range pollDone(b, p.a, ids) {
 							require.Equal(b, sdk.StateDone, st.State)
 						}
 					}
@@ -86,10 +86,9 @@ func BenchmarkTransferBlocks(b *testing.B) {
 	}
 }
 
-// BenchmarkCall measures one call's round trip into an idle-spinning agent
-// (Resources: a command that does nothing else). A queued command ends the
-// worker's spin in C at once; without that it would wait up to a spin
-// slice (100 µs).
+// BenchmarkCall measures the fixed cost of one call (Resources: it does
+// nothing else): the agent's lock and the check for completions, on the
+// caller's goroutine, while the progress thread runs beside it.
 func BenchmarkCall(b *testing.B) {
 	for _, tls := range tlsSettings {
 		b.Run(tls, func(b *testing.B) {

@@ -5,22 +5,52 @@
 //
 // # Model
 //
-// One agent holds one UCP context and one worker (UCS_THREAD_MODE_SINGLE),
-// driven by one goroutine locked to its OS thread. Every UCX call happens
-// there; transport calls queue a command and wait for its answer, bounded
-// by their context, and never progress the worker themselves. The loop
-// spins while anything is in flight (and 5 ms after) and otherwise sleeps
-// at most 500 µs between progress rounds: incoming RMA needs this side's
-// progress (see Paths). It spins in C, one cgo call per completion, command
-// or 100 µs rather than one per progress round; a queued command sets a
-// flag that ends the spin at once. Completed ops are unlinked from the
-// shim's list in place, without a cgo call. After 64 idle progress rounds
-// the spin yields the core (sched_yield): both sides' progress moves the
-// bytes, and on a shared machine a peer waiting for its turn on our core
-// would otherwise wait for our time slice to end. The loop yields its Go
-// processor only when spinning loops could hold them all (several agents
-// in one process): yielding a goroutine locked to its thread costs two
-// context switches.
+// One agent holds one UCP context and one worker
+// (UCS_THREAD_MODE_SERIALIZED) and a progress thread of the C shim's own
+// (a pthread, not a goroutine). Every UCX call, from that thread or from a
+// caller's, happens under the worker's lock; a caller announces itself
+// before it takes the lock, and the progress thread lets it in before its
+// next round. Transport calls run on their callers' goroutines under the
+// agent's lock; there is no hop to another goroutine or thread per call:
+//
+//   - Post checks its items and hands them to the shim in one call, as
+//     fixed-size submission entries with their variable parts (segments,
+//     notification bytes) in side arrays; the shim issues the puts or gets
+//     and the flush before Post returns.
+//   - The progress thread queues what finished as fixed-size completion
+//     entries and bumps a counter; every call first reads that counter
+//     (one atomic load) and takes the entries only when it moved.
+//   - Poll, when a handle it is asked about still runs and at most 4 ops
+//     are in flight, progresses the worker itself until nothing more is
+//     ready (at most 64 rounds; not while the progress thread holds the
+//     lock): a caller that polls until DONE is its own progress engine.
+//     While it polls in a loop (it progressed within the last 2 µs), the
+//     progress thread naps instead of spinning beside it. With more ops in
+//     flight the progress thread drives them alone, and Poll only reads.
+//     When nothing was ready, Poll yields the core (sched_yield) before it
+//     returns: the transfer then waits for the peer or for this side's
+//     progress thread, and a caller polling in a loop would otherwise take
+//     their core on a crowded machine.
+//   - Release, Cancel and the rest only touch the agent's own state, or
+//     make their UCX call on the caller's thread under the worker's lock.
+//
+// The submission and completion entries are laid out as a ring's would
+// be (cu_sub, cu_seg and cu_done in shim.h), so that the progress thread
+// could take submissions from a shared-memory ring itself, by the same
+// cu_submit, instead of from a caller.
+//
+// The progress thread spins while anything is in flight (ops, notification
+// sends, endpoint closes) and for 2 ms after the last event, yielding the
+// core after 64 idle rounds in a row (both sides' progress moves the
+// bytes, and a peer waiting for our core would otherwise wait for our
+// time slice). Then it arms the worker (ucp_worker_arm) and sleeps in poll
+// on the worker's event fd (UCP_FEATURE_WAKEUP) and on an eventfd that a
+// Post or notification send writes when the thread sleeps, so that it
+// spins again while the transfer runs: incoming data, which needs this
+// side's progress (see Paths), wakes it, and an idle agent costs no CPU
+// but one safety-net wake-up every 100 ms. Completed ops leave the shim
+// through the completion queue and are freed there; a request is freed
+// only in its completion callback, never while its operation may run.
 //
 // Regions are files mapped MAP_SHARED and registered with ucp_mem_map over
 // the mapping. LocalMetadata carries, versioned and checksummed (at most
@@ -33,11 +63,15 @@
 // Post call (one per call and peer, covering every put before it), since
 // a completed put only frees the source: a handle is DONE only when every
 // request it depends on completed, so a WRITE is DONE when its bytes are
-// at the destination. A post's notification is sent (active message, eager) only
-// after that, and the handle turns DONE once the send completed.
+// at the destination. A post's notification (PostSpec.Notification, on a
+// WRITE or a READ: a consumer's "consumed" rides with its READ) is sent
+// (active message, eager) by the shim only after that, with no call from
+// the host, and the handle turns DONE once the send completed.
 // Notifications are active messages, delivered exactly once, in order per
-// sender. A request is freed only in its completion callback, never while
-// its operation may run.
+// sender. A received notification the shim cannot copy (out of memory) is
+// counted, and the next Notifications call fails with BACKEND saying how
+// many were lost: UCX gives no way to refuse it to the sender (its
+// callback must return OK).
 //
 // Release of a running handle, DeregisterMemory of a region an unreleased
 // handle's dlist uses (ucp_mem_unmap of memory in flight crashes UCX),
@@ -82,8 +116,9 @@
 // nothing, puts, gets and flushes to it never complete, and a forced close
 // is refused (UCS_ERR_INVALID_PARAM), so those requests can never be
 // finished or safely freed. The agent therefore watches each loaded peer's
-// process itself (pid and start time from its metadata, /proc, every
-// 20 ms) and, when one dies while loaded, exits the process (status 4)
+// process itself (pid and start time from its metadata; a pidfd in Go's
+// poller, so that watching costs nothing until the process exits) and,
+// when one dies while loaded, exits the process (status 4)
 // with a message on stderr: the host treats that as a fence
 // (PeerLossProcessExits). Never a hang, never a silent success. Peers
 // must share the host in this mode, as these transports require anyway.
@@ -110,7 +145,16 @@
 // ucx_perftest, on UCX-allocated segments, does one memcpy straight into
 // the peer's memory. A single-copy path for region files would need the
 // peer to pull them with an active-message rendezvous (cma), a different
-// protocol; see custody bench for the references.
+// protocol; see custody bench for the references. Each emulated put
+// moves one posix or sysv FIFO segment per message (UCX_POSIX_SEG_SIZE,
+// UCX_SYSV_SEG_SIZE: 8 KiB) and the peer acknowledges each, so larger
+// segments move bulk data with fewer messages. Two limits, should anyone
+// raise them (in the environment: UCX 1.13 does not apply these prefixed
+// names given to ucp_config_modify): a segment above 65535 bytes
+// overflows the FIFO element's 16-bit length and corrupts data silently
+// (the conformance suite's data checks catch it), and the sender writes
+// into the receiver's segments up to its own segment size (UCX 1.13's mm
+// transport does not check it), so both peers must use the same value.
 //
 // # Parameters
 //
@@ -121,7 +165,10 @@
 //	              unchanged (e.g. UCX_TCP_KEEPIDLE=5s); a value UCX refuses
 //	              fails Open with INVALID_ARGUMENT. UCX 1.13 accepts names
 //	              it does not know (they may belong to a transport), so a
-//	              misspelt name is silently ignored.
+//	              misspelt name is silently ignored; it also ignores some
+//	              transports' prefixed settings given this way (posix and
+//	              sysv ones: it logs "invalid configurations"), which only
+//	              the environment sets.
 //
 // Any other key fails Open with INVALID_ARGUMENT. UCX also reads UCX_*
 // from the process environment; parameters override it.

@@ -2,145 +2,154 @@ package ucx
 
 import (
 	"context"
+	"slices"
 
 	"github.com/custody-dev/custody/sdk"
 )
 
-// handle is one posted transfer: one UCX op covering all its descriptors
-// (a put or get per run of contiguous descriptors, and for a WRITE the
-// endpoint flush issued after the puts of its Post call), and, when it
-// carries a notification, the active message sent after it.
+// handle is one posted transfer: one op in the shim covering all its
+// descriptors (a put or get per run of contiguous descriptors, and for a
+// WRITE the endpoint flush issued after the puts of its Post call), and,
+// when it carries a notification, the active message sent after it.
 type handle struct {
 	id     sdk.HandleID
-	op     *cOp // nil once terminal: every request of it has completed
 	peer   *peer
 	local  *dlist
 	remote *dlist
-	notif  []byte
-	stage  int // 0: moving bytes; 1: sending the notification
 	state  sdk.State
 	reason error
 }
 
+// pendingPost is one checked item of a Post call, until the batch is
+// submitted: its index in the call and its handle.
+type pendingPost struct {
+	i int
+	h *handle
+}
+
 // Post starts transfers. Each valid item gets a handle at once; nothing
-// waits for bytes to move. A bad item posts nothing and says why.
+// waits for bytes to move. A bad item posts nothing and says why. The
+// transfers are issued to UCX from the caller's thread, one call into the
+// shim per Post call, before Post returns.
 func (t *Transport) Post(ctx context.Context, posts []sdk.PostSpec) ([]sdk.PostResult, error) {
 	if err := checkItems("Post", len(posts)); err != nil {
 		return nil, err
 	}
 	out := make([]sdk.PostResult, len(posts))
-	err := t.do(ctx, "Post", func(a *agent) {
-		for i := range posts {
-			out[i].ID, out[i].Err = a.post(&posts[i])
-		}
-		a.flushWrites()
-	})
+	err := t.do(ctx, "Post", func(a *agent) { a.postAll(posts, out) })
 	if err != nil {
 		return nil, err
 	}
 	return out, nil
 }
 
-func (a *agent) post(s *sdk.PostSpec) (sdk.HandleID, error) {
+// postAll checks every item, submits the good ones as one batch and
+// registers their handles.
+func (a *agent) postAll(posts []sdk.PostSpec, out []sdk.PostResult) {
+	a.batch.reset()
+	a.pend = a.pend[:0]
+	for i := range posts {
+		h, err := a.check(&posts[i])
+		if err != nil {
+			out[i].Err = err
+			continue
+		}
+		a.pend = append(a.pend, pendingPost{i: i, h: h})
+	}
+	if len(a.pend) == 0 {
+		return
+	}
+	a.issued = slices.Grow(a.issued[:0], len(a.pend))[:len(a.pend)]
+	a.nw.submit(&a.batch, a.cname, len(a.name), a.issued)
+	for k, pp := range a.pend {
+		h := pp.h
+		if !a.issued[k] {
+			out[pp.i].Err = sdk.Errorf(sdk.CodeBackend, "ucx: Post: out of memory for the transfer's state; nothing posted, retry")
+			continue
+		}
+		a.handles[h.id] = h
+		h.local.handles++
+		h.remote.handles++
+		a.inflight++
+		h.peer.inflight++
+		out[pp.i].ID = h.id
+	}
+	a.pend = a.pend[:0]
+}
+
+// check validates one item and adds it to the batch.
+func (a *agent) check(s *sdk.PostSpec) (*handle, error) {
 	if !s.Op.Valid() {
-		return 0, sdk.Errorf(sdk.CodeInvalidArgument, "ucx: Post: op %v; use READ or WRITE", s.Op)
+		return nil, sdk.Errorf(sdk.CodeInvalidArgument, "ucx: Post: op %v; use READ or WRITE", s.Op)
 	}
 	local, ok := a.dlists[s.Local]
 	if !ok {
-		return 0, sdk.Errorf(sdk.CodeInvalidArgument, "ucx: Post: local dlist %d unknown or released", s.Local)
+		return nil, sdk.Errorf(sdk.CodeInvalidArgument, "ucx: Post: local dlist %d unknown or released", s.Local)
 	}
 	remote, ok := a.dlists[s.Remote]
 	if !ok {
-		return 0, sdk.Errorf(sdk.CodeInvalidArgument, "ucx: Post: remote dlist %d unknown or released", s.Remote)
+		return nil, sdk.Errorf(sdk.CodeInvalidArgument, "ucx: Post: remote dlist %d unknown or released", s.Remote)
 	}
 	if local.peer != nil || remote.peer == nil {
-		return 0, sdk.Errorf(sdk.CodeInvalidArgument, "ucx: Post: dlist %d must be local and dlist %d remote", s.Local, s.Remote)
+		return nil, sdk.Errorf(sdk.CodeInvalidArgument, "ucx: Post: dlist %d must be local and dlist %d remote", s.Local, s.Remote)
 	}
 	n := len(s.LocalIndices)
 	if n == 0 || n != len(s.RemoteIndices) || n > maxDescriptorsPerPost {
-		return 0, sdk.Errorf(sdk.CodeInvalidArgument, "ucx: Post: %d local and %d remote indices; give 1 to %d of each, as many of one as of the other", n, len(s.RemoteIndices), maxDescriptorsPerPost)
+		return nil, sdk.Errorf(sdk.CodeInvalidArgument, "ucx: Post: %d local and %d remote indices; give 1 to %d of each, as many of one as of the other", n, len(s.RemoteIndices), maxDescriptorsPerPost)
 	}
 	if len(s.Notification) > maxNotificationBytes {
-		return 0, sdk.Errorf(sdk.CodeInvalidArgument, "ucx: Post: notification of %d bytes exceeds the limit of %d", len(s.Notification), maxNotificationBytes)
+		return nil, sdk.Errorf(sdk.CodeInvalidArgument, "ucx: Post: notification of %d bytes exceeds the limit of %d", len(s.Notification), maxNotificationBytes)
 	}
 	segs := a.segs[:0]
 	for j := range n {
 		li, ri := s.LocalIndices[j], s.RemoteIndices[j]
 		if int(li) >= len(local.local) || int(ri) >= len(remote.remote) {
-			return 0, sdk.Errorf(sdk.CodeInvalidArgument, "ucx: Post: pair %d: index %d of local dlist %d (%d entries) or %d of remote dlist %d (%d entries) out of range", j, li, s.Local, len(local.local), ri, s.Remote, len(remote.remote))
+			return nil, sdk.Errorf(sdk.CodeInvalidArgument, "ucx: Post: pair %d: index %d of local dlist %d (%d entries) or %d of remote dlist %d (%d entries) out of range", j, li, s.Local, len(local.local), ri, s.Remote, len(remote.remote))
 		}
 		l, r := local.local[li], remote.remote[ri]
 		if l.length != r.length {
-			return 0, sdk.Errorf(sdk.CodeInvalidArgument, "ucx: Post: pair %d: local descriptor %d is %d bytes, remote descriptor %d is %d; lengths must match", j, li, l.length, ri, r.length)
+			return nil, sdk.Errorf(sdk.CodeInvalidArgument, "ucx: Post: pair %d: local descriptor %d is %d bytes, remote descriptor %d is %d; lengths must match", j, li, l.length, ri, r.length)
 		}
 		segs = appendSegment(segs, segment{laddr: l.addr, raddr: r.addr, size: l.length, rkey: r.rkey, memh: l.region.memh})
 	}
 	a.segs = segs
 	p := remote.peer
 	if p.lost != nil {
-		return 0, p.lost
+		return nil, p.lost
 	}
 	h := &handle{id: sdk.HandleID(a.newID()), peer: p, local: local, remote: remote, state: sdk.StateInProgress}
-	if len(s.Notification) > 0 {
-		h.notif = append([]byte(nil), s.Notification...)
-	}
-	h.op = newOp(uint64(h.id))
-	a.handles[h.id] = h
-	local.handles++
-	remote.handles++
-	a.inflight++
-	p.inflight++
-	a.nw.post(&a.scratch, p.cp, h.op, s.Op == sdk.OpWrite, segs)
-	if s.Op == sdk.OpWrite {
-		a.unflushed[p] = append(a.unflushed[p], h.op)
-	}
-	return h.id, nil
+	b := &a.batch
+	b.subs = append(b.subs, submission{
+		id: uint64(h.id), peer: p.cp, write: s.Op == sdk.OpWrite,
+		segOff: len(b.segs), nseg: len(segs),
+		notifOff: len(b.arena), notifLen: len(s.Notification),
+	})
+	b.segs = append(b.segs, segs...)
+	b.arena = append(b.arena, s.Notification...)
+	return h, nil
 }
 
-// flushWrites issues, per peer, one endpoint flush after the WRITEs of
-// this Post call: it covers every put before it, so each WRITE turns DONE
-// only once its bytes are at the destination, at the cost of one flush per
-// call and peer rather than per transfer. Post calls it before returning.
-func (a *agent) flushWrites() {
-	for p, ops := range a.unflushed {
-		a.nw.flushOps(p.cp, ops)
-		delete(a.unflushed, p)
-	}
-}
-
-// opDone advances h once every request of its op completed: to the
-// notification send, or to its terminal state.
-func (h *handle) opDone(a *agent) {
+// finish records how h's op ended: DONE once its bytes are in place and
+// its notification, if any, was sent.
+func (h *handle) finish(a *agent, c completion) {
 	p := h.peer
-	p.inflight--
-	st := opStatus(h.op)
-	if st == statusOK && h.stage == 0 && len(h.notif) > 0 && p.lost == nil {
-		// The bytes are in place; only now may the peer hear of it.
-		h.stage = 1
-		a.inflight++
-		p.inflight++
-		a.nw.sendMsg(p.cp, h.op, a.name, h.notif)
-		return
-	}
-	opFree(h.op)
-	h.op = nil
 	switch {
-	case st == statusOK && (h.stage == 1 || len(h.notif) == 0):
+	case c.st == statusOK:
 		h.state = sdk.StateDone
 	case p.lost != nil:
 		h.state, h.reason = sdk.StateFailed, p.lost
-	case st == statusOK:
-		h.state, h.reason = sdk.StateFailed, sdk.Errorf(sdk.CodeRemoteDisconnect, "ucx: handle %d: peer %s lost before its notification was sent", h.id, p.name)
+	case c.lost:
+		h.state, h.reason = sdk.StateFailed, sdk.Errorf(sdk.CodeRemoteDisconnect, "ucx: handle %d: peer %s lost before its notification was sent (the bytes had arrived): %s", h.id, p.name, c.st)
 	default:
-		code := st.code()
+		code := c.st.code()
 		if code == sdk.CodeOK || code == sdk.CodeCanceled {
 			code = sdk.CodeBackend
 		}
 		what := "transfer"
-		if h.stage == 1 {
+		if c.stage == 1 {
 			what = "notification (the bytes had arrived)"
 		}
-		h.state, h.reason = sdk.StateFailed, sdk.Errorf(code, "ucx: handle %d to peer %s: %s failed: %s", h.id, p.name, what, st)
+		h.state, h.reason = sdk.StateFailed, sdk.Errorf(code, "ucx: handle %d to peer %s: %s failed: %s", h.id, p.name, what, c.st)
 	}
 	a.events = append(a.events, sdk.Event{Handle: h.id, State: h.state, Reason: h.reason})
 }
@@ -152,6 +161,7 @@ func (t *Transport) Poll(ctx context.Context, ids []sdk.HandleID) ([]sdk.HandleS
 	}
 	out := make([]sdk.HandleStatus, len(ids))
 	err := t.do(ctx, "Poll", func(a *agent) {
+		a.driveProgress(ids)
 		for i, id := range ids {
 			h, ok := a.handles[id]
 			if !ok {
@@ -165,6 +175,20 @@ func (t *Transport) Poll(ctx context.Context, ids []sdk.HandleID) ([]sdk.HandleS
 		return nil, err
 	}
 	return out, nil
+}
+
+// driveProgress progresses the worker on the caller's thread when a polled
+// handle still runs, and takes what that finished: a caller that polls
+// until DONE is then its own progress engine (no hand-off to the progress
+// thread, which naps meanwhile).
+func (a *agent) driveProgress(ids []sdk.HandleID) {
+	for _, id := range ids {
+		if h, ok := a.handles[id]; ok && !h.state.Terminal() {
+			a.nw.callerProgress()
+			a.reap()
+			return
+		}
+	}
 }
 
 // Cancel is accepted and changes nothing: UCX cannot cancel a posted put

@@ -10,6 +10,7 @@ import "C"
 import (
 	"fmt"
 	"sync/atomic"
+	"syscall"
 	"time"
 	"unsafe"
 
@@ -17,7 +18,6 @@ import (
 )
 
 // This file is the only one that speaks cgo: small wrappers over shim.c.
-// Every function here must run on the agent's worker thread.
 
 // status is a UCX status code (ucs_status_t).
 type status int
@@ -48,14 +48,18 @@ func (s status) code() sdk.Code {
 	return sdk.CodeBackend
 }
 
-// nativeWorker is a UCP context and worker plus the shim's queues.
+// nativeWorker is a UCP context and worker, the shim's queues and its
+// progress thread. Its functions may run on any goroutine: the shim takes
+// the worker's lock around every UCX call.
 type nativeWorker struct {
 	cw *C.cu_worker
 }
 
 // openNative creates the context and worker with the given UCX settings
-// (names without the UCX_ prefix).
-func openNative(keys, vals []string, errPeer bool) (*nativeWorker, error) {
+// (names without the UCX_ prefix) and starts the progress thread, which
+// spins for spin after the last activity before it sleeps, at most
+// sleepMax at a time.
+func openNative(keys, vals []string, errPeer bool, spin, sleepMax time.Duration) (*nativeWorker, error) {
 	n := len(keys)
 	ck := make([]*C.char, n+1)
 	cv := make([]*C.char, n+1)
@@ -76,7 +80,7 @@ func openNative(keys, vals []string, errPeer bool) (*nativeWorker, error) {
 		ep = 1
 	}
 	// ck and cv hold C pointers only, so passing them is allowed.
-	st := status(C.cu_open(C.int(n), &ck[0], &cv[0], ep, &cw, &bad))
+	st := status(C.cu_open(C.int(n), &ck[0], &cv[0], ep, C.uint64_t(spin), C.int(sleepMax.Milliseconds()), &cw, &bad))
 	if st != statusOK {
 		if bad >= 0 {
 			return nil, sdk.Errorf(sdk.CodeInvalidArgument, "UCX rejected setting UCX_%s=%q: %s; check the parameter", keys[bad], vals[bad], st)
@@ -91,6 +95,7 @@ func openNative(keys, vals []string, errPeer bool) (*nativeWorker, error) {
 	return &nativeWorker{cw: cw}, nil
 }
 
+// close stops the progress thread and frees the worker.
 func (w *nativeWorker) close() {
 	C.cu_close(w.cw)
 	w.cw = nil
@@ -98,19 +103,39 @@ func (w *nativeWorker) close() {
 
 func (w *nativeWorker) progress() uint { return uint(C.cu_progress(w.cw)) }
 
-// spin progresses the worker until something completed or arrived, wake
-// turned non-zero, or max passed, and returns the events progressed. wake
-// is written atomically by other goroutines; it must not hold Go pointers
-// (an int32 does not), as cgo requires of memory passed to C.
-func (w *nativeWorker) spin(wake *atomic.Int32, max time.Duration) uint {
-	return uint(C.cu_spin(w.cw, (*C.int32_t)(unsafe.Pointer(wake)), C.uint64_t(max)))
+// callerProgress progresses the worker on this thread until nothing more
+// is ready (bounded), unless the progress thread is at it; the progress
+// thread naps while a caller does so in a loop.
+func (w *nativeWorker) callerProgress() uint { return uint(C.cu_caller_progress(w.cw)) }
+
+// counter reads one of the shim's atomic counters in place, without a
+// call into C.
+func counter(p *C.uint64_t) uint64 { return (*atomic.Uint64)(unsafe.Pointer(p)).Load() }
+
+// doneSeq counts the completions the shim ever queued.
+func (w *nativeWorker) doneSeq() uint64 { return counter(&w.cw.done_seq) }
+
+// msgSeq counts the notifications the shim ever received.
+func (w *nativeWorker) msgSeq() uint64 { return counter(&w.cw.msg_seq) }
+
+// msgLost counts the received notifications the shim could not keep.
+func (w *nativeWorker) msgLost() uint64 { return counter(&w.cw.msg_lost) }
+
+func (w *nativeWorker) peerFailures() uint64 { return counter(&w.cw.peer_failures) }
+
+// sleeping reports whether the progress thread waits in poll now.
+func (w *nativeWorker) sleeping() bool {
+	return (*atomic.Int32)(unsafe.Pointer(&w.cw.sleeping)).Load() != 0
 }
 
-// hasMsg reports whether a received notification waits (no cgo call: the
-// worker's fields are read in place, on its own thread).
-func (w *nativeWorker) hasMsg() bool { return w.cw.msg_head != nil }
+// threadStats are the progress thread's rounds and sleeps so far.
+func (w *nativeWorker) threadStats() (rounds, sleeps uint64) {
+	return counter(&w.cw.rounds), counter(&w.cw.sleeps)
+}
 
-func (w *nativeWorker) peerFailures() uint64 { return uint64(w.cw.peer_failures) }
+// failMsgAllocs makes the next n copies of received notifications fail
+// as if memory ran out (tests).
+func (w *nativeWorker) failMsgAllocs(n int) { C.cu_fail_msg_allocs(w.cw, C.int(n)) }
 
 // address returns a copy of the worker's address.
 func (w *nativeWorker) address() ([]byte, error) {
@@ -159,17 +184,18 @@ func rkeyUnpack(p *C.cu_peer, rk []byte) (C.ucp_rkey_h, status) {
 	return h, st
 }
 
-func rkeyDestroy(h C.ucp_rkey_h) { C.cu_rkey_destroy(h) }
+func (w *nativeWorker) rkeyDestroy(h C.ucp_rkey_h) { C.cu_rkey_destroy(w.cw, h) }
 
 // closeReq is an endpoint close still running.
 type closeReq struct {
+	w    *nativeWorker
 	peer *C.cu_peer
 	req  unsafe.Pointer
 }
 
 // startClose starts closing p's endpoint. It returns a closeReq to wait on,
 // or nil when the close finished at once (p is then freed).
-func startClose(p *C.cu_peer, force bool) *closeReq {
+func (w *nativeWorker) startClose(p *C.cu_peer, force bool) *closeReq {
 	f := C.int(0)
 	if force {
 		f = 1
@@ -179,12 +205,12 @@ func startClose(p *C.cu_peer, force bool) *closeReq {
 		C.cu_peer_free(p)
 		return nil
 	}
-	return &closeReq{peer: p, req: r}
+	return &closeReq{w: w, peer: p, req: r}
 }
 
 // done reports whether the close has finished; p is freed once it has.
 func (c *closeReq) done() bool {
-	if status(C.cu_request_done(c.req)) == statusInProgress {
+	if status(C.cu_request_done(c.w.cw, c.req)) == statusInProgress {
 		return false
 	}
 	C.cu_peer_free(c.peer)
@@ -193,51 +219,6 @@ func (c *closeReq) done() bool {
 
 func peerFailed(p *C.cu_peer) (bool, status) {
 	return p.failed != 0, status(p.fail_status)
-}
-
-func newOp(id uint64) *C.cu_op { return C.cu_op_new(C.uint64_t(id)) }
-
-func opFree(op *C.cu_op) { C.cu_op_free(op) }
-
-func opStatus(op *C.cu_op) status { return status(op.status) }
-
-func opID(op *C.cu_op) uint64 { return uint64(op.id) }
-
-// postScratch holds the arrays one cu_post call reads, in C memory so that
-// cgo's pointer rules hold trivially and nothing is allocated per post.
-type postScratch struct {
-	cap   int
-	laddr *C.uint64_t
-	raddr *C.uint64_t
-	size  *C.size_t
-	rkey  *C.ucp_rkey_h
-	memh  *C.ucp_mem_h
-}
-
-func (s *postScratch) ensure(n int) {
-	if n <= s.cap {
-		return
-	}
-	s.free()
-	sz := C.size_t(n) * 8
-	s.laddr = (*C.uint64_t)(C.malloc(sz))
-	s.raddr = (*C.uint64_t)(C.malloc(sz))
-	s.size = (*C.size_t)(C.malloc(sz))
-	s.rkey = (*C.ucp_rkey_h)(C.malloc(sz))
-	s.memh = (*C.ucp_mem_h)(C.malloc(sz))
-	s.cap = n
-}
-
-func (s *postScratch) free() {
-	if s.cap == 0 {
-		return
-	}
-	C.free(unsafe.Pointer(s.laddr))
-	C.free(unsafe.Pointer(s.raddr))
-	C.free(unsafe.Pointer(s.size))
-	C.free(unsafe.Pointer(s.rkey))
-	C.free(unsafe.Pointer(s.memh))
-	*s = postScratch{}
 }
 
 // segment is one contiguous piece of a post, already resolved to native
@@ -250,59 +231,147 @@ type segment struct {
 	memh  C.ucp_mem_h
 }
 
-// post issues segs as one op on peer p.
-func (w *nativeWorker) post(s *postScratch, p *C.cu_peer, op *C.cu_op, write bool, segs []segment) {
-	s.ensure(len(segs))
-	la := unsafe.Slice(s.laddr, len(segs))
-	ra := unsafe.Slice(s.raddr, len(segs))
-	sz := unsafe.Slice(s.size, len(segs))
-	rk := unsafe.Slice(s.rkey, len(segs))
-	mh := unsafe.Slice(s.memh, len(segs))
-	for i, g := range segs {
-		la[i] = C.uint64_t(g.laddr)
-		ra[i] = C.uint64_t(g.raddr)
-		sz[i] = C.size_t(g.size)
-		rk[i] = g.rkey
-		mh[i] = g.memh
-	}
-	wr := C.int(0)
-	if write {
-		wr = 1
-	}
-	C.cu_post(w.cw, p, op, wr, C.int(len(segs)), s.laddr, s.raddr, s.size, s.rkey, s.memh)
+// submission is one transfer to submit: its segments are subBatch.segs
+// [segOff, segOff+nseg), its notification subBatch.arena[notifOff:
+// notifOff+notifLen].
+type submission struct {
+	id       uint64
+	peer     *C.cu_peer
+	write    bool
+	segOff   int
+	nseg     int
+	notifOff int
+	notifLen int
 }
 
-// flushOps issues one endpoint flush on p covering the write ops posted on
-// it before; each op finishes once the flush completed.
-func (w *nativeWorker) flushOps(p *C.cu_peer, ops []*C.cu_op) {
-	// ops holds C pointers only, so passing it is allowed.
-	C.cu_flush_ops(w.cw, p, &ops[0], C.int(len(ops)))
+// subBatch collects the submissions of one Post call and hands them to
+// the shim in one call, in C memory that is reused from call to call (so
+// that cgo's pointer rules hold trivially and nothing is allocated per
+// post). Its layout, fixed-size entries plus variable parts in side
+// arrays, is a submission ring's.
+type subBatch struct {
+	subs  []submission
+	segs  []segment
+	arena []byte
+
+	cSubs  *C.cu_sub
+	cSegs  *C.cu_seg
+	cArena *C.char
+	capSub int
+	capSeg int
+	capAr  int
 }
 
-// sendMsg sends one notification as an active message.
-func (w *nativeWorker) sendMsg(p *C.cu_peer, op *C.cu_op, from string, msg []byte) {
-	cf := C.CString(from)
-	defer C.free(unsafe.Pointer(cf))
+func (b *subBatch) reset() {
+	b.subs, b.segs, b.arena = b.subs[:0], b.segs[:0], b.arena[:0]
+}
+
+// grow makes the C arrays hold what the batch holds.
+func (b *subBatch) grow() {
+	if n := len(b.subs); n > b.capSub {
+		C.free(unsafe.Pointer(b.cSubs))
+		b.capSub = max(n, 2*b.capSub, 16)
+		b.cSubs = (*C.cu_sub)(C.malloc(C.size_t(b.capSub) * C.sizeof_cu_sub))
+	}
+	if n := len(b.segs); n > b.capSeg {
+		C.free(unsafe.Pointer(b.cSegs))
+		b.capSeg = max(n, 2*b.capSeg, 16)
+		b.cSegs = (*C.cu_seg)(C.malloc(C.size_t(b.capSeg) * C.sizeof_cu_seg))
+	}
+	if n := len(b.arena); n > b.capAr {
+		C.free(unsafe.Pointer(b.cArena))
+		b.capAr = max(n, 2*b.capAr, 4096)
+		b.cArena = (*C.char)(C.malloc(C.size_t(b.capAr)))
+	}
+}
+
+func (b *subBatch) free() {
+	C.free(unsafe.Pointer(b.cSubs))
+	C.free(unsafe.Pointer(b.cSegs))
+	C.free(unsafe.Pointer(b.cArena))
+	*b = subBatch{}
+}
+
+// submit issues the batch (cu_submit) and reports, per submission, whether
+// it was issued (false: the shim could not allocate memory for it, and
+// nothing of it runs). from is the agent name notifications carry.
+func (w *nativeWorker) submit(b *subBatch, from *C.char, fromLen int, ok []bool) {
+	if len(b.subs) == 0 {
+		return
+	}
+	b.grow()
+	subs := unsafe.Slice(b.cSubs, len(b.subs))
+	for i, s := range b.subs {
+		wr := C.int32_t(0)
+		if s.write {
+			wr = 1
+		}
+		subs[i] = C.cu_sub{
+			id: C.uint64_t(s.id), peer: s.peer, write: wr,
+			seg_off: C.uint32_t(s.segOff), nseg: C.uint32_t(s.nseg),
+			notif_off: C.uint32_t(s.notifOff), notif_len: C.uint32_t(s.notifLen),
+		}
+	}
+	segs := unsafe.Slice(b.cSegs, max(len(b.segs), 1))
+	for i, g := range b.segs {
+		segs[i] = C.cu_seg{laddr: C.uint64_t(g.laddr), raddr: C.uint64_t(g.raddr), len: C.uint64_t(g.size), rkey: g.rkey, memh: g.memh}
+	}
+	if len(b.arena) > 0 {
+		copy(unsafe.Slice((*byte)(unsafe.Pointer(b.cArena)), len(b.arena)), b.arena)
+	}
+	C.cu_submit(w.cw, b.cSubs, C.int(len(b.subs)), b.cSegs, b.cArena, from, C.size_t(fromLen))
+	for i := range b.subs {
+		ok[i] = subs[i].ok != 0
+	}
+}
+
+// sendMsg sends one notification as an active message; it completes as
+// op id. It reports false when the shim could not allocate memory for it.
+func (w *nativeWorker) sendMsg(p *C.cu_peer, id uint64, from *C.char, fromLen int, msg []byte) bool {
 	var cm unsafe.Pointer
 	if len(msg) > 0 {
 		cm = C.CBytes(msg)
 		defer C.free(cm)
 	}
-	C.cu_send_msg(w.cw, p, op, unsafe.Pointer(cf), C.size_t(len(from)), cm, C.size_t(len(msg)))
+	return C.cu_send_msg(w.cw, p, C.uint64_t(id), from, C.size_t(fromLen), cm, C.size_t(len(msg))) != 0
 }
 
-// takeDone returns the ops whose last request completed since the last
-// call. It unlinks the shim's done list in place, without a cgo call: the
-// list is only touched on this thread.
-func (w *nativeWorker) takeDone(out []*C.cu_op) []*C.cu_op {
-	for op := w.cw.done_head; op != nil; {
-		next := op.next
-		op.next = nil
-		out = append(out, op)
-		op = next
+// completion is one finished op, as the shim reports it.
+type completion struct {
+	id    uint64
+	st    status
+	stage int  // 0: it ended moving bytes; 1: sending the notification
+	lost  bool // its notification was not sent: the peer failed
+}
+
+// doneBuf holds the shim's completions of one take, in C memory.
+type doneBuf struct {
+	c   *C.cu_done
+	cap int
+}
+
+const doneBatch = 256
+
+// takeDone appends the completions the shim queued, oldest first.
+func (w *nativeWorker) takeDone(b *doneBuf, out []completion) []completion {
+	if b.c == nil {
+		b.cap = doneBatch
+		b.c = (*C.cu_done)(C.malloc(C.size_t(b.cap) * C.sizeof_cu_done))
 	}
-	w.cw.done_head = nil
-	return out
+	for {
+		n := int(C.cu_take_done(w.cw, b.c, C.int(b.cap)))
+		for _, d := range unsafe.Slice(b.c, b.cap)[:n] {
+			out = append(out, completion{id: uint64(d.id), st: status(d.status), stage: int(d.stage), lost: d.lost != 0})
+		}
+		if n < b.cap {
+			return out
+		}
+	}
+}
+
+func (b *doneBuf) free() {
+	C.free(unsafe.Pointer(b.c))
+	*b = doneBuf{}
 }
 
 // takeMsg pops one received notification.
@@ -318,11 +387,28 @@ func (w *nativeWorker) takeMsg() (from string, msg []byte, ok bool) {
 	return from, msg, true
 }
 
+// pidfdOpen returns a non-blocking pidfd of pid.
+func pidfdOpen(pid int) (int, error) {
+	fd := int(C.cu_pidfd_open(C.int(pid)))
+	if fd < 0 {
+		return -1, syscall.Errno(-fd)
+	}
+	return fd, nil
+}
+
+// pidfdExited reports whether the process of pidfd fd has exited.
+func pidfdExited(fd uintptr) bool { return C.cu_pidfd_exited(C.int(fd)) != 0 }
+
+// cString is a C copy of s, freed with freeCString.
+func cString(s string) *C.char { return C.CString(s) }
+
+func freeCString(p *C.char) { C.free(unsafe.Pointer(p)) }
+
 // Aliases of the C types the rest of the package holds (only this file
 // speaks cgo).
 type (
-	cOp   = C.cu_op
-	cPeer = C.cu_peer
-	cMemh = C.ucp_mem_h
-	cRkey = C.ucp_rkey_h
+	cPeer  = C.cu_peer
+	cMemh  = C.ucp_mem_h
+	cRkey  = C.ucp_rkey_h
+	cChars = *C.char
 )

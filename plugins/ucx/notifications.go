@@ -46,18 +46,27 @@ func (a *agent) sendNotification(m sdk.OutboundNotification) error {
 		return p.lost
 	}
 	id := notifKey | a.newID()
-	op := newOp(id)
+	if !a.nw.sendMsg(p.cp, id, a.cname, len(a.name), m.Message) {
+		return sdk.Errorf(sdk.CodeBackend, "ucx: SendNotifications: out of memory copying a message of %d bytes; not sent, retry", len(m.Message))
+	}
 	a.sends[id] = &notifSend{peer: p}
 	p.sends++
-	a.nw.sendMsg(p.cp, op, a.name, m.Message)
 	return nil
 }
 
 // Notifications drains up to max received messages (all when max <= 0).
+// A message UCX delivered but the shim could not copy (out of memory) is
+// lost: the next call reports how many were, as a BACKEND error of the
+// call, and drains nothing; the call after it drains what arrived.
 func (t *Transport) Notifications(ctx context.Context, max int) ([]sdk.Notification, error) {
 	var out []sdk.Notification
+	var lost error
 	err := t.do(ctx, "Notifications", func(a *agent) {
-		a.reap() // take what UCX already delivered
+		if l := a.nw.msgLost(); l != a.lostSeen {
+			lost = sdk.Errorf(sdk.CodeBackend, "ucx: Notifications: agent %q dropped %d received notifications: out of memory copying them out of UCX (their senders were told they were sent); later ones are kept", a.name, l-a.lostSeen)
+			a.lostSeen = l
+			return
+		}
 		n := len(a.inbox)
 		if max > 0 && max < n {
 			n = max
@@ -65,5 +74,11 @@ func (t *Transport) Notifications(ctx context.Context, max int) ([]sdk.Notificat
 		out = append(out, a.inbox[:n]...)
 		a.inbox = append(a.inbox[:0], a.inbox[n:]...)
 	})
-	return out, err
+	if err == nil {
+		err = lost
+	}
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
 }

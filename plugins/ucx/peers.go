@@ -2,6 +2,7 @@ package ucx
 
 import (
 	"context"
+	"errors"
 
 	"github.com/custody-dev/custody/sdk"
 )
@@ -14,10 +15,11 @@ type peer struct {
 	proc     procID
 	cp       *cPeer
 	regions  map[sdk.RegionID]*remoteRegion
-	dlists   int   // live remote dlists that reference it
-	inflight int   // posts UCX still runs on its endpoint
-	sends    int   // notification sends UCX still runs
-	lost     error // REMOTE_DISCONNECT once the peer is known gone
+	dlists   int        // live remote dlists that reference it
+	inflight int        // posts UCX still runs on its endpoint
+	sends    int        // notification sends UCX still runs
+	lost     error      // REMOTE_DISCONNECT once the peer is known gone
+	watch    *procWatch // its process, when UCX cannot report its loss
 }
 
 // remoteRegion is one of a peer's regions with its unpacked rkey.
@@ -68,14 +70,24 @@ func (t *Transport) LoadPeers(ctx context.Context, peers []sdk.PeerSpec) ([]sdk.
 }
 
 func (a *agent) loadPeer(md metadata) (sdk.PeerID, error) {
-	if a.cfg.watchPeers && !md.Proc.alive() {
-		return 0, sdk.Errorf(sdk.CodeRemoteDisconnect, "ucx: LoadPeers %q: its process (pid %d) is gone; fetch fresh metadata", md.Agent, md.Proc.Pid)
+	p := &peer{name: md.Agent, proc: md.Proc, regions: map[sdk.RegionID]*remoteRegion{}}
+	if a.cfg.watchPeers {
+		a.pruneWatches()
+		w, err := watchProc(md.Proc, func() { a.onPeerExit(p) })
+		if errors.Is(err, errProcGone) {
+			return 0, sdk.Errorf(sdk.CodeRemoteDisconnect, "ucx: LoadPeers %q: its process (pid %d) is gone; fetch fresh metadata", md.Agent, md.Proc.Pid)
+		}
+		if err != nil {
+			return 0, sdk.Errorf(sdk.CodeBackend, "ucx: LoadPeers %q: cannot watch its process, and UCX would not report its loss over %s: %v; nothing loaded", md.Agent, a.cfg.tls, err)
+		}
+		p.watch = w
 	}
 	cp, st := a.nw.newPeer(md.Address)
 	if st != statusOK {
+		a.stopWatch(p)
 		return 0, sdk.Errorf(sdk.CodeBackend, "ucx: LoadPeers %q: ucp_ep_create: %s; do both agents use the same tls (this one %q, the peer %q)?", md.Agent, st, a.cfg.tls, md.TLS)
 	}
-	p := &peer{name: md.Agent, proc: md.Proc, cp: cp, regions: map[sdk.RegionID]*remoteRegion{}}
+	p.cp = cp
 	for _, r := range md.Regions {
 		rk, st := rkeyUnpack(cp, r.Rkey)
 		if st != statusOK {
@@ -92,14 +104,37 @@ func (a *agent) loadPeer(md metadata) (sdk.PeerID, error) {
 // dropPeer destroys a peer's rkeys and starts closing its endpoint: forced
 // where the peer is lost and peer error mode allows it, else flushed.
 func (a *agent) dropPeer(p *peer) {
+	a.stopWatch(p)
 	for _, r := range p.regions {
-		rkeyDestroy(r.rkey)
+		a.nw.rkeyDestroy(r.rkey)
 	}
 	p.regions = nil
-	if c := startClose(p.cp, p.lost != nil && a.cfg.errPeer); c != nil {
+	if c := a.nw.startClose(p.cp, p.lost != nil && a.cfg.errPeer); c != nil {
 		a.closing = append(a.closing, c)
 	}
 	p.cp = nil
+}
+
+// stopWatch stops watching p's process; shutdown waits for the watch's end.
+func (a *agent) stopWatch(p *peer) {
+	if p.watch != nil {
+		p.watch.stop()
+		a.watches = append(a.watches, p.watch)
+		p.watch = nil
+	}
+}
+
+// pruneWatches forgets stopped watches whose goroutines ended.
+func (a *agent) pruneWatches() {
+	kept := a.watches[:0]
+	for _, w := range a.watches {
+		select {
+		case <-w.done:
+		default:
+			kept = append(kept, w)
+		}
+	}
+	a.watches = kept
 }
 
 // UnloadPeers releases peers. A peer a live dlist or transfer references is

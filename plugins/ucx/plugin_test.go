@@ -21,7 +21,7 @@ var (
 
 // pluginBinary returns the path of custody-transport-ucx:
 // $CUSTODY_UCX_PLUGIN when set (CI builds it once), else one built here.
-func pluginBinary(t *testing.T) string {
+func pluginBinary(t testing.TB) string {
 	t.Helper()
 	if p := os.Getenv("CUSTODY_UCX_PLUGIN"); p != "" {
 		return p

@@ -64,3 +64,56 @@ func procStat(pid int) (start uint64, state byte, err error) {
 	}
 	return start, f[0][0], nil
 }
+
+// procWatch waits, on a pidfd in Go's poller, for one process to exit: no
+// timer and no CPU while it lives.
+type procWatch struct {
+	f    *os.File
+	done chan struct{}
+}
+
+// errProcGone is a watched process that is already gone.
+var errProcGone = errors.New("process is gone")
+
+// watchProc calls dead once p exits, unless stop is called first. It
+// fails with errProcGone when p is no longer running (its pid may have
+// been reused: the start time is checked once the pidfd pins the pid).
+func watchProc(p procID, dead func()) (*procWatch, error) {
+	fd, err := pidfdOpen(int(p.Pid))
+	if errors.Is(err, syscall.ESRCH) {
+		return nil, errProcGone
+	}
+	if err != nil {
+		return nil, fmt.Errorf("pidfd_open(%d): %w", p.Pid, err)
+	}
+	if !p.alive() {
+		_ = syscall.Close(fd)
+		return nil, errProcGone
+	}
+	f := os.NewFile(uintptr(fd), fmt.Sprintf("pidfd:%d", p.Pid))
+	rc, err := f.SyscallConn()
+	if err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("pidfd of %d: %w", p.Pid, err)
+	}
+	w := &procWatch{f: f, done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		exited := false
+		err := rc.Read(func(fd uintptr) bool {
+			// A pidfd turns readable when its process exits.
+			exited = pidfdExited(fd)
+			return exited
+		})
+		if err == nil && exited {
+			dead()
+		}
+	}()
+	return w, nil
+}
+
+// stop ends the watch (dead is not called after it returns, unless it
+// already runs); wait waits for its goroutine.
+func (w *procWatch) stop() { _ = w.f.Close() }
+
+func (w *procWatch) wait() { <-w.done }

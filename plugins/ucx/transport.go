@@ -35,25 +35,20 @@ const (
 	stateClosed
 )
 
-// Transport is one UCX agent: one UCP context and worker, driven by one
-// goroutine locked to its OS thread. It implements sdk.Transport and
-// sdk.EventSource and is safe for concurrent use: calls queue a command to
-// the worker goroutine and wait for its answer, bounded by their context;
-// they never progress UCX themselves.
+// Transport is one UCX agent: one UCP context and worker, progressed by
+// a thread of the shim's own. It implements sdk.Transport and
+// sdk.EventSource and is safe for concurrent use: each call runs on its
+// caller's goroutine under the agent's lock, issues what it must to UCX
+// there (a Post's puts and flush go out before Post returns), and reads
+// what the progress thread finished without waiting for it.
 type Transport struct {
-	idBase uint64
-	exit   func(code int)
+	exit func(code int)
 
-	mu     sync.Mutex
-	state  int
-	cfg    config
-	name   string
-	cmds   chan func(*agent)
-	exited chan struct{}
-	// wake is set after a command is queued; the worker loop clears it
-	// before draining the queue and ends a spin in C when it turns
-	// non-zero. It must stay free of Go pointers (it is passed to C).
-	wake atomic.Int32
+	mu    sync.Mutex
+	state int
+	cfg   config
+	name  string
+	agent atomic.Pointer[agent] // set by Open
 }
 
 var (
@@ -73,7 +68,7 @@ func WithExit(exit func(code int)) Option {
 
 // New returns an agent that is not open yet.
 func New(opts ...Option) *Transport {
-	t := &Transport{exit: os.Exit, cmds: make(chan func(*agent), 64)}
+	t := &Transport{exit: os.Exit}
 	for _, o := range opts {
 		o(t)
 	}
@@ -145,22 +140,19 @@ func (t *Transport) Open(ctx context.Context, req sdk.OpenRequest) error {
 	if t.state != stateNew {
 		return sdk.Errorf(sdk.CodeInvalidArgument, "ucx: Open: agent %q was opened before; an agent opens once, make a new one", t.name)
 	}
-	t.exited = make(chan struct{})
-	t.idBase = processIDs.reserve()
-	opened := make(chan error, 1)
-	go t.loop(cfg, req.Agent, opened)
-	if err := <-opened; err != nil {
-		<-t.exited
+	a, err := openAgent(cfg, req.Agent, processIDs.reserve(), t.exit)
+	if err != nil {
 		return err
 	}
+	t.agent.Store(a)
 	t.state, t.cfg, t.name = stateOpen, cfg, req.Agent
 	return nil
 }
 
 // Close ends the agent. It is refused with BUSY while anything is held.
-// The check and the end happen in one command on the worker, so nothing
-// can be acquired in between; calls queued behind it answer that the
-// agent is closed, without effect.
+// The check and the end happen under the agent's lock, so nothing can be
+// acquired in between; later calls answer that the agent is closed,
+// without effect.
 func (t *Transport) Close(ctx context.Context) error {
 	var busy error
 	err := t.do(ctx, "Close", func(a *agent) {
@@ -176,7 +168,7 @@ func (t *Transport) Close(ctx context.Context) error {
 		t.mu.Lock()
 		t.state = stateClosed
 		t.mu.Unlock()
-		a.stop = true
+		a.closed = true
 	})
 	if err != nil {
 		return err
@@ -184,7 +176,7 @@ func (t *Transport) Close(ctx context.Context) error {
 	if busy != nil {
 		return busy
 	}
-	<-t.exited
+	t.agent.Load().shutdown()
 	return nil
 }
 
@@ -195,40 +187,24 @@ func (t *Transport) Resources(ctx context.Context) (sdk.Resources, error) {
 	return r, err
 }
 
-// do runs fn on the worker goroutine and waits for it, bounded by ctx.
+// do runs fn on the calling goroutine with the agent's lock held, after
+// taking what the progress thread finished.
 func (t *Transport) do(ctx context.Context, call string, fn func(*agent)) error {
-	t.mu.Lock()
-	st, name := t.state, t.name
-	cmds, exited := t.cmds, t.exited
-	t.mu.Unlock()
-	switch st {
-	case stateNew:
+	a := t.agent.Load()
+	if a == nil {
 		return sdk.Errorf(sdk.CodeInvalidArgument, "ucx: %s: agent is not open; call Open first", call)
-	case stateClosed:
-		return sdk.Errorf(sdk.CodeInvalidArgument, "ucx: %s: agent %q is closed; make a new one", call, name)
 	}
-	done := make(chan struct{})
-	select {
-	case cmds <- func(a *agent) { fn(a); close(done) }:
-		t.wake.Store(1)
-	case <-ctx.Done():
-		return ctxError(ctx.Err())
-	case <-exited:
-		return sdk.Errorf(sdk.CodeInvalidArgument, "ucx: %s: agent %q is closed; make a new one", call, name)
+	if err := ctx.Err(); err != nil {
+		return ctxError(err)
 	}
-	select {
-	case <-done:
-		return nil
-	case <-exited:
-		select {
-		case <-done:
-			return nil
-		default:
-			return sdk.Errorf(sdk.CodeInvalidArgument, "ucx: %s: agent %q was closed before the call ran; nothing changed", call, name)
-		}
-	case <-ctx.Done():
-		return sdk.Errorf(sdk.CodeTimeout, "ucx: %s: deadline passed while the agent ran the call; whether it took effect is unknown, check with Poll or Resources", call)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return sdk.Errorf(sdk.CodeInvalidArgument, "ucx: %s: agent %q is closed; make a new one", call, a.name)
 	}
+	a.reap()
+	fn(a)
+	return nil
 }
 
 // ctxError is the error for a call whose context ended before it started.
