@@ -223,11 +223,14 @@ func (t *Transport) finish(x *transfer, state sdk.State, reason error) {
 }
 
 // report turns x's handle terminal (the Book records the event, and
-// ignores a handle already terminal or released) and, when DONE,
+// ignores a handle already terminal or released; a recorded one wakes
+// Wake's channel) and, when DONE,
 // queues the post's notification in the outbox (or, under a notif-delay
 // fault, among the delayed ones).
 func (t *Transport) report(x *transfer, state sdk.State, reason error) {
-	t.book.Complete(x.h, state, reason)
+	if t.book.Complete(x.h, state, reason) {
+		t.signal()
+	}
 	if state != sdk.StateDone || len(x.note) == 0 || x.noteDrop {
 		return
 	}

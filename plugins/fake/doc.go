@@ -1,7 +1,7 @@
 // Package fake is custody's deterministic transport simulator: a real
-// transport, not a mock. It implements sdk.Transport and sdk.EventSource
-// in-process (New) and as the plugin binary custody-transport-fake, whose
-// main passes WithExitOnCrash.
+// transport, not a mock. It implements sdk.Transport, sdk.EventSource and
+// sdk.Waker in-process (New) and as the plugin binary
+// custody-transport-fake, whose main passes WithExitOnCrash.
 //
 // # Model
 //

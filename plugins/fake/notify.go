@@ -67,7 +67,8 @@ func listenNotifications(agent string) (*net.UnixConn, string, error) {
 	return conn, name, nil
 }
 
-// receive reads notifications into the inbox until the socket closes.
+// receive reads notifications into the inbox until the socket closes;
+// each one delivered wakes Wake's channel.
 func (t *Transport) receive(conn *net.UnixConn) {
 	defer t.wg.Done()
 	buf := make([]byte, 64<<10)
@@ -84,8 +85,8 @@ func (t *Transport) receive(conn *net.UnixConn) {
 			continue
 		}
 		t.mu.Lock()
-		if !t.crashed {
-			t.book.Deliver(from, msg)
+		if !t.crashed && t.book.Deliver(from, msg) {
+			t.signal()
 		}
 		t.mu.Unlock()
 	}

@@ -27,8 +27,8 @@ const (
 )
 
 // Transport is one fake agent. The zero value is not usable; call New. It
-// implements sdk.Transport and sdk.EventSource, and is safe for concurrent
-// use.
+// implements sdk.Transport, sdk.EventSource and sdk.Waker, and is safe for
+// concurrent use.
 type Transport struct {
 	exitOnCrash bool
 	// stepHook, when set (by tests, before Open), runs before each step of
@@ -75,13 +75,17 @@ type Transport struct {
 	addr string
 	out  int // the engine's non-blocking sending socket (outbox.go)
 	stop chan struct{}
-	wake chan struct{}
+	wake chan struct{} // kicks the DMA engine (kick)
 	wg   sync.WaitGroup
+
+	// woken is Wake's channel (waker.go): made by New, never closed.
+	woken chan struct{}
 }
 
 var (
 	_ sdk.Transport   = (*Transport)(nil)
 	_ sdk.EventSource = (*Transport)(nil)
+	_ sdk.Waker       = (*Transport)(nil)
 )
 
 // Option configures a Transport at New.
@@ -98,7 +102,7 @@ func WithExitOnCrash() Option {
 // shuts the agent down in-process (every later call answers
 // PLUGIN_SHUTDOWN), which is what in-process tests want.
 func New(opts ...Option) *Transport {
-	t := &Transport{p: defaultParams(), watch: peerWatch}
+	t := &Transport{p: defaultParams(), watch: peerWatch, woken: make(chan struct{}, 1)}
 	t.book = kit.NewBook[*region, *peer, handleFaults]("fake", t.limits(t.p))
 	for _, o := range opts {
 		o(t)
@@ -258,6 +262,7 @@ func (t *Transport) Kill() {
 	t.mu.Unlock()
 	if was {
 		t.teardown()
+		t.signal()
 	}
 }
 
@@ -305,6 +310,7 @@ func (t *Transport) lock(ctx context.Context, call string) error {
 		os.Exit(3)
 	}
 	t.teardown()
+	t.signal()
 	return shutdownError()
 }
 

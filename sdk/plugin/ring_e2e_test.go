@@ -98,6 +98,37 @@ func TestRingsWake(t *testing.T) {
 	}
 }
 
+// TestRingsWakeOnNotification: with nothing in flight the plugin's pump
+// sleeps until its transport, a Waker, wakes it; a notification that
+// reaches the transport then reaches the host and wakes Wake's channel.
+// The host looks only after a wake-up, so a notification that wakes nobody
+// fails the test at the deadline.
+func TestRingsWakeOnNotification(t *testing.T) {
+	rg := newRig(t, "")
+	require.True(t, rg.p.Rings())
+	wake := rg.p.Wake()
+	select {
+	case <-wake:
+	default:
+	}
+	errs, err := rg.p.SendNotifications(context.Background(), []sdk.OutboundNotification{{Peer: rg.peer, Message: []byte("while idle")}})
+	require.NoError(t, err)
+	require.NoError(t, errs[0])
+	deadline := time.After(waitFor)
+	var got []sdk.Notification
+	for len(got) == 0 {
+		select {
+		case <-wake:
+		case <-deadline:
+			t.Fatal("no wake-up brought the notification")
+		}
+		ns, err := rg.p.Notifications(context.Background(), 0)
+		require.NoError(t, err)
+		got = append(got, ns...)
+	}
+	assert.Equal(t, []sdk.Notification{{From: "a", Message: []byte("while idle")}}, got)
+}
+
 // TestRingsPollWhenNoEvents: for a transport that is no EventSource the
 // plugin side polls the handles posted, so completions still come through
 // the rings; Events stays unsupported.
