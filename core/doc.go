@@ -2,12 +2,18 @@
 // descriptor list and transfer handle of one engine rank and decides when
 // each may be let go, so that no block is reused, no handle released and no
 // peer removed while a transfer may still touch it (DESIGN section 4, rules
-// 1–8, 12–14 and 16).
+// 1–8 and 12–16).
 //
-// Rule 15 (resend a peer's metadata when the first notification to it never
-// arrived) is not implemented: core sends each notification once and only
-// alerts when the transport reports the send failed; a notification lost
-// silently is noticed only by the lease of the request waiting for it.
+// Rule 15: when the first notification handed out to a remote rank fails (an
+// item error other than INVALID_ARGUMENT, or the call as a whole), core
+// loads the rank again from the metadata it connected with before the next
+// notification to it, and notifies the new peer id from then on (resend.go).
+// Only the first notification triggers it, once per connection, so each rank
+// holds at most one extra native peer handle. The old id stays loaded while
+// the rank's dlist names it; both are released with the peer's other natives
+// once it is removed and no handle uses them. A notification lost silently
+// (the transport reported success) is still noticed only by the lease of the
+// request waiting for it.
 //
 // core is a pure state machine in the manner of etcd's raft. It has no
 // goroutines, reads no clock and does no I/O: it never calls a transport.

@@ -39,12 +39,21 @@ type peer struct {
 	retired   bool
 	due       bool // retired: release its natives in the next Ready
 	releasing bool // retired: a release of its natives is outstanding
+	reloading int  // ranks whose metadata reload is outstanding (resend.go)
 }
 
 type rank struct {
 	spec  RankSpec
 	id    sdk.PeerID  // zero once unloaded
 	dlist sdk.DlistID // zero for notification-only ranks or once released
+	// Rule 15 (resend.go): notify is the id of the rank loaded again after
+	// its first notification failed (zero: none, or unloaded); notifications
+	// go to it, while the dlist keeps naming id.
+	notify    sdk.PeerID
+	sent      bool   // a notification to the rank was handed out
+	stale     bool   // reload before the next notification
+	reloading bool   // the reload's LoadPeers is outstanding
+	held      []note // notifications waiting for the reload
 }
 
 func (s PeerSpec) validate() error {
@@ -390,14 +399,20 @@ func (c *Core) releaseRetired() {
 	}
 	unload := func() {
 		var ids []sdk.PeerID
-		var idAt []*rank
+		var idAt []*sdk.PeerID
 		var idPeer []*peer
 		for _, p := range due {
 			for ri := range p.ranks {
-				if r := &p.ranks[ri]; r.dlist == 0 && r.id != 0 {
-					ids = append(ids, r.id)
-					idAt = append(idAt, r)
-					idPeer = append(idPeer, p)
+				r := &p.ranks[ri]
+				if r.dlist != 0 {
+					continue
+				}
+				for _, id := range []*sdk.PeerID{&r.id, &r.notify} {
+					if *id != 0 {
+						ids = append(ids, *id)
+						idAt = append(idAt, id)
+						idPeer = append(idPeer, p)
+					}
 				}
 			}
 		}
@@ -413,12 +428,12 @@ func (c *Core) releaseRetired() {
 		}
 		c.emit(Work{Kind: WorkUnloadPeers, PeerIDs: ids}, func(res Result, err error) {
 			if err != errWorkFenced {
-				for k, r := range idAt {
+				for k, id := range idAt {
 					if e := itemErr(res.Errs, k, err); e != nil && !isNotFound(e, err) {
 						c.alert(Alert{Level: AlertWarn, Kind: "peer_unload_failed", Peer: idPeer[k].name, Err: e})
 						continue
 					}
-					r.id = 0
+					*id = 0
 				}
 			}
 			finish()
@@ -459,8 +474,11 @@ func (c *Core) dropReleased() {
 }
 
 func (p *peer) released() bool {
+	if p.reloading > 0 {
+		return false
+	}
 	for _, r := range p.ranks {
-		if r.id != 0 || r.dlist != 0 {
+		if r.id != 0 || r.dlist != 0 || r.notify != 0 {
 			return false
 		}
 	}
@@ -477,10 +495,10 @@ func (c *Core) NotifyConsumed(name string, id RequestID, token Token) error {
 	if p == nil || !c.attached {
 		return fmt.Errorf("core: notify peer %q of request %q: peer not connected", name, id)
 	}
-	msgs := make([]sdk.OutboundNotification, len(p.ranks))
-	for i, r := range p.ranks {
-		msgs[i] = sdk.OutboundNotification{Peer: r.id, Message: ConsumedMessage(id, token)}
+	ranks := make([]int, len(p.ranks))
+	for i := range ranks {
+		ranks[i] = i
 	}
-	c.send(msgs, "consumed_notification_failed", name, id)
+	c.notify(p, ranks, ConsumedMessage(id, token), "consumed_notification_failed", id)
 	return nil
 }

@@ -2,6 +2,7 @@ package core
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/custody-dev/custody/sdk"
@@ -154,21 +155,18 @@ func (c *Core) notifyConsumed(r *request, rv *recv) {
 		c.alert(Alert{Level: AlertWarn, Kind: "consumed_notification_failed", Peer: p.name, Request: r.id, Err: fmt.Errorf("peer %q is no longer connected in epoch %d", p.name, c.epoch)})
 		return
 	}
-	var msgs []sdk.OutboundNotification
-	for _, rk := range p.ranks {
-		for _, f := range r.from {
-			if rk.spec.Agent == f {
-				msgs = append(msgs, sdk.OutboundNotification{Peer: rk.id, Message: ConsumedMessage(r.id, r.token)})
-				break
-			}
+	var ranks []int
+	for i, rk := range p.ranks {
+		if slices.Contains(r.from, rk.spec.Agent) {
+			ranks = append(ranks, i)
 		}
 	}
-	if len(msgs) == 0 {
-		for _, rk := range p.ranks {
-			msgs = append(msgs, sdk.OutboundNotification{Peer: rk.id, Message: ConsumedMessage(r.id, r.token)})
+	if len(ranks) == 0 {
+		for i := range p.ranks {
+			ranks = append(ranks, i)
 		}
 	}
-	c.send(msgs, "consumed_notification_failed", p.name, r.id)
+	c.notify(p, ranks, ConsumedMessage(r.id, r.token), "consumed_notification_failed", r.id)
 }
 
 // notifyWritten sends, once, the written notification of a push whose every
@@ -180,17 +178,4 @@ func (c *Core) notifyWritten(r *request) {
 	}
 	r.flags |= rWritten
 	c.notifyRanks(r, WrittenMessage(r.id, r.token), "written_notification_failed")
-}
-
-// send hands out the sending of msgs, alerting kind for each that fails.
-func (c *Core) send(msgs []sdk.OutboundNotification, kind, peer string, id RequestID) {
-	each(len(msgs), c.batch, func(lo, hi int) {
-		c.emit(Work{Kind: WorkSendNotifications, Notes: msgs[lo:hi:hi]}, func(res Result, err error) {
-			for k := range hi - lo {
-				if e := itemErr(res.Errs, k, err); e != nil {
-					c.alert(Alert{Level: AlertWarn, Kind: kind, Peer: peer, Request: id, Err: e})
-				}
-			}
-		})
-	})
 }

@@ -363,15 +363,15 @@ func (c *Core) notifyRanks(r *request, msg []byte, kind string) {
 	if p == nil || p.retired || !c.attached || p.epoch != c.epoch {
 		return
 	}
-	var msgs []sdk.OutboundNotification
+	var ranks []int
 	seen := make([]bool, len(p.ranks))
 	for i := range r.xs {
 		if rk := r.xs[i].rank; !seen[rk] {
 			seen[rk] = true
-			msgs = append(msgs, sdk.OutboundNotification{Peer: p.ranks[rk].id, Message: msg})
+			ranks = append(ranks, int(rk))
 		}
 	}
-	c.send(msgs, kind, p.name, r.id)
+	c.notify(p, ranks, msg, kind, r.id)
 }
 
 // shrink empties a reused buffer, dropping its array when a burst left it
