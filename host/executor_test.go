@@ -123,3 +123,60 @@ func TestEngineAnswersWhileATransportCallHangs(t *testing.T) {
 	cancel()
 	require.NoError(t, <-ran)
 }
+
+// noteProc is a transport with notifications and a wake-up channel whose
+// Notifications calls the test releases one by one.
+type noteProc struct {
+	stubProc
+	calls   chan struct{} // Notifications signals here when it starts
+	release chan struct{} // each receive lets one call return, empty
+}
+
+func (n *noteProc) Notifications(ctx context.Context, max int) ([]sdk.Notification, error) {
+	n.calls <- struct{}{}
+	select {
+	case <-n.release:
+		return nil, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// A wake-up that comes while the previous round's Notifications call is
+// still out (it may have drained before the notification arrived) is not
+// lost: once that call is reported the host asks again, instead of
+// leaving the notification until the next deadline.
+func TestWakeWhileARoundIsOutIsNotLost(t *testing.T) {
+	c, err := core.New(core.Config{})
+	require.NoError(t, err)
+	require.NoError(t, c.Attach(1, sdk.Description{Name: "stub", Capabilities: sdk.Capabilities{Notifications: true}}, false))
+	np := &noteProc{stubProc: stubProc{exited: make(chan struct{})}, calls: make(chan struct{}), release: make(chan struct{})}
+	wake := make(chan struct{}) // unbuffered: a send returns once the owner took it
+	h := &Host{cfg: &Config{Transport: TransportConfig{CallTimeout: time.Minute}}, log: hclog.NewNullLogger(), metrics: NewMetrics(),
+		core: c, tp: np, epoch: 1, exec: newExecutor(time.Minute), links: map[string]*link{}, reqs: map[core.RequestID]reqInfo{},
+		cmds: make(chan command), handshakes: make(chan handshake), done: make(chan struct{}), wake: wake}
+	h.bgCtx, h.bgCancel = context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- h.Run(ctx) }()
+	defer func() {
+		cancel()
+		close(np.release) // let any call still out return
+		require.NoError(t, <-ran)
+	}()
+
+	wait := func(what string) {
+		t.Helper()
+		select {
+		case <-np.calls:
+		case <-time.After(10 * time.Second): // bounds a failure only
+			t.Fatalf("no Notifications call: %s", what)
+		}
+	}
+	wake <- struct{}{}
+	wait("the first wake-up's round")
+	wake <- struct{}{} // a notification arrives while that call is out
+	np.release <- struct{}{}
+	wait("the host never asked again after a wake-up it took while its round was out")
+	np.release <- struct{}{}
+}

@@ -77,6 +77,11 @@ type Host struct {
 	// next round while something is in flight.
 	wake    <-chan struct{}
 	backoff time.Duration
+	// missed: a round came (a wake-up, a command) while the previous
+	// round's queries were still out, so core skipped its queries; the
+	// next round runs as soon as they are reported, or the change that
+	// wake-up announced would wait for the next deadline.
+	missed bool
 
 	exec *executor
 
@@ -252,6 +257,9 @@ func (h *Host) Run(ctx context.Context) error {
 			if h.done1(r) {
 				h.backoff = 0
 			}
+			if h.missed && !h.core.Polling() {
+				h.round()
+			}
 			h.schedule(t)
 			continue
 		case c := <-h.cmds:
@@ -382,6 +390,7 @@ func (h *Host) round() {
 	if h.tp == nil {
 		h.restart()
 	}
+	h.missed = h.core.Polling() // core skips its queries: run again once they are in
 	h.absorb(h.core.Poll(time.Now()))
 	if now := time.Now(); now.Sub(h.lastStats) > 100*time.Millisecond {
 		h.lastStats = now
