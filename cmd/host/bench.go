@@ -47,6 +47,9 @@ parameter) and size, prints a table, and for each size and op a line
 			if err != nil {
 				return err
 			}
+			if ranks != 1 && !e2eOn {
+				return fmt.Errorf("--ranks %d: only --e2e measures ranks", ranks)
+			}
 			if e2eOn && sdkMode {
 				return fmt.Errorf("--e2e and --sdk measure different things; pass one of them")
 			}
