@@ -44,6 +44,8 @@ type hostSpec struct {
 	// group, when set, makes the host a rank of an engine (ranks.go): its
 	// pool "kv" is then configured, not registered over the engine API.
 	group map[string]any
+	// peers, when set, is the host's static peer list (name, address).
+	peers []map[string]any
 }
 
 // freePort returns a loopback port free right now.
@@ -79,6 +81,9 @@ func startHost(ctx context.Context, s hostSpec) (*hostProc, error) {
 		"engine":     map[string]any{"socket": h.socket},
 		"log_level":  s.logLevel,
 		"state_dir":  filepath.Join(s.dir, "state"),
+	}
+	if s.peers != nil {
+		cfg["peers"] = s.peers
 	}
 	if s.group != nil {
 		cfg["group"] = s.group

@@ -32,6 +32,7 @@ func init() {
 		e2eOn      bool
 		sdkMode    bool
 		idle       time.Duration
+		ranks      int
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -46,6 +47,9 @@ parameter) and size, prints a table, and for each size and op a line
 			if err != nil {
 				return err
 			}
+			if ranks != 1 && !e2eOn {
+				return fmt.Errorf("--ranks %d: only --e2e measures ranks", ranks)
+			}
 			if e2eOn && sdkMode {
 				return fmt.Errorf("--e2e and --sdk measure different things; pass one of them")
 			}
@@ -56,7 +60,13 @@ parameter) and size, prints a table, and for each size and op a line
 				}
 				ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Minute)
 				defer cancel()
-				return runE2E(ctx, cmd.OutOrStdout(), e2e)
+				switch ranks {
+				case 1:
+					return runE2E(ctx, cmd.OutOrStdout(), e2e)
+				case 2:
+					return runE2ERanks(ctx, cmd.OutOrStdout(), e2e)
+				}
+				return fmt.Errorf("--ranks %d: want 1 or 2", ranks)
 			}
 			for _, s := range sizes {
 				if s <= 0 || s > benchRegionBytes {
@@ -91,6 +101,7 @@ parameter) and size, prints a table, and for each size and op a line
 	cmd.Flags().DurationVar(&e2e.duration, "duration", 3*time.Second, "--e2e: length of the throughput run")
 	cmd.Flags().IntVar(&e2e.blockSize, "block-size", 16<<10, "--e2e: bytes per block")
 	cmd.Flags().DurationVar(&e2e.poll, "poll", 0, "--e2e: poll GetFinished at this interval instead of watching the stream (the old way, for comparison)")
+	cmd.Flags().IntVar(&ranks, "ranks", 1, "--e2e: 2 measures engines of two ranks each, coordinated through a rank group (embedded etcd) against independent hosts (bench_ranks.go)")
 	cmd.Flags().DurationVar(&idle, "idle", 0, "with --sdk: also measure, over this long, the CPU an idle transport process and this host use with the rings attached and nothing in flight")
 	cmd.Flags().BoolVar(&sdkMode, "sdk", false, "measure the process boundary instead (bench_sdk.go): Post to DONE latency and completions per second of the transport in this process, through the rings, and over gRPC")
 	rootCmd.AddCommand(cmd)

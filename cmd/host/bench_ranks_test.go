@@ -1,0 +1,55 @@
+package main
+
+import (
+	"bytes"
+	"path/filepath"
+	"regexp"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/custody-dev/custody/internal/testbin"
+)
+
+// TestBenchRanksPrintsItsGoalLine runs a short --e2e --ranks 2 bench and
+// checks the figures and the goal line CI reads.
+func TestBenchRanksPrintsItsGoalLine(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts eight hosts and an etcd")
+	}
+	// With the rings, an idle prefill rank that two decode ranks notify
+	// back to back is not woken for the second notification until its send
+	// lease expires, and the bench's sequential pulls stall on it; the
+	// transports run on gRPC here until that is fixed.
+	t.Setenv("CUSTODY_TRANSPORT_RINGS", "off")
+	dir, err := testbin.Build(t.TempDir(), "custody", "custody-transport-fake")
+	require.NoError(t, err)
+	var out bytes.Buffer
+	err = runE2ERanks(t.Context(), &out, e2eConfig{custody: filepath.Join(dir, "custody"), transport: "fake",
+		pulls: 1, concurrency: 4, duration: 200 * time.Millisecond, blockSize: 4 << 10})
+	require.NoError(t, err, out.String())
+	num := `[0-9]+\.[0-9]us`
+	for _, re := range []string{
+		`(?m)^coordinated rounds pulls/s: [1-9][0-9]* [1-9][0-9]*$`,
+		`(?m)^independent rounds pulls/s: [1-9][0-9]* [1-9][0-9]*$`,
+		`(?m)^coordinated +pulls/s at 4 +[1-9][0-9]*$`,
+		`(?m)^independent +pulls/s at 4 +[1-9][0-9]*$`,
+		`(?m)^coordinated +latency seq +p50 ` + num + ` +p99 ` + num + `$`,
+		`(?m)^independent +latency at 4 +p50 ` + num + ` +p99 ` + num + `$`,
+		// The coordinated ranks write to etcd: every rank of both engines.
+		`(?m)^etcd writes/s per rank +pre/0 [1-9][0-9]* +pre/1 [1-9][0-9]* +dec/0 [1-9][0-9]* +dec/1 [1-9][0-9]* +\(all ranks: [1-9][0-9]* revisions/s`,
+		`(?m)^added p50 latency +seq [+-]` + num + ` +at 4 [+-]` + num,
+		`(?m)^goal name=rank-cost value=-?[0-9]+\.[0-9] target=5 met=(yes|no)$`,
+	} {
+		assert.Regexp(t, regexp.MustCompile(re), out.String())
+	}
+	assert.Contains(t, out.String(), "method:", "the output says how it measured")
+}
+
+func TestBenchRanksRefusesAnotherTransport(t *testing.T) {
+	err := runE2ERanks(t.Context(), &bytes.Buffer{}, e2eConfig{custody: "unused", transport: "ucx",
+		pulls: 1, concurrency: 1, duration: time.Second, blockSize: 1})
+	assert.ErrorContains(t, err, `only the fake transport`)
+}
