@@ -19,11 +19,6 @@ func TestBenchRanksPrintsItsGoalLine(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts eight hosts and an etcd")
 	}
-	// With the rings, an idle prefill rank that two decode ranks notify
-	// back to back is not woken for the second notification until its send
-	// lease expires, and the bench's sequential pulls stall on it; the
-	// transports run on gRPC here until that is fixed.
-	t.Setenv("CUSTODY_TRANSPORT_RINGS", "off")
 	dir, err := testbin.Build(t.TempDir(), "custody", "custody-transport-fake")
 	require.NoError(t, err)
 	var out bytes.Buffer
