@@ -1,6 +1,7 @@
 package core
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -74,17 +75,23 @@ func TestPollWithMissingStatesKeepsTheHandles(t *testing.T) {
 // fails (a batch may be lost with the reply) the next round polls every
 // live handle once, then it goes back to events.
 func TestEventsFailureResynchronisesOnce(t *testing.T) {
-	s := newSrig(t, Config{Batch: 1}, func(d *double) { d.desc.Capabilities.Events = true })
-	s.connect(peerSpec("p", 2))
-	s.read("r", "p", 2)
-	s.poll()
-	require.Zero(t, s.d.count(WorkPoll), "an event source is polled for events, not handles")
-	s.d.failWhole(WorkEvents, errBackend, 1)
-	s.poll()
-	assert.Zero(t, s.d.count(WorkPoll))
-	s.poll()
-	assert.Equal(t, 2, s.d.count(WorkPoll), "after a lost batch, every live handle is polled (one per call)")
-	s.poll()
-	s.poll()
-	assert.Equal(t, 2, s.d.count(WorkPoll), "back to events once resynchronised")
+	for _, tc := range []struct {
+		batch, calls int
+	}{{1, 2}, {0, 1}} {
+		t.Run(fmt.Sprint("batch ", tc.batch), func(t *testing.T) {
+			s := newSrig(t, Config{Batch: tc.batch}, func(d *double) { d.desc.Capabilities.Events = true })
+			s.connect(peerSpec("p", 2))
+			s.read("r", "p", 2)
+			s.poll()
+			require.Zero(t, s.d.count(WorkPoll), "an event source is polled for events, not handles")
+			s.d.failWhole(WorkEvents, errBackend, 1)
+			s.poll()
+			assert.Zero(t, s.d.count(WorkPoll))
+			s.poll()
+			assert.Equal(t, tc.calls, s.d.count(WorkPoll), "after a lost batch, every live handle is polled")
+			s.poll()
+			s.poll()
+			assert.Equal(t, tc.calls, s.d.count(WorkPoll), "back to events once resynchronised")
+		})
+	}
 }
