@@ -95,3 +95,64 @@ func TestEventsFailureResynchronisesOnce(t *testing.T) {
 		})
 	}
 }
+
+// A handle that ends FAILED or CANCELED fails its request, with the
+// transport's reason when it gives one and with one naming the handle when
+// it gives none: a failure is never reported as a success.
+func TestAFailedHandleFailsItsRequestWithOrWithoutAReason(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		st     sdk.State
+		reason error
+		code   sdk.Code
+	}{
+		{"failed, no reason", sdk.StateFailed, nil, sdk.CodeBackend},
+		{"canceled, no reason", sdk.StateCanceled, nil, sdk.CodeBackend},
+		{"failed, disconnect", sdk.StateFailed, sdk.Errorf(sdk.CodeRemoteDisconnect, "double: gone"), sdk.CodeRemoteDisconnect},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newSrig(t, Config{}, nil)
+			s.connect(peerSpec("p", 1))
+			blocks := s.read("r", "p", 1)
+			s.d.set(s.d.live()[0], tc.st, tc.reason)
+			rd := s.poll()
+			require.Equal(t, []RequestID{"r"}, failedIDs(rd))
+			require.Error(t, rd.Failed[0].Reason)
+			assert.Equal(t, tc.code, sdk.CodeOf(rd.Failed[0].Reason))
+			assert.Equal(t, blocks, rd.InvalidBlocks)
+			assert.Empty(t, rd.FinishedReceiving)
+		})
+	}
+}
+
+// LoadPeers answering fewer results than ranks fails the handshake with a
+// clear error and rolls back what it loaded; the waiting read fails.
+func TestLoadPeersWithMissingResultsFailsTheHandshake(t *testing.T) {
+	s := newSrig(t, Config{}, nil)
+	blocks := s.read("r", "q", 1)
+	require.NoError(t, s.c.ConnectPeer(peerSpec("q", 2)))
+	rd := s.c.Ready()
+	require.Len(t, rd.Work, 1)
+	require.Equal(t, WorkLoadPeers, rd.Work[0].Kind)
+	res, err := s.d.exec(rd.Work[0])
+	require.NoError(t, err)
+	res.PeerResults = res.PeerResults[:1]
+	s.c.Done(rd.Work[0].ID, res, nil)
+	s.settle()
+	rd = s.poll()
+	assert.False(t, s.c.Connected("q"))
+	require.Equal(t, []RequestID{"r"}, failedIDs(rd))
+	assert.Contains(t, rd.Failed[0].Reason.Error(), "1 results for 2 ranks")
+	assert.Equal(t, blocks, rd.InvalidBlocks)
+	assert.Zero(t, s.c.Stats().Journal)
+	assert.Equal(t, 1, s.d.count(WorkUnloadPeers), "the rank that loaded is unloaded")
+	assert.Equal(t, uint64(1), s.d.held().Peers, "only the rank the transport never named is left")
+}
+
+// Owner names what holds a block, and an unknown value says so.
+func TestOwnerNames(t *testing.T) {
+	assert.Equal(t, "free", OwnerFree.String())
+	assert.Equal(t, "quarantined", OwnerQuarantined.String())
+	assert.Equal(t, fmt.Sprintf("Owner(%d)", len(ownerNames)), Owner(len(ownerNames)).String(), "the first value past the names")
+	assert.Equal(t, "Owner(255)", Owner(255).String())
+}
