@@ -156,3 +156,38 @@ func TestOwnerNames(t *testing.T) {
 	assert.Equal(t, fmt.Sprintf("Owner(%d)", len(ownerNames)), Owner(len(ownerNames)).String(), "the first value past the names")
 	assert.Equal(t, "Owner(255)", Owner(255).String())
 }
+
+// A bad PeerSpec is refused with an error naming what is wrong, and makes
+// no transport call.
+func TestBadPeerSpecsAreRefused(t *testing.T) {
+	s := newSrig(t, Config{}, nil)
+	calls := len(s.d.calls)
+	good := func() PeerSpec {
+		ps := peerSpec("p", 2, 1) // rank 1 notification-only: no blocks, no block size
+		ps.Ranks[1].BlockSize = 0
+		return ps
+	}
+	for _, tc := range []struct {
+		name, want string
+		mod        func(*PeerSpec)
+	}{
+		{"no name", "Name is empty", func(p *PeerSpec) { p.Name = "" }},
+		{"no ranks", "no ranks", func(p *PeerSpec) { p.Ranks = nil }},
+		{"no agent", "rank 1: Agent is empty", func(p *PeerSpec) { p.Ranks[1].Agent = "" }},
+		{"no metadata", "rank 0: Metadata is empty", func(p *PeerSpec) { p.Ranks[0].Metadata = nil }},
+		{"blocks without a size", "rank 0: BlockSize is zero", func(p *PeerSpec) { p.Ranks[0].BlockSize = 0 }},
+	} {
+		ps := good()
+		tc.mod(&ps)
+		err := s.c.ConnectPeer(ps)
+		require.Error(t, err, tc.name)
+		assert.Contains(t, err.Error(), tc.want, tc.name)
+		assert.False(t, s.c.Handshaking(ps.Name), tc.name)
+	}
+	assert.Len(t, s.d.calls, calls, "a refused ConnectPeer made a transport call")
+	require.NoError(t, s.c.ConnectPeer(good()), "a notification-only rank needs no block size")
+	assert.True(t, s.c.Handshaking("p"))
+	s.settle()
+	assert.False(t, s.c.Handshaking("p"))
+	assert.True(t, s.c.Connected("p"))
+}
