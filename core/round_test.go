@@ -191,3 +191,56 @@ func TestBadPeerSpecsAreRefused(t *testing.T) {
 	assert.False(t, s.c.Handshaking("p"))
 	assert.True(t, s.c.Connected("p"))
 }
+
+// PrepareDescriptors answering fewer results than lists fails the
+// handshake with a clear error and rolls back what it prepared and loaded.
+func TestPrepareDescriptorsWithMissingResultsFailsTheHandshake(t *testing.T) {
+	s := newSrig(t, Config{}, nil)
+	require.NoError(t, s.c.ConnectPeer(peerSpec("q", 2)))
+	for work := s.c.Ready().Work; len(work) > 0; {
+		for _, w := range work {
+			res, err := s.d.exec(w)
+			if w.Kind == WorkPrepareDescriptors {
+				require.Len(t, res.DlistResults, 2)
+				res.DlistResults = res.DlistResults[:1]
+			}
+			s.c.Done(w.ID, res, err)
+		}
+		next := s.c.Ready()
+		s.stash = mergeReady(s.stash, next)
+		work = next.Work
+	}
+	assert.False(t, s.c.Connected("q"))
+	assert.Zero(t, s.c.Stats().Journal)
+	assert.Equal(t, uint64(2), s.d.held().Dlists, "the pool's, and the list the transport never named: the named one is released")
+	assert.Equal(t, uint64(0), s.d.held().Peers, "the loaded ranks are unloaded")
+}
+
+// Rule 5: leftovers of a failed rollback stay journaled when a later
+// handshake of the same peer succeeds while they still cannot be released,
+// and are released before the setup after that.
+func TestLeftoversOutliveASuccessfulHandshake(t *testing.T) {
+	s := newSrig(t, Config{}, nil)
+	s.d.failItem(WorkPrepareDescriptors, 0, errBackend, 1)
+	s.d.failItem(WorkUnloadPeers, 0, errBackend, 2) // the rollback, and its retry at the next setup
+	require.NoError(t, s.c.ConnectPeer(peerSpec("p", 1)))
+	s.settle()
+	require.Equal(t, 1, s.c.Stats().Journal)
+	s.connect(peerSpec("p", 1))
+	require.True(t, s.c.Connected("p"))
+	assert.Equal(t, 1, s.c.Stats().Journal, "the leftover was forgotten when the peer was published")
+	require.NoError(t, s.c.RemovePeer(s.now, "p"))
+	s.settle()
+	s.poll()
+	s.connect(peerSpec("p", 1))
+	assert.Zero(t, s.c.Stats().Journal)
+	assert.Equal(t, uint64(1), s.d.held().Peers, "only the new session's peer is loaded")
+}
+
+// WorkKind names each kind, and an unknown value says so.
+func TestWorkKindNames(t *testing.T) {
+	assert.Equal(t, "Post", WorkPost.String())
+	assert.Equal(t, "Close", WorkClose.String())
+	assert.Equal(t, fmt.Sprintf("WorkKind(%d)", len(workNames)), WorkKind(len(workNames)).String())
+	assert.Equal(t, "WorkKind(0)", WorkKind(0).String())
+}
