@@ -244,3 +244,18 @@ func TestWorkKindNames(t *testing.T) {
 	assert.Equal(t, fmt.Sprintf("WorkKind(%d)", len(workNames)), WorkKind(len(workNames)).String())
 	assert.Equal(t, "WorkKind(0)", WorkKind(0).String())
 }
+
+// Removing a peer that only requests wait for (no handshake started) fails
+// them at once; removing one nothing knows is an error that changes nothing.
+func TestRemovingAPeerOnlyRequestsWaitFor(t *testing.T) {
+	s := newSrig(t, Config{}, nil)
+	blocks := s.read("r", "q", 1)
+	require.Error(t, s.c.RemovePeer(s.now, "nobody"))
+	assert.Equal(t, 1, s.c.Stats().Waiting)
+	require.NoError(t, s.c.RemovePeer(s.now, "q"))
+	rd := s.poll()
+	require.Equal(t, []RequestID{"r"}, failedIDs(rd))
+	assert.ErrorIs(t, rd.Failed[0].Reason, ErrPeerRemoved)
+	assert.Equal(t, blocks, rd.InvalidBlocks)
+	assert.Zero(t, s.c.Stats().Waiting)
+}
