@@ -64,3 +64,45 @@ func TestAFailedPoolIsUnusable(t *testing.T) {
 	_, err = s.c.RegisterPool(PoolSpec{Path: "late", BlockSize: 64, Blocks: 8})
 	assert.ErrorIs(t, err, ErrNotAttached)
 }
+
+// A pool's registration that fails, as a whole call or for its item, or
+// whose dlist fails, leaves the pool failed with the transport's error.
+func TestPoolRegistrationFailuresKeepTheError(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		mod  func(d *double)
+	}{
+		{"register, whole call", func(d *double) { d.failWhole(WorkRegisterMemory, errBackend, 1) }},
+		{"register, item", func(d *double) { d.failItem(WorkRegisterMemory, 0, errBackend, 1) }},
+		{"dlist, whole call", func(d *double) { d.failWhole(WorkPrepareDescriptors, errBackend, 1) }},
+		{"dlist, item", func(d *double) { d.failItem(WorkPrepareDescriptors, 0, errBackend, 1) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newSrig(t, Config{}, nil)
+			tc.mod(s.d)
+			id, err := s.c.RegisterPool(PoolSpec{Path: "bad", BlockSize: 64, Blocks: 8})
+			require.NoError(t, err)
+			s.settle()
+			ok, err := s.c.PoolReady(id)
+			assert.False(t, ok)
+			assert.ErrorIs(t, err, errBackend)
+			assert.Equal(t, uint64(1), s.d.held().Regions, "only the good pool's region is left")
+			assert.Equal(t, uint64(1), s.d.held().Dlists)
+		})
+	}
+}
+
+// Attach registers the pools again on the new epoch; where that fails,
+// core asks for a fence of the new epoch rather than run with the pool
+// unregistered.
+func TestAPoolThatCannotRegisterAgainFencesTheNewEpoch(t *testing.T) {
+	s := newSrig(t, Config{}, nil)
+	s.kill(1)
+	s.attach(2, func(d *double) { d.failItem(WorkRegisterMemory, 0, errBackend, 1) })
+	rd := s.poll()
+	assert.Equal(t, []Epoch{2}, rd.Fence)
+	assert.True(t, hasAlert(rd, "pool_register_failed"))
+	ok, err := s.c.PoolReady(s.pool)
+	assert.False(t, ok)
+	assert.NoError(t, err, "the pool itself is fine: the epoch is fenced")
+}

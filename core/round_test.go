@@ -259,3 +259,23 @@ func TestRemovingAPeerOnlyRequestsWaitFor(t *testing.T) {
 	assert.Equal(t, blocks, rd.InvalidBlocks)
 	assert.Zero(t, s.c.Stats().Waiting)
 }
+
+// Rule 6/7: removing a peer cancels its running transfers; a Cancel that
+// fails is an Alert naming the handle, and the handle stays retained with
+// its blocks until it is terminal and released.
+func TestACancelThatFailsKeepsTheHandleRetained(t *testing.T) {
+	s := newSrig(t, Config{}, func(d *double) { d.cancelTo = sdk.StateCanceled })
+	s.connect(peerSpec("p", 1))
+	blocks := s.read("r", "p", 1)
+	s.d.failItem(WorkCancel, 0, errBackend, 1)
+	require.NoError(t, s.c.RemovePeer(s.now, "p"))
+	s.settle()
+	rd := s.poll()
+	assert.True(t, hasAlert(s.all, "transfer_cancel_failed"), "a failed Cancel went unsaid: %v", rd.Alerts)
+	assert.Equal(t, []Owner{OwnerRetained}, s.owners(blocks))
+	assert.Equal(t, 1, s.c.Stats().Retained)
+	s.d.set(s.d.live()[0], sdk.StateDone, nil)
+	rd = s.poll()
+	require.Equal(t, []RequestID{"r"}, failedIDs(rd))
+	assert.Equal(t, []Owner{OwnerEngine}, s.owners(blocks))
+}
