@@ -106,3 +106,21 @@ func TestAPoolThatCannotRegisterAgainFencesTheNewEpoch(t *testing.T) {
 	assert.False(t, ok)
 	assert.NoError(t, err, "the pool itself is fine: the epoch is fenced")
 }
+
+// Alloc hands out between zero and every free block; asking for fewer than
+// zero or more than are free is an error that moves nothing.
+func TestAllocBounds(t *testing.T) {
+	s := newSrig(t, Config{}, nil)
+	got, err := s.c.Alloc(s.pool, 0)
+	require.NoError(t, err)
+	assert.Empty(t, got)
+	_, err = s.c.Alloc(s.pool, -1)
+	assert.Error(t, err)
+	_, err = s.c.Alloc(s.pool, 9)
+	assert.Error(t, err)
+	got, err = s.c.Alloc(s.pool, 8)
+	require.NoError(t, err)
+	assert.ElementsMatch(t, []uint32{0, 1, 2, 3, 4, 5, 6, 7}, got)
+	_, err = s.c.Alloc(s.pool, 1)
+	assert.Error(t, err, "no block is free")
+}
