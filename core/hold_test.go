@@ -49,6 +49,7 @@ func TestHandleThatNeverTurnsTerminalIsBoundedByCap(t *testing.T) {
 			}
 			require.Equal(t, []RequestID{"r"}, failedIDs(rd))
 			assert.ErrorIs(t, rd.Failed[0].Reason, ErrHoldCap)
+			assert.Contains(t, rd.Failed[0].Reason.Error(), "retained false", "the reason says whether the handle was retained")
 			if tc.quarantined {
 				assert.Equal(t, blocks, rd.Quarantined)
 				assert.Empty(t, rd.InvalidBlocks, "quarantined blocks are not handed back")
@@ -93,6 +94,13 @@ func TestRetainedPastTheCapIsFencedAndANewEpochWorks(t *testing.T) {
 	r.c.Fenced(1)
 	rd := r.poll()
 	assert.Equal(t, []RequestID{"r"}, failedIDs(rd))
+	for _, a := range r.all.Alerts {
+		if a.Kind == "hold_cap_fence" {
+			assert.ErrorIs(t, a.Err, ErrHoldCap)
+			assert.Contains(t, a.Err.Error(), "retained true", "the alert says the handle was retained")
+		}
+	}
+	assert.True(t, hasAlert(r.all, "hold_cap_fence"))
 	assert.Equal(t, blocks, rd.InvalidBlocks)
 	assert.Zero(t, r.c.Stats().RetiredPeers, "the dead epoch's peer went with it")
 

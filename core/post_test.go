@@ -252,6 +252,9 @@ func TestPartsOutOfRangeAreRefused(t *testing.T) {
 	err := s.c.Read(s.now, ReadSpec{Request: "r", Peer: "p", Parts: []Part{{Pool: s.pool, Local: b, Rank: 2, Remote: []uint32{0}}}})
 	require.Error(t, err, "rank 2 of a peer of 2 ranks")
 	assert.Contains(t, err.Error(), "rank 2 does not exist")
+	err = s.c.Read(s.now, ReadSpec{Request: "r", Peer: "p", Parts: []Part{{Pool: s.pool, Local: []uint32{8}, Remote: []uint32{0}}}})
+	require.Error(t, err, "local block 8 of a pool of 8")
+	assert.Contains(t, err.Error(), "block 8 does not exist")
 	many := make([]Part, 1<<16)
 	for i := range many {
 		many[i] = Part{Pool: s.pool, Local: b, Remote: []uint32{0}}

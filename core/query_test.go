@@ -1,6 +1,7 @@
 package core
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -130,4 +131,43 @@ func TestSchedulingQueries(t *testing.T) {
 		s.stash = mergeReady(s.stash, s.drive(rd))
 		assert.False(t, s.c.Busy())
 	})
+}
+
+// Polling holds while any of a round's queries (Notifications, Events,
+// Poll) is outstanding, and only then: a round does not ask again while
+// one is, and other Work (a Post) is no round query.
+func TestPollingCountsTheRoundsQueries(t *testing.T) {
+	for _, events := range []bool{false, true} {
+		t.Run(fmt.Sprint("events ", events), func(t *testing.T) {
+			s := newSrig(t, Config{}, func(d *double) { d.desc.Capabilities.Events = events })
+			s.connect(peerSpec("p", 1))
+			require.NoError(t, s.c.Read(s.now, ReadSpec{Request: "r", Token: tok("r"), Peer: "p", Parts: []Part{{Pool: s.pool, Local: mustAlloc(t, s, 1), Remote: []uint32{0}}}}))
+			post := s.c.Ready()
+			require.Len(t, post.Work, 1)
+			assert.False(t, s.c.Polling(), "a Post is not a round's query")
+			s.stash = mergeReady(s.stash, s.drive(post))
+
+			rd := s.c.Poll(s.now)
+			kinds := map[WorkKind]Work{}
+			for _, w := range rd.Work {
+				kinds[w.Kind] = w
+			}
+			query := WorkPoll
+			if events {
+				query = WorkEvents
+			}
+			require.Contains(t, kinds, WorkNotifications)
+			require.Contains(t, kinds, query)
+			res, err := s.d.exec(kinds[WorkNotifications])
+			s.c.Done(kinds[WorkNotifications].ID, res, err)
+			assert.True(t, s.c.Polling(), "%v is outstanding", query)
+			again := s.c.Poll(s.now)
+			for _, w := range again.Work {
+				assert.NotContains(t, []WorkKind{WorkNotifications, WorkEvents, WorkPoll}, w.Kind, "asked again while a query is outstanding")
+			}
+			res, err = s.d.exec(kinds[query])
+			s.c.Done(kinds[query].ID, res, err)
+			assert.False(t, s.c.Polling())
+		})
+	}
 }
