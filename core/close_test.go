@@ -10,7 +10,7 @@ import (
 	"github.com/custody-dev/custody/sdk"
 )
 
-// Rule 12 with DESIGN 4a, scripted: a send that Close ends keeps its blocks
+// Rule 12 with docs/fencing.md, scripted: a send that Close ends keeps its blocks
 // while a consumer may still read them: until Close deregistered its pool
 // where the fence covers incoming transfers (a failed deregistration keeps
 // them), else until its lease.

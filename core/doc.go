@@ -1,8 +1,9 @@
 // Package core is custody's ownership engine: it owns every block, peer,
 // descriptor list and transfer handle of one engine rank and decides when
 // each may be let go, so that no block is reused, no handle released and no
-// peer removed while a transfer may still touch it (DESIGN section 4, rules
-// 1–8 and 12–16).
+// peer removed while a transfer may still touch it: rules 1–8 and 12–16 of
+// docs/guarantees.md, which is where the rules the comments and tests cite
+// by number are stated.
 //
 // Rule 15: when the first notification handed out to a remote rank fails (an
 // item error other than INVALID_ARGUMENT, or the call as a whole), core
@@ -52,7 +53,7 @@
 //     Quarantined: the engine owns those blocks again, except the
 //     quarantined ones, which it must never use again), and log its Alerts.
 //  5. When a Ready lists an epoch in Fence, fence it: kill that transport
-//     process (the process is the fence, DESIGN 4a), then report it with
+//     process (the process is the fence, docs/fencing.md), then report it with
 //     Fenced (or Inbox().Fenced) and Attach a new transport with a new epoch.
 //     Until then the escalated handles and their blocks stay held.
 //  6. Connect peers (ConnectPeer, or Inbox().HandshakeDone from the goroutine

@@ -148,7 +148,7 @@ func TestFenceWithJournalLeftoversThenReconnect(t *testing.T) {
 	assert.Equal(t, repeat(OwnerEngine, 2), s.owners(blocks))
 }
 
-// DESIGN 4a: a fence that covers only initiated transfers does not stop a
+// docs/fencing.md: a fence that covers only initiated transfers does not stop a
 // consumer reading our blocks, so an ExpectSend keeps them until its lease;
 // one that covers incoming transfers hands them back at once.
 func TestExpectSendAtAFence(t *testing.T) {

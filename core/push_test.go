@@ -402,7 +402,7 @@ func TestCloseHandsBackReceiveBlocksOnlyOnceDeregistered(t *testing.T) {
 	assert.Empty(t, r.all.Fence)
 }
 
-// DESIGN 4a's other proof: a receive waiting for its fence after its lease
+// docs/fencing.md's other proof: a receive waiting for its fence after its lease
 // expired hands its blocks back (invalid, the receive failed) as soon as
 // its producer reports its writes done after all.
 func TestLateWrittenEndsTheWaitForTheFence(t *testing.T) {

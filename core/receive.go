@@ -55,7 +55,7 @@ type recv struct {
 // peer is removed, when its epoch is fenced, or when the Core closes. Its
 // bytes are then undefined and the producer may still be writing into its
 // blocks, so they go back to the engine only once that is proven over
-// (DESIGN 4a): once every producer reported its writes (the written count
+// (docs/fencing.md): once every producer reported its writes (the written count
 // was reached after all), or once the registration that lets the producer
 // write is gone: the epoch was fenced, or Close deregistered the pool, and
 // the transport's FenceScope is FenceInitiatedAndIncoming. With that scope

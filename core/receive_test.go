@@ -13,7 +13,7 @@ import (
 // A push receive, scripted: it finishes on its producers' written
 // notifications, then tells them it holds the bytes; one whose lease
 // expires first keeps its blocks until the producer is proven stopped
-// (DESIGN 4a): a fence where the fence covers incoming transfers and the
+// (docs/fencing.md): a fence where the fence covers incoming transfers and the
 // policy fences, else quarantine, or reuse with an error where the policy
 // says so. A written notification that comes after all proves the writes
 // over, and ends the wait for the fence.

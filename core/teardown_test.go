@@ -154,7 +154,7 @@ func (r *rig) kill() {
 	require.ErrorIs(r.t, err, sdk.ErrPluginShutdown, "the rig needs fault crash,at=release,n=1 to kill")
 }
 
-// Rule 12 with DESIGN 4a: a send that Close fails keeps its blocks while a
+// Rule 12 with docs/fencing.md: a send that Close fails keeps its blocks while a
 // consumer may still read them: until Close deregistered its pool where the
 // fence covers incoming transfers, else until its lease.
 func TestCloseHandsBackSendBlocksOnlyOnceUnreachable(t *testing.T) {

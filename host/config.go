@@ -42,7 +42,7 @@ type Config struct {
 	// custody-<uid> in the temp directory.
 	StateDir string `yaml:"state_dir"`
 	// Group makes this host one rank of an engine with tensor parallelism
-	// (DESIGN 7a): the engine's name, this rank, the group size and the
+	// (README, "Ranks"): the engine's name, this rank, the group size and the
 	// etcd the ranks agree through. Absent, or of size 1, the host decides
 	// alone and needs no etcd.
 	Group *group.Config `yaml:"group"`
@@ -104,7 +104,7 @@ type TLSConfig struct {
 	Key  string `yaml:"key"`
 }
 
-// EscalationConfig is the bounded hold (DESIGN rule 8).
+// EscalationConfig is the bounded hold (rule 8).
 type EscalationConfig struct {
 	// Cap is how long a retained or retired transfer may be held before it
 	// is escalated (default 120s).
@@ -131,7 +131,7 @@ const (
 	PolicyReleaseAndReuse = "release-and-reuse"
 )
 
-// DefaultCap is the bounded hold's default (DESIGN rule 8).
+// DefaultCap is the bounded hold's default (rule 8).
 const DefaultCap = 120 * time.Second
 
 // Ranges of the config's durations: each is added to a clock, so each is

@@ -16,17 +16,17 @@ import (
 )
 
 // ErrPoisoned is returned for a request on a pool that some rank of the
-// group could not prove safe (DESIGN rule 11); the engine sees
+// group could not prove safe (rule 11); the engine sees
 // FailedPrecondition.
 var ErrPoisoned = errors.New("pool poisoned")
 
 // ErrUnionFailed is the reason a request that succeeded on this rank fails
-// here too: another rank failed it, timed out or was lost (DESIGN rule 10).
+// here too: another rank failed it, timed out or was lost (rule 10).
 var ErrUnionFailed = errors.New("request failed on another rank of the group")
 
 // rankSync holds a ranked host's finished requests back from the engine
 // until every rank of the group is terminal, then hands the engine the
-// union outcome (DESIGN rule 10); and it poisons the pools of quarantined
+// union outcome (rule 10); and it poisons the pools of quarantined
 // blocks on every rank (rule 11). It runs on its own goroutine, so the
 // owner never waits for etcd: the owner hands it each round's finished
 // requests (hold), and it reports them to the group, resolves them and adds

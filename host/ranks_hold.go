@@ -14,7 +14,7 @@ import (
 // once every rank is terminal (ranks.go), each with its own invalid and
 // quarantined blocks; what the round reports of no request of this host
 // (none is expected) stays in the returned report. The pool of every
-// quarantined block is poisoned on every rank (DESIGN rule 11).
+// quarantined block is poisoned on every rank (rule 11).
 func (h *Host) holdBack(rd core.Ready) core.Ready {
 	now := time.Now()
 	byID := map[core.RequestID]*heldReq{}

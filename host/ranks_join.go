@@ -13,7 +13,7 @@ import (
 )
 
 // joinGroup opens this host's rank group and joins it with the mode the
-// host is about to run, before any transport is built (DESIGN rule 9). The
+// host is about to run, before any transport is built (rule 9). The
 // transport's part of the mode comes from a probe: the binary is launched,
 // opened with the host's parameters, asked to Describe itself and killed,
 // with nothing registered. Any difference between ranks fails startup on every rank,

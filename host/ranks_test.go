@@ -51,7 +51,7 @@ func readRank(t *testing.T, d *testHost, id string, remote []uint32) []uint32 {
 
 // TestRule9RanksAgreeBeforeAnyTransport: a rank started with another block
 // size fails startup on every rank, with a message naming the rank and
-// the field, and no rank ever starts its transport (DESIGN rule 9).
+// the field, and no rank ever starts its transport (rule 9).
 func TestRule9RanksAgreeBeforeAnyTransport(t *testing.T) {
 	rg := newRankGroup(t, "dec")
 	hosts, errs := rg.start(rankSpec{blocks: 8}, rankSpec{blocks: 8, blockSize: 2 * testBlockSize})
@@ -74,7 +74,7 @@ func TestRule9RanksAgreeBeforeAnyTransport(t *testing.T) {
 // every rank is terminal; one rank's failure fails it on every rank, each
 // with its own blocks invalid in the same reply; a live rank that never
 // reports it is expired at the hold cap, its late success included; and a
-// rank that dies fails what it left pending (DESIGN rule 10).
+// rank that dies fails what it left pending (rule 10).
 func TestRule10RanksFailTogether(t *testing.T) {
 	prefill := startHost(t, "prefill", 64, nil)
 	rg := newRankGroup(t, "dec")
@@ -139,7 +139,7 @@ func TestRule10RanksFailTogether(t *testing.T) {
 // TestRule11PoisonIsTopologyWide: a block quarantined on one rank poisons
 // its pool on every rank: new requests and allocations there are refused
 // with FailedPrecondition naming the pool, and Status and metrics show it
-// (DESIGN rule 11).
+// (rule 11).
 func TestRule11PoisonIsTopologyWide(t *testing.T) {
 	prefill := startHost(t, "prefill", 16, nil)
 	rg := newRankGroup(t, "dec")
@@ -180,7 +180,7 @@ func TestRule11PoisonIsTopologyWide(t *testing.T) {
 // TestRule12TeardownOnConstructorFailure: a rank whose host fails after its
 // transport started (a pool that cannot be registered) kills the
 // transport before it leaves the group, and leaves nothing running; the
-// other rank sees it lost (DESIGN rule 12).
+// other rank sees it lost (rule 12).
 func TestRule12TeardownOnConstructorFailure(t *testing.T) {
 	rg := newRankGroup(t, "dec")
 	missing := func(c *Config) {

@@ -31,7 +31,7 @@ const (
 	sdkBenchDepth = 256
 )
 
-// Goals of the process boundary (DESIGN section 3): Post to DONE through
+// Goals of the process boundary: Post to DONE through
 // it at most twice the in-process time at the median, and at least 0.8 of
 // the in-process completion rate.
 const (

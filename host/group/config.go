@@ -73,7 +73,7 @@ type EmbeddedConfig struct {
 	Listen string `yaml:"listen"`
 }
 
-// Timeouts bound the group's waits (DESIGN rule 13). Zero means the default.
+// Timeouts bound the group's waits (rule 13). Zero means the default.
 type Timeouts struct {
 	// Dial bounds connecting to etcd and granting the lease at Open.
 	Dial time.Duration `yaml:"dial"`

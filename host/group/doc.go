@@ -1,6 +1,7 @@
 // Package group is the rank group: the custody hosts of one engine's ranks
 // (one host per tensor-parallel rank) agreeing over etcd on what each may
-// do alone and what they decide together (DESIGN section 7a, rules 9-11).
+// do alone and what they decide together (README, "Ranks"; rules 9-11 of
+// docs/guarantees.md, which states the rules cited here by number).
 //
 // etcd holds, under /custody/engines/<engine>/: each rank's member record
 // (its effective mode) under the rank's lease; each request's per-rank

@@ -14,7 +14,7 @@ import (
 
 // A live rank that never reports a request would keep it pending on every
 // rank for ever: its lease stays alive, so it is never lost. Expire bounds
-// that wait (DESIGN rule 13). A rank that has waited past its hold cap for
+// that wait (rule 13). A rank that has waited past its hold cap for
 // the others writes an expiry under req/<id>/t/<rank>, in a transaction
 // that succeeds only while every rank it saw pending still has no state
 // key and this rank is still a member. From then on every rank reads the

@@ -12,7 +12,7 @@ import (
 
 // Join publishes this rank's effective mode under its lease and waits,
 // bounded by cfg.Timeouts.Join and ctx, until every rank has published its
-// own (DESIGN rule 9). It then compares every rank's mode with rank 0's.
+// own (rule 9). It then compares every rank's mode with rank 0's.
 // Every rank compares the same records, so an asymmetric rank fails startup
 // on every rank with the same errors: one per differing rank, naming it, the
 // field and both values (ModeMismatchError, ErrModeMismatch, and

@@ -12,7 +12,7 @@ import (
 
 // TestRule9StartupConsensus: ranks agree on the effective mode before any
 // transport is built; an asymmetric rank fails startup on every rank, with a
-// message naming the rank, the field and both values (DESIGN rule 9).
+// message naming the rank, the field and both values (rule 9).
 func TestRule9StartupConsensus(t *testing.T) {
 	t.Run("agree", func(t *testing.T) {
 		c := newCluster(t, 3)

@@ -13,7 +13,7 @@ import (
 )
 
 // Mode is a rank's effective mode: everything the ranks of one engine must
-// agree on before any transport is built (DESIGN rule 9). Two ranks agree
+// agree on before any transport is built (rule 9). Two ranks agree
 // when their canonical encodings are equal; Diff names what differs.
 type Mode struct {
 	// Transport is the transport's name (fake, ucx, ...).
@@ -22,7 +22,7 @@ type Mode struct {
 	ContractMajor uint32 `json:"contract_major"`
 	// Capabilities are what the transport claims.
 	Capabilities Capabilities `json:"capabilities"`
-	// FenceScope is what killing the transport process stops (DESIGN 4a).
+	// FenceScope is what killing the transport process stops (docs/fencing.md).
 	FenceScope sdk.FenceScope `json:"fence_scope"`
 	// Pools are the pools and their geometry; order does not matter.
 	Pools []PoolMode `json:"pools"`

@@ -12,7 +12,7 @@ import (
 	"github.com/custody-dev/custody/core"
 )
 
-// Outcome is a request's union outcome across ranks (DESIGN rule 10).
+// Outcome is a request's union outcome across ranks (rule 10).
 type Outcome struct {
 	Request core.RequestID
 	// Resolved is true once every rank is terminal (reported, or lost).

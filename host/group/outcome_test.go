@@ -25,7 +25,7 @@ func resolve(t *testing.T, g *Group, id string) Outcome {
 
 // TestRule10FailureUnion: one rank's failure or timeout fails the request
 // on every rank, a timeout wins over a (late) success, and no rank
-// resolves a request before every rank is terminal (DESIGN rule 10).
+// resolves a request before every rank is terminal (rule 10).
 func TestRule10FailureUnion(t *testing.T) {
 	c := newCluster(t, 2)
 	c.mustJoin()

@@ -18,7 +18,7 @@ import (
 // maxPoisonRecord bounds a poison record read from etcd.
 const maxPoisonRecord = 4096
 
-// PoisonRecord is a pool poisoned on every rank (DESIGN rule 11): a block
+// PoisonRecord is a pool poisoned on every rank (rule 11): a block
 // of it could not be proven safe on some rank, so no rank may hand out its
 // blocks again until an operator clears it.
 type PoisonRecord struct {

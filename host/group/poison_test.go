@@ -17,7 +17,7 @@ func pools(recs []PoisonRecord) []string {
 
 // TestRule11PoisonSticky: a pool poisoned on one rank is poisoned on every
 // rank, stays poisoned across a rank's restart and the coordinator's, and
-// goes only when an operator clears it (DESIGN rule 11).
+// goes only when an operator clears it (rule 11).
 func TestRule11PoisonSticky(t *testing.T) {
 	c := newCluster(t, 2)
 	c.mustJoin()
