@@ -279,3 +279,36 @@ func TestACancelThatFailsKeepsTheHandleRetained(t *testing.T) {
 	require.Equal(t, []RequestID{"r"}, failedIDs(rd))
 	assert.Equal(t, []Owner{OwnerEngine}, s.owners(blocks))
 }
+
+// Rule 2 with a short answer: a Release that returns fewer results than
+// handles leaves the unanswered ones held (their release is unknown), to
+// be released again next round.
+func TestReleaseWithMissingResultsKeepsTheHandles(t *testing.T) {
+	s := newSrig(t, Config{}, nil)
+	s.connect(peerSpec("p", 2))
+	blocks := s.read("r", "p", 2)
+	for _, h := range s.d.live() {
+		s.d.set(h, sdk.StateDone, nil)
+	}
+	rd := s.c.Poll(s.now)
+	s.stash = mergeReady(s.stash, rd)
+	for work := rd.Work; len(work) > 0; {
+		for _, w := range work {
+			res, err := s.d.exec(w)
+			if w.Kind == WorkRelease {
+				require.Len(t, res.Errs, 2)
+				res.Errs = res.Errs[:1]
+			}
+			s.c.Done(w.ID, res, err)
+		}
+		next := s.c.Ready()
+		s.stash = mergeReady(s.stash, next)
+		work = next.Work
+	}
+	assert.True(t, hasAlert(s.stash, "transfer_release_failed"))
+	assert.Zero(t, s.seen["r"], "reported with a release unanswered")
+	assert.Equal(t, repeat(OwnerTransfer, 2), s.owners(blocks))
+	s.stash = Ready{}
+	rd = s.poll()
+	assert.Equal(t, []RequestID{"r"}, rd.FinishedReceiving, "released again, it finishes")
+}
