@@ -122,3 +122,22 @@ func TestPullIsReportedOnTheStream(t *testing.T) {
 	require.ErrorIs(t, err, context.Canceled)
 	assert.Equal(t, []string{"s2"}, seen)
 }
+
+// Over the gRPC fallback (rings off) the plugin's Waker only ticks; the host
+// polls while work is in flight instead of waking on those ticks (so an idle
+// host makes no call), and a pull and a push still finish on both sides.
+func TestPullAndPushOverTheGRPCFallback(t *testing.T) {
+	t.Setenv("CUSTODY_TRANSPORT_RINGS", "off") // the transport processes inherit it
+	t.Run("pull", TestPullMovesEveryByteAndFinishesBothSides)
+	t.Run("push", TestPushFinishesBothSidesOnTheirNotifications)
+}
+
+type ringsStub struct{ on bool }
+
+func (r ringsStub) Rings() bool { return r.on }
+
+func TestOffRings(t *testing.T) {
+	assert.True(t, offRings(ringsStub{on: false}), "a plugin process without rings")
+	assert.False(t, offRings(ringsStub{on: true}), "a plugin process with rings wakes the host")
+	assert.False(t, offRings(struct{}{}), "a transport that is no plugin process keeps its own Waker")
+}

@@ -557,7 +557,7 @@ func (h *Host) start(ctx context.Context) error {
 	}
 	h.tp, h.desc = pl, desc
 	h.wake = nil
-	if w, ok := any(pl).(sdk.Waker); ok {
+	if w, ok := any(pl).(sdk.Waker); ok && !offRings(pl) {
 		h.wake = w.Wake()
 	}
 	// The pools are registered again in this epoch before peers may see it.
@@ -664,4 +664,13 @@ func (h *Host) shutdown() error {
 	}
 	h.tp.Stop()
 	return nil
+}
+
+// offRings reports whether tp is a plugin process whose shared-memory rings
+// are not attached (refused, or turned off): its Waker then only ticks, so
+// the host polls while work is in flight instead, and makes no call while
+// idle.
+func offRings(tp any) bool {
+	r, ok := tp.(interface{ Rings() bool })
+	return ok && !r.Rings()
 }
