@@ -64,6 +64,21 @@ func Checks() []string {
 	return names
 }
 
+// CheckRule is one check's name and the rule of the contract it holds a
+// transport to.
+type CheckRule struct {
+	Name, Rule string
+}
+
+// Rules returns every check with its rule, in the order they run.
+func Rules() []CheckRule {
+	var out []CheckRule
+	for _, c := range allChecks() {
+		out = append(out, CheckRule{Name: c.name, Rule: c.doc})
+	}
+	return out
+}
+
 // always runs on every transport.
 func always(sdk.Description) string { return "" }
 

@@ -36,8 +36,8 @@ func newConformanceCmd() *cobra.Command {
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if list {
-				for _, name := range conformance.Checks() {
-					fmt.Fprintln(cmd.OutOrStdout(), name)
+				for _, c := range conformance.Rules() {
+					fmt.Fprintf(cmd.OutOrStdout(), "%s\n    %s\n", c.Name, c.Rule)
 				}
 				return nil
 			}
@@ -102,7 +102,7 @@ func newConformanceCmd() *cobra.Command {
 	f.StringVar(&jsonOut, "json", "", "also write the results as JSON to this file")
 	f.StringVar(&dir, "dir", "", "directory for region files (default /dev/shm, else the temp directory)")
 	f.DurationVar(&timeout, "timeout", 3*time.Minute, "bound of one check, cleanup included")
-	f.BoolVar(&list, "list", false, "list the checks and exit")
+	f.BoolVar(&list, "list", false, "list the checks, each with the rule it holds a transport to, and exit")
 	f.BoolVar(&verbose, "verbose", false, "show the transport processes' logs")
 	f.StringVar(&rings, "rings", "on", "on: Post, Release and completions through the shared-memory rings when the transport offers them; off: gRPC alone")
 	return cmd

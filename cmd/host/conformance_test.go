@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/custody-dev/custody/conformance"
 	"github.com/custody-dev/custody/internal/testbin"
 )
 
@@ -95,4 +96,9 @@ func TestConformanceCommandArgs(t *testing.T) {
 	out, err := runConformance(t, "--list")
 	require.NoError(t, err)
 	assert.Contains(t, out, "peer-loss/bounded\n")
+	// Each check comes with its rule, not only its name.
+	for _, c := range conformance.Rules() {
+		require.NotEmpty(t, c.Rule, "check %s states no rule", c.Name)
+		assert.Contains(t, out, c.Name+"\n    "+c.Rule+"\n")
+	}
 }
