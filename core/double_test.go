@@ -318,6 +318,9 @@ type srig struct {
 	seen  map[RequestID]int
 	stash Ready
 	all   Ready
+	// tamper, when set, edits a call's result before core sees it (a
+	// transport that answers short, ...).
+	tamper func(w Work, res *Result)
 }
 
 func newSrig(t testingT, cfg Config, mod func(d *double)) *srig {
@@ -364,6 +367,9 @@ func (s *srig) drive(rd Ready) Ready {
 				continue
 			}
 			res, err := d.exec(w)
+			if s.tamper != nil {
+				s.tamper(w, &res)
+			}
 			s.c.Done(w.ID, res, err)
 		}
 		next := s.c.Ready()

@@ -47,27 +47,20 @@ func TestPollWithMissingStatesKeepsTheHandles(t *testing.T) {
 	for _, h := range s.d.live() {
 		s.d.set(h, sdk.StateDone, nil)
 	}
-	rd := s.c.Poll(s.now)
-	s.stash = mergeReady(s.stash, rd)
-	for work := rd.Work; len(work) > 0; {
-		for _, w := range work {
-			res, err := s.d.exec(w)
-			if w.Kind == WorkPoll {
-				require.Len(t, res.States, 2)
-				res.States = res.States[:1] // the transport lost one
-			}
-			s.c.Done(w.ID, res, err)
+	s.tamper = func(w Work, res *Result) {
+		if w.Kind == WorkPoll {
+			require.Len(t, res.States, 2)
+			res.States = res.States[:1] // the transport lost one
 		}
-		next := s.c.Ready()
-		s.stash = mergeReady(s.stash, next)
-		work = next.Work
 	}
+	s.stash = mergeReady(s.stash, s.drive(s.c.Poll(s.now)))
+	s.tamper = nil
 	assert.True(t, hasAlert(s.stash, "transfer_poll_failed"))
 	assert.Equal(t, 1, s.c.Stats().Live, "a handle without a state was released")
 	assert.Zero(t, s.seen["r"])
 	assert.Equal(t, repeat(OwnerTransfer, 2), s.owners(blocks))
 	s.stash = Ready{}
-	rd = s.poll()
+	rd := s.poll()
 	assert.Equal(t, []RequestID{"r"}, rd.FinishedReceiving, "polled again, it finishes")
 }
 
@@ -290,25 +283,18 @@ func TestReleaseWithMissingResultsKeepsTheHandles(t *testing.T) {
 	for _, h := range s.d.live() {
 		s.d.set(h, sdk.StateDone, nil)
 	}
-	rd := s.c.Poll(s.now)
-	s.stash = mergeReady(s.stash, rd)
-	for work := rd.Work; len(work) > 0; {
-		for _, w := range work {
-			res, err := s.d.exec(w)
-			if w.Kind == WorkRelease {
-				require.Len(t, res.Errs, 2)
-				res.Errs = res.Errs[:1]
-			}
-			s.c.Done(w.ID, res, err)
+	s.tamper = func(w Work, res *Result) {
+		if w.Kind == WorkRelease {
+			require.Len(t, res.Errs, 2)
+			res.Errs = res.Errs[:1]
 		}
-		next := s.c.Ready()
-		s.stash = mergeReady(s.stash, next)
-		work = next.Work
 	}
+	s.stash = mergeReady(s.stash, s.drive(s.c.Poll(s.now)))
+	s.tamper = nil
 	assert.True(t, hasAlert(s.stash, "transfer_release_failed"))
 	assert.Zero(t, s.seen["r"], "reported with a release unanswered")
 	assert.Equal(t, repeat(OwnerTransfer, 2), s.owners(blocks))
 	s.stash = Ready{}
-	rd = s.poll()
+	rd := s.poll()
 	assert.Equal(t, []RequestID{"r"}, rd.FinishedReceiving, "released again, it finishes")
 }
