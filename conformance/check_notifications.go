@@ -24,19 +24,19 @@ func needsNotifications(d sdk.Description) string {
 // inbox drains an agent's notifications until stop says it has what it
 // waits for, within a bound.
 func (a *agent) drainUntil(what string, stop func([]sdk.Notification) bool) []sdk.Notification {
-	a.e.t.Helper()
+	a.t.Helper()
 	var got []sdk.Notification
 	deadline := time.Now().Add(settleTimeout)
 	var b backoff
 	for !stop(got) {
 		if time.Now().After(deadline) {
-			a.e.t.Fatalf("agent %q: %s not received within %v (got %d messages)", a.name, what, settleTimeout, len(got))
+			a.t.Fatalf("agent %q: %s not received within %v (got %d messages)", a.name, what, settleTimeout, len(got))
 		}
 		ctx, cancel := a.e.callCtx()
 		ns, err := a.tr.Notifications(ctx, 0)
 		cancel()
 		if err != nil {
-			a.e.t.Fatalf("Notifications(agent %q): %v", a.name, err)
+			a.t.Fatalf("Notifications(agent %q): %v", a.name, err)
 		}
 		got = append(got, ns...)
 		if len(ns) == 0 {
@@ -48,7 +48,7 @@ func (a *agent) drainUntil(what string, stop func([]sdk.Notification) bool) []sd
 
 // send sends messages to a peer; every item must be accepted.
 func (a *agent) send(peer sdk.PeerID, msgs ...string) {
-	a.e.t.Helper()
+	a.t.Helper()
 	out := make([]sdk.OutboundNotification, len(msgs))
 	for i, m := range msgs {
 		out[i] = sdk.OutboundNotification{Peer: peer, Message: []byte(m)}

@@ -93,6 +93,6 @@ var checkReleaseTwice = check{
 
 // landed reports whether the 4096 bytes of r at off already hold want's.
 func landed(r *region, want []byte, off uint64) bool {
-	r.a.e.t.Helper()
+	r.a.t.Helper()
 	return string(r.read(off, 4096)) == string(want[off:off+4096])
 }
