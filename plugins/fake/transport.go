@@ -58,20 +58,20 @@ type Transport struct {
 	p       params
 	rng     *rand.Rand
 
-	active   []*transfer           // transfers the DMA engine still runs
-	next     int                   // round-robin position in active
-	maps     map[*mapping]struct{} // every live mapping, for teardown
-	calls    map[string]int        // calls per crash point, for crash rules
-	freed    []sdk.HandleID        // released handle ids, for reuse-ids
+	active []*transfer           // transfers the DMA engine still runs
+	next   int                   // round-robin position in active
+	maps   map[*mapping]struct{} // every live mapping, for teardown
+	calls  map[string]int        // calls per crash point, for crash rules
+	freed  []sdk.HandleID        // released handle ids, for reuse-ids
 	// users and ghosts serve misbehave=unpin-terminal: the unreleased
 	// handles of each dlist, and the dlists reported released while
 	// terminal handles still used them (the Book frees them once those
 	// handles are released).
-	users  map[sdk.DlistID]map[*handle]bool
-	ghosts map[sdk.DlistID]bool
-	posts    int                   // transfers posted, for post= selectors
-	loads    int                   // valid LoadPeers items, for load-peer-fail
-	prepares int                   // valid remote dlists, for prepare-fail
+	users    map[sdk.DlistID]map[*handle]bool
+	ghosts   map[sdk.DlistID]bool
+	posts    int // transfers posted, for post= selectors
+	loads    int // valid LoadPeers items, for load-peer-fail
+	prepares int // valid remote dlists, for prepare-fail
 
 	delayed []delayedNote
 	outbox  []note // notifications the engine still has to deliver, in order
