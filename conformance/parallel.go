@@ -10,15 +10,22 @@ import (
 // parallelWorkers is how many goroutines a check runs its repetitions on.
 const parallelWorkers = 8
 
-// parallel runs fn(t, i) for i in [0, n) on up to parallelWorkers
-// goroutines at once, and returns when every started call has ended. fn
+// parallel runs fn(t, w, i) for i in [0, n) on up to parallelWorkers
+// goroutines at once (w is the worker's number, below parallelWorkers, so
+// that a worker can own a slot of memory), and returns when every started call has ended. fn
 // gets a T of its own worker: its Errorf fails the check, its Fatalf and
 // Skipf end that worker (runtime.Goexit) and stop the others before their
 // next call; a skip becomes the check's skip once every worker ended, a
 // panic the check's failure. Agents a worker uses must be viewed through
 // its T (agent.as), so that their helpers report to it. Nothing more is
 // started once the check failed or its context ended.
-func (e *env) parallel(n int, fn func(t T, i int)) {
+func (e *env) parallel(n int, fn func(t T, w, i int)) {
+	e.t.Helper()
+	e.parallelOn(parallelWorkers, n, fn)
+}
+
+// parallelOn is parallel on at most workers goroutines.
+func (e *env) parallelOn(workers, n int, fn func(t T, w, i int)) {
 	e.t.Helper()
 	var (
 		next atomic.Int64
@@ -27,7 +34,7 @@ func (e *env) parallel(n int, fn func(t T, i int)) {
 		wg   sync.WaitGroup
 	)
 	w := &workerT{T: e.t, stop: &stop, skip: &skip}
-	for range min(n, parallelWorkers) {
+	for wi := range min(n, workers) {
 		wg.Go(func() {
 			defer func() {
 				if r := recover(); r != nil {
@@ -51,7 +58,7 @@ func (e *env) parallel(n int, fn func(t T, i int)) {
 							stop.Store(true)
 						}
 					}()
-					fn(w, i)
+					fn(w, wi, i)
 					ended = true
 				}()
 			}

@@ -118,3 +118,11 @@ func firstDiff(a, b []byte) int {
 	}
 	return -1
 }
+
+// as returns a view of the region whose helpers report to a's T (a view
+// of the region's agent, made by agent.as).
+func (r *region) as(a *agent) *region {
+	c := *r
+	c.a = a
+	return &c
+}

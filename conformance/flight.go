@@ -1,0 +1,210 @@
+package conformance
+
+import (
+	"math/bits"
+	"time"
+
+	"github.com/custody-dev/custody/sdk"
+)
+
+// Sizing of the transfers a check needs still in flight (release of a
+// running handle, cancel, the fence, a notification that must not come):
+// the suite measures the transport's bandwidth, starts at the size it moves
+// in flightTarget and doubles up to flightCap, so that a fast NIC is held
+// to these rules as thoroughly as the fake.
+const (
+	// flightTarget is how long the first size tried runs alone at the
+	// measured bandwidth; flightWorkers transfers share it at once.
+	flightTarget = 8 * time.Millisecond
+	// flightMin is the smallest size tried.
+	flightMin = 64 << 10
+	// flightProbe is the WRITE that measures the bandwidth.
+	flightProbe = 4 << 20
+	// flightWorkers is how many transfers of one size run at once, each
+	// into a destination slot of its own.
+	flightWorkers = 4
+)
+
+// flightCap is the largest transfer the suite grows to: its region size
+// (bigTransfer), or Limits.MaxTransferBytes when that is smaller.
+func (e *env) flightCap() uint64 {
+	c := uint64(bigTransfer)
+	if m := e.desc.Limits.MaxTransferBytes; m > 0 && m < c {
+		c = m
+	}
+	return c
+}
+
+// flight is a path for flightWorkers WRITEs of n bytes each from a to b:
+// one source region of n bytes holding want, and one destination slot of n
+// bytes per worker, each with dlists of its own.
+type flight struct {
+	e    *env
+	a, b *agent
+	peer sdk.PeerID
+	n    uint64
+	bw   float64 // measured bandwidth, bytes per second
+	want []byte
+	src  *region
+	dst  *region
+	ld   sdk.DlistID
+	rds  []sdk.DlistID
+}
+
+// newFlight sets up a flight of n-byte WRITEs from a to b.
+func (e *env) newFlight(a, b *agent, n uint64) *flight {
+	e.t.Helper()
+	f := &flight{e: e, a: a, b: b, n: n, want: pattern(n, n)}
+	f.src, f.dst = a.region(n), b.region(n*flightWorkers)
+	f.src.write(0, f.want)
+	f.peer = a.loadPeer(b)
+	f.ld = a.dlist(0, f.src.desc(0, n))
+	for w := range uint64(flightWorkers) {
+		f.rds = append(f.rds, a.dlist(f.peer, f.dst.desc(w*n, n)))
+	}
+	return f
+}
+
+// free releases what newFlight set up; its handles must be released.
+func (f *flight) free() {
+	f.e.t.Helper()
+	f.a.releaseDlists(append([]sdk.DlistID{f.ld}, f.rds...)...)
+	f.a.unloadPeer(f.peer)
+	f.a.deregister(f.src.id)
+	f.b.deregister(f.dst.id)
+}
+
+// spec is the WRITE into worker w's slot.
+func (f *flight) spec(w int) sdk.PostSpec {
+	return sdk.PostSpec{Op: sdk.OpWrite, Local: f.ld, LocalIndices: []uint32{0}, Remote: f.rds[w], RemoteIndices: []uint32{0}}
+}
+
+// probes are the offsets, within a slot, of the two 4 KiB windows that
+// tell whether a WRITE is still far from done: its middle and its end.
+func (f *flight) probes() [2]uint64 {
+	return [2]uint64{(f.n / 2) &^ 4095, f.n - 4096}
+}
+
+// reset overwrites the probe windows of worker w's slot with bytes that
+// differ from the source's, before a WRITE into it.
+func (f *flight) reset(t T, w int) {
+	for _, off := range f.probes() {
+		b := make([]byte, 4096)
+		for i := range b {
+			b[i] = ^f.want[off+uint64(i)]
+		}
+		if _, err := f.dst.f.WriteAt(b, int64(f.dst.base+uint64(w)*f.n+off)); err != nil {
+			t.Fatalf("reset slot %d of region %d: %v", w, f.dst.id, err)
+		}
+	}
+}
+
+// unfinished reports whether the last 4 KiB of worker w's slot have not
+// landed: the WRITE into it is still running (or ended short of DONE).
+func (f *flight) unfinished(t T, w int) bool {
+	off := f.probes()[1]
+	got := make([]byte, 4096)
+	if _, err := f.dst.f.ReadAt(got, int64(f.dst.base+uint64(w)*f.n+off)); err != nil {
+		t.Fatalf("read slot %d of region %d: %v", w, f.dst.id, err)
+	}
+	return string(got) != string(f.want[off:off+4096])
+}
+
+// slot returns the bytes of worker w's slot.
+func (f *flight) slot(t T, w int) []byte {
+	got := make([]byte, f.n)
+	if _, err := f.dst.f.ReadAt(got, int64(f.dst.base+uint64(w)*f.n)); err != nil {
+		t.Fatalf("read slot %d of region %d: %v", w, f.dst.id, err)
+	}
+	return got
+}
+
+// settle is how long a check watches a destination for bytes that still
+// move: four times what one transfer of the flight takes at the measured
+// bandwidth, and at least 10 ms. Only a transport that breaks a rule can
+// be caught in it; a slow moment makes the check miss a break, never
+// fail a good transport.
+func (f *flight) settle() time.Duration {
+	return max(10*time.Millisecond, time.Duration(4*float64(f.n)/f.bw*float64(time.Second)))
+}
+
+// complete reports whether worker w's slot holds every byte of want, and
+// the first that differs.
+func (f *flight) complete(t T, w int) (int, bool) {
+	i := firstDiff(f.slot(t, w), f.want)
+	return i, i < 0
+}
+
+// grow holds a transport to a rule that needs transfers still in flight.
+// It measures the bandwidth from a to b, then calls try with flights of
+// growing size, from what the transport moves in flightTarget, doubling
+// up to flightCap, until the transfers try reports it observed in flight
+// where it needed them add up to need. try frees nothing: grow frees
+// each flight after it. When even the cap observed none, the check is
+// skipped, saying so; when the cap observed fewer than need, grow logs
+// how many and the check stands on them.
+func (e *env) grow(a, b *agent, what string, need int, try func(f *flight) int) {
+	e.t.Helper()
+	limit := e.flightCap()
+	probe := min(uint64(flightProbe), limit)
+	f := e.newFlight(a, b, probe)
+	start := time.Now()
+	h := a.post(f.spec(0))[0]
+	if st := a.wait(h)[0]; st.State != sdk.StateDone {
+		e.t.Fatalf("the WRITE of %d bytes that measures the bandwidth ended %v (%v), want DONE", probe, st.State, st.Reason)
+	}
+	took := time.Since(start)
+	a.release(h)
+	f.free()
+	bw := float64(probe) / max(took.Seconds(), 1e-9)
+	n := pow2(uint64(bw * flightTarget.Seconds()))
+	n = min(max(n, flightMin), pow2(limit))
+	if n > limit {
+		n = limit
+	}
+	e.t.Logf("%s: %d bytes took %v to land (%.2f GB/s): starting at %d bytes a transfer, up to %d", what, probe, took.Round(time.Microsecond), bw/1e9, n, limit)
+	total := 0
+	for {
+		f := e.newFlight(a, b, n)
+		f.bw = bw
+		got := try(f)
+		if e.t.Failed() {
+			return
+		}
+		f.free()
+		total += got
+		if total >= need {
+			e.t.Logf("%s: %d transfers observed in flight, up to %d bytes each", what, total, n)
+			return
+		}
+		if n >= limit {
+			if total == 0 {
+				e.t.Skipf("%s: even transfers of %d bytes (the cap: the suite's region size or Limits.MaxTransferBytes) were over before the suite could act on them at a measured %.2f GB/s",
+					what, n, bw/1e9)
+			}
+			e.t.Logf("%s: only %d of the %d wanted transfers were in flight, up to the cap of %d bytes: a transport breaking the rule one time in ten passes with probability %.2g",
+				what, total, need, n, missChance(total))
+			return
+		}
+		e.t.Logf("%s: %d of %d wanted transfers observed in flight so far, the last of %d bytes: doubling", what, total, need, n)
+		n = min(2*n, limit)
+	}
+}
+
+// pow2 is the least power of two at or above n (1 for 0).
+func pow2(n uint64) uint64 {
+	if n <= 1 {
+		return 1
+	}
+	return 1 << bits.Len64(n-1)
+}
+
+// missChance is the probability that a transport breaking a rule one time
+// in ten passes k independent exercises of it: 0.9^k.
+func missChance(k int) float64 {
+	p := 1.0
+	for range k {
+		p *= 0.9
+	}
+	return p
+}
