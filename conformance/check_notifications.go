@@ -21,16 +21,61 @@ func needsNotifications(d sdk.Description) string {
 	return movesData(d)
 }
 
-// inbox drains an agent's notifications until stop says it has what it
-// waits for, within a bound.
+// Bounds of a notification wait: the suite measures how long one message
+// takes to arrive and waits noteWaitFactor times that, within
+// [noteWaitMin, noteWaitMax]: generous, but seconds, so a lost message is
+// named soon rather than after the settle bound.
+const (
+	noteWaitFactor = 200
+	noteWaitMin    = 2 * time.Second
+	noteWaitMax    = 15 * time.Second
+)
+
+// noteBound returns how long the suite waits for a notification to
+// arrive: measured once per check, by a message from a (through its peer
+// for b) to b, which it drains; the settle bound until then.
+func (e *env) noteBound(a *agent, peer sdk.PeerID, b *agent) time.Duration {
+	e.t.Helper()
+	if e.noteWait > 0 {
+		return e.noteWait
+	}
+	msg := e.prefix + " latency probe"
+	start := time.Now()
+	a.send(peer, msg)
+	e.noteWait = noteWaitMax // the probe's own bound
+	b.drainUntil(fmt.Sprintf("the latency probe %q from %q", msg, a.name), hasMessage(msg))
+	took := time.Since(start)
+	e.noteTook = took
+	e.noteWait = min(max(noteWaitFactor*took, noteWaitMin), noteWaitMax)
+	e.t.Logf("a notification took %v to arrive: the suite waits %v for one", took.Round(time.Microsecond), e.noteWait)
+	return e.noteWait
+}
+
+// drainUntil drains an agent's notifications until stop says it has what
+// it waits for. It waits the bound noteBound measured (the settle bound
+// if none was), then fails the check naming what did not arrive: missing
+// describes it from what did (nil: what).
 func (a *agent) drainUntil(what string, stop func([]sdk.Notification) bool) []sdk.Notification {
 	a.t.Helper()
+	return a.drainNaming(what, stop, nil)
+}
+
+func (a *agent) drainNaming(what string, stop func([]sdk.Notification) bool, missing func([]sdk.Notification) string) []sdk.Notification {
+	a.t.Helper()
 	var got []sdk.Notification
-	deadline := time.Now().Add(settleTimeout)
+	bound := settleTimeout
+	if a.e.noteWait > 0 {
+		bound = a.e.noteWait
+	}
+	deadline := time.Now().Add(bound)
 	var b backoff
 	for !stop(got) {
 		if time.Now().After(deadline) {
-			a.t.Fatalf("agent %q: %s not received within %v (got %d messages)", a.name, what, settleTimeout, len(got))
+			lost := what
+			if missing != nil {
+				lost = missing(got)
+			}
+			a.t.Fatalf("agent %q: %s not received within %v (got %d messages; the latency probe took %v to arrive): a notification was lost", a.name, lost, bound, len(got), a.e.noteTook)
 		}
 		ctx, cancel := a.e.callCtx()
 		ns, err := a.tr.Notifications(ctx, 0)
@@ -89,6 +134,7 @@ var checkNotificationsOnce = check{
 		for i, s := range senders {
 			peers[i] = s.loadPeer(rx)
 		}
+		e.noteBound(senders[0], peers[0], rx)
 		for k := 0; k < notifCount; k += 50 {
 			for i, s := range senders {
 				msgs := make([]string, 50)
@@ -108,7 +154,28 @@ var checkNotificationsOnce = check{
 			e.t.Errorf("Notifications(max 1) returned %d messages", len(one))
 		}
 		total := notifCount * len(senders)
-		got := append(one, rx.drainUntil(fmt.Sprintf("%d messages", total), func(ns []sdk.Notification) bool { return len(ns)+len(one) >= total })...)
+		// lost names the messages that did not arrive, by sender and
+		// payload.
+		lost := func(ns []sdk.Notification) string {
+			seen := map[string]bool{}
+			for _, n := range append(one, ns...) {
+				seen[n.From+"\x00"+string(n.Message)] = true
+			}
+			var out []string
+			count := 0
+			for i, s := range senders {
+				for k := range notifCount {
+					if m := fmt.Sprintf("%d:%d", i, k); !seen[s.name+"\x00"+m] {
+						count++
+						if len(out) < 5 {
+							out = append(out, fmt.Sprintf("%q from %q", m, s.name))
+						}
+					}
+				}
+			}
+			return fmt.Sprintf("%d of %d messages (lost: %s)", count, total, strings.Join(out, ", "))
+		}
+		got := append(one, rx.drainNaming(fmt.Sprintf("%d messages", total), func(ns []sdk.Notification) bool { return len(ns)+len(one) >= total }, lost)...)
 		// A last message from each sender: once it arrived, any duplicate
 		// sent before it would have arrived too.
 		for i, s := range senders {
@@ -160,11 +227,13 @@ var checkNotificationWithPost = check{
 		p := l.spec(sdk.OpWrite)
 		p.Notification = []byte(msg)
 		h := l.a.post(p)[0]
+		// Within the settle bound: it comes once the 64 MiB landed.
 		got := l.b.drainUntil("the post's notification", hasMessage(msg))
 		expectBytes(l.dst, 0, want, "when the post's notification arrived")
 		if st := l.a.wait(h)[0]; st.State != sdk.StateDone {
 			e.t.Errorf("handle %d ended %v (%v), want DONE", h, st.State, st.Reason)
 		}
+		e.noteBound(l.a, l.peer, l.b)
 		l.a.send(l.peer, "end")
 		got = append(got, l.b.drainUntil("the end message", hasMessage("end"))...)
 		count := 0
@@ -198,6 +267,7 @@ var checkNotificationNotOnFailure = check{
 		const attempts = 5
 		l := e.link(bigTransfer)
 		l.src.write(0, pattern(9, bigTransfer))
+		e.noteBound(l.a, l.peer, l.b)
 		for n := range attempts {
 			msg := fmt.Sprintf("canceled post %d", n)
 			p := l.spec(sdk.OpWrite)

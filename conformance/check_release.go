@@ -24,6 +24,11 @@ var checkReleaseRunning = check{
 	run: func(e *env) {
 		a, b := e.pair()
 		stop := e.desc.Capabilities.Cancel
+		// far and farOK count the Releases asked while a handle was
+		// IN_PROGRESS with half its bytes to land, and how many of those
+		// returned OK: a transfer can end between Poll and Release, but
+		// seldom from halfway; when it does for most, Release waited.
+		var far, farOK atomic.Int64
 		e.grow(a, b, "Release of a running handle", e.cfg.Repeat, func(f *flight) int {
 			var running atomic.Int64
 			e.parallelOn(flightWorkers, e.cfg.Repeat, func(t T, w, _ int) {
@@ -33,6 +38,13 @@ var checkReleaseRunning = check{
 				// Just before Release: is the handle running, its last
 				// bytes not landed? Then this Release exercises the rule.
 				run := a.poll(h)[0].State == sdk.StateInProgress && f.unfinished(t, w)
+				halfway := run && f.farFromDone(t, w)
+				if run {
+					running.Add(1)
+				}
+				if halfway {
+					far.Add(1)
+				}
 				ctx, cancel := e.callCtx()
 				errs, err := a.tr.Release(ctx, []sdk.HandleID{h})
 				cancel()
@@ -42,6 +54,9 @@ var checkReleaseRunning = check{
 					// every byte is in place, or (FAILED) none moves any
 					// more.
 					untrack(a, &a.heldHandles, h)
+					if halfway {
+						farOK.Add(1)
+					}
 					if _, ok := f.complete(t, w); ok {
 						return
 					}
@@ -53,9 +68,6 @@ var checkReleaseRunning = check{
 					}
 					t.Logf("Release(handle %d) returned OK with its destination incomplete but still: it ended FAILED or CANCELED between Poll and Release", h)
 				case sdk.CodeBusy:
-					if run {
-						running.Add(1)
-					}
 					if st := a.poll(h)[0]; st.Err != nil {
 						t.Fatalf("Poll(handle %d) after its Release was refused BUSY: %v; a refused Release must leave the handle valid", h, st.Err)
 					}
@@ -77,6 +89,10 @@ var checkReleaseRunning = check{
 			})
 			return int(running.Load())
 		})
+		if n, ok := far.Load(), farOK.Load(); ok > 0 && 10*ok > n {
+			e.t.Errorf("Release returned OK for %d of %d handles that Poll reported IN_PROGRESS, with half their bytes still to land, just before: "+
+				"Release waits for the transfer to end (Release never waits; a running handle is BUSY)", ok, n)
+		}
 	},
 }
 

@@ -36,6 +36,9 @@ type env struct {
 	prefix string
 	agents []*agent
 	files  atomic.Int64 // region files created, to name the next
+	// noteWait bounds a notification wait once noteBound measured it.
+	noteWait time.Duration
+	noteTook time.Duration // how long the latency probe took
 	// tearingDown is set once the teardown starts: from then on calls get
 	// a fresh context (callCtx).
 	tearingDown bool

@@ -99,6 +99,21 @@ func (f *flight) reset(t T, w int) {
 	}
 }
 
+// farFromDone reports whether neither probe window of worker w's slot has
+// landed: at least half of the WRITE into it is still to come.
+func (f *flight) farFromDone(t T, w int) bool {
+	for _, off := range f.probes() {
+		got := make([]byte, 4096)
+		if _, err := f.dst.f.ReadAt(got, int64(f.dst.base+uint64(w)*f.n+off)); err != nil {
+			t.Fatalf("read slot %d of region %d: %v", w, f.dst.id, err)
+		}
+		if string(got) == string(f.want[off:off+4096]) {
+			return false
+		}
+	}
+	return true
+}
+
 // unfinished reports whether the last 4 KiB of worker w's slot have not
 // landed: the WRITE into it is still running (or ended short of DONE).
 func (f *flight) unfinished(t T, w int) bool {
