@@ -26,8 +26,9 @@ var checkReleaseRunning = check{
 		stop := e.desc.Capabilities.Cancel
 		// far and farOK count the Releases asked while a handle was
 		// IN_PROGRESS with half its bytes to land, and how many of those
-		// returned OK: a transfer can end between Poll and Release, but
-		// seldom from halfway; when it does for most, Release waited.
+		// returned OK: a transfer can end between Poll and Release (on a
+		// loaded machine, one in ten did), but when nine in ten of them
+		// do, Release waited for them.
 		var far, farOK atomic.Int64
 		e.grow(a, b, "Release of a running handle", e.cfg.Repeat, func(f *flight) int {
 			var running atomic.Int64
@@ -89,7 +90,7 @@ var checkReleaseRunning = check{
 			})
 			return int(running.Load())
 		})
-		if n, ok := far.Load(), farOK.Load(); ok > 0 && 10*ok > n {
+		if n, ok := far.Load(), farOK.Load(); n >= 10 && 10*ok >= 9*n {
 			e.t.Errorf("Release returned OK for %d of %d handles that Poll reported IN_PROGRESS, with half their bytes still to land, just before: "+
 				"Release waits for the transfer to end (Release never waits; a running handle is BUSY)", ok, n)
 		}

@@ -190,3 +190,11 @@ func TestCheckTimeoutEndsTheCheck(t *testing.T) {
 		assert.NotContains(t, l, "teardown:", "the teardown should free everything once the check ended")
 	}
 }
+
+// TestRepeatMustBePositive: a negative Config.Repeat is refused, naming
+// the field, before anything runs.
+func TestRepeatMustBePositive(t *testing.T) {
+	_, err := conformance.Execute(t.Context(), conformance.Config{New: inProcess, Repeat: -1})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "Config.Repeat -1")
+}
