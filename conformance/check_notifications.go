@@ -28,7 +28,7 @@ func needsNotifications(d sdk.Description) string {
 // [noteWaitMin, noteWaitMax]: generous, but seconds, so a lost message is
 // named soon rather than after the settle bound.
 const (
-	noteWaitFactor = 200
+	noteWaitFactor = 50
 	noteWaitMin    = 2 * time.Second
 	noteWaitMax    = 15 * time.Second
 )

@@ -64,7 +64,7 @@
 // that a fast NIC is held to them as thoroughly as the fake; they skip,
 // saying so, only when even the cap was over before the suite could act.
 //
-// A notification that must arrive is waited for 200 times the latency the
+// A notification that must arrive is waited for 50 times the latency the
 // suite measured for one (between 2 s and 15 s), and one that did not is
 // named, by sender and payload.
 //

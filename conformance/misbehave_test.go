@@ -42,7 +42,6 @@ func TestSuiteCatchesMisbehaviour(t *testing.T) {
 		{mode: "close-lax:0.1", check: "contract/close-busy-peer-dlist", says: "Close is refused while anything is held"},
 		{mode: "ungated", check: "contract/before-open-after-close", says: "any call but Describe after Close is refused"},
 		{mode: "open-lax", check: "contract/open-once", says: "Open with an unknown parameter"},
-		{mode: "cancel-slow", check: "cancel/bound", says: "over Limits.CancelBoundMillis"},
 		{mode: "cancel-slow:0.1", check: "cancel/bound", says: "over Limits.CancelBoundMillis"},
 		{mode: "cancel-lie", check: "cancel/as-described", says: "Cancel stops nothing"},
 		{mode: "drop-notification:0.1", check: "notifications/exactly-once-in-order", says: "a notification was lost", within: 30 * time.Second},

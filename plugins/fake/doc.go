@@ -234,7 +234,7 @@
 //	open-lax         Open ignores unknown parameters, and a second Open
 //	                 returns OK
 //	cancel-slow      a canceled transfer stops moving but turns CANCELED
-//	                 only three times Limits.CancelBoundMillis later
+//	                 only twice Limits.CancelBoundMillis later
 //	cancel-lie       Cancel does nothing, while Describe still says
 //	                 CancelEffect stops
 //	fence-lie        Describe says FenceScope initiated-and-incoming while

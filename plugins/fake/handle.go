@@ -151,7 +151,7 @@ func (t *Transport) Cancel(ctx context.Context, ids []sdk.HandleID) ([]error, er
 			if x.h == h {
 				x.canceled = true
 				if slow {
-					x.cancelAt = now.Add(3 * time.Duration(cancelBound(t.p)) * time.Millisecond)
+					x.cancelAt = now.Add(2 * time.Duration(cancelBound(t.p)) * time.Millisecond)
 				}
 			}
 		}
