@@ -215,11 +215,17 @@ var checkNotificationsOnce = check{
 	},
 }
 
+// noteSlot is the bytes of each WRITE of the with-post check: more than
+// one 64 KiB chunk of the fake.
+const noteSlot = 64<<10 + 5
+
 // checkNotificationWithPost: a post's notification arrives once, after its
 // bytes landed.
 var checkNotificationWithPost = check{
-	name:  "notifications/with-post",
-	doc:   "the notification a WRITE carries arrives exactly once, and by then the written bytes are in place at the receiver",
+	name: "notifications/with-post",
+	doc: "the notification a WRITE carries arrives exactly once, and by then the written bytes are in place at the receiver (read the moment it is drained): " +
+		"one WRITE of 64 MiB, then --repeat (default 100) WRITEs of 64 KiB and 5 bytes posted at once, each into a slot of its own; " +
+		"a transport notifying early one time in ten passes with probability 0.9^repeat",
 	needs: needsNotifications,
 	run: func(e *env) {
 		l := e.link(bigTransfer)
@@ -235,20 +241,81 @@ var checkNotificationWithPost = check{
 		if st := l.a.wait(h)[0]; st.State != sdk.StateDone {
 			e.t.Errorf("handle %d ended %v (%v), want DONE", h, st.State, st.Reason)
 		}
+		l.a.release(h)
 		e.noteBound(l.a, l.peer, l.b)
+
+		// Many small WRITEs at once, each checked the moment its
+		// notification is drained.
+		n := e.cfg.Repeat
+		var specs []sdk.DlistSpec
+		wants := make([][]byte, n)
+		for i := range uint64(n) {
+			wants[i] = pattern(1000+i, noteSlot)
+			l.src.write(i*noteSlot, wants[i])
+			specs = append(specs, sdk.DlistSpec{Descriptors: []sdk.Descriptor{l.src.desc(i*noteSlot, noteSlot)}},
+				sdk.DlistSpec{Peer: l.peer, Descriptors: []sdk.Descriptor{l.dst.desc(i*noteSlot, noteSlot)}})
+		}
+		dls := l.a.dlists(specs...)
+		posts := make([]sdk.PostSpec, n)
+		index := map[string]int{}
+		for i := range n {
+			m := fmt.Sprintf("%s post %d", e.prefix, i)
+			index[m] = i
+			posts[i] = sdk.PostSpec{Op: sdk.OpWrite, Local: dls[2*i], LocalIndices: []uint32{0}, Remote: dls[2*i+1], RemoteIndices: []uint32{0}, Notification: []byte(m)}
+		}
+		ids := l.a.post(posts...)
+		seen := map[int]int{}
+		checked := 0
+		lost := func([]sdk.Notification) string {
+			var out []string
+			for m, i := range index {
+				if seen[i] == 0 && len(out) < 5 {
+					out = append(out, fmt.Sprintf("%q from %q", m, l.a.name))
+				}
+			}
+			return fmt.Sprintf("%d of %d post notifications (lost: %s)", n-len(seen), n, strings.Join(out, ", "))
+		}
+		got = append(got, l.b.drainNaming("the posts' notifications", func(ns []sdk.Notification) bool {
+			for _, x := range ns[checked:] {
+				if i, ok := index[string(x.Message)]; ok {
+					seen[i]++
+					if seen[i] == 1 && !expectBytes(l.dst, uint64(i)*noteSlot, wants[i], fmt.Sprintf("WRITE %d (handle %d), the moment its notification was drained", i, ids[i])) {
+						e.t.Fatalf("the notification of handle %d arrived before its bytes landed: a post's notification is delivered only once it is DONE", ids[i])
+					}
+				}
+			}
+			checked = len(ns)
+			return len(seen) == n
+		}, lost)...)
+		for i, st := range l.a.wait(ids...) {
+			if st.State != sdk.StateDone {
+				e.t.Errorf("handle %d ended %v (%v), want DONE", ids[i], st.State, st.Reason)
+			}
+		}
 		l.a.send(l.peer, "end")
 		got = append(got, l.b.drainUntil("the end message", hasMessage("end"))...)
-		count := 0
-		for _, n := range got {
-			if string(n.Message) == msg {
+		count, times := 0, map[int]int{}
+		for _, x := range got {
+			if i, ok := index[string(x.Message)]; ok {
+				times[i]++
+			}
+			if string(x.Message) == msg {
 				count++
-				if n.From != l.a.name {
-					e.t.Errorf("the post's notification says it is from %q, want %q", n.From, l.a.name)
+				if x.From != l.a.name {
+					e.t.Errorf("the post's notification says it is from %q, want %q", x.From, l.a.name)
 				}
+			}
+			if i, ok := index[string(x.Message)]; ok && x.From != l.a.name {
+				e.t.Errorf("the notification of WRITE %d says it is from %q, want %q", i, x.From, l.a.name)
 			}
 		}
 		if count != 1 {
 			e.t.Errorf("the post's notification arrived %d times, want once", count)
+		}
+		for i, c := range times {
+			if c != 1 {
+				e.t.Errorf("the notification of handle %d arrived %d times, want once", ids[i], c)
+			}
 		}
 	},
 }

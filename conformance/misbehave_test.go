@@ -32,6 +32,7 @@ func TestSuiteCatchesMisbehaviour(t *testing.T) {
 		{mode: "reuse-ids", check: "contract/ids-never-reused", says: "ids must never be reused"},
 		{mode: "early-done", check: "data/sizes", says: "as soon as DONE was reported"},
 		{mode: "early-done:0.1", check: "data/done-means-landed", says: "the instant DONE was first reported"},
+		{mode: "early-done:0.1", check: "notifications/with-post", says: "the moment its notification was drained"},
 		{mode: "terminal-flip", check: "contract/terminal-stays", says: "a terminal state never changes"},
 		{mode: "terminal-flip:0.1", check: "contract/terminal-stays", says: "a terminal state never changes"},
 		{mode: "cancel-terminal", check: "cancel/terminal-unchanged", says: "Cancel of a terminal handle changes nothing"},
@@ -48,7 +49,7 @@ func TestSuiteCatchesMisbehaviour(t *testing.T) {
 		{mode: "fence-lie", check: "fence/incoming", says: "FenceScope", plugin: true, params: slow},
 		{mode: "peer-loss-lie", check: "peer-loss/bounded", says: "still IN_PROGRESS", plugin: true},
 	} {
-		t.Run(tc.mode, func(t *testing.T) {
+		t.Run(tc.mode+" "+tc.check, func(t *testing.T) {
 			factory := conformance.Factory(inProcess)
 			if tc.plugin {
 				if testing.Short() {
