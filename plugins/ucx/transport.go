@@ -152,8 +152,17 @@ func (t *Transport) Open(ctx context.Context, req sdk.OpenRequest) error {
 // Close ends the agent. It is refused with BUSY while anything is held.
 // The check and the end happen under the agent's lock, so nothing can be
 // acquired in between; later calls answer that the agent is closed,
-// without effect.
+// without effect, but for Close, which is OK again: the agent has ended
+// and holds nothing.
 func (t *Transport) Close(ctx context.Context) error {
+	if a := t.agent.Load(); a != nil && ctx.Err() == nil {
+		a.mu.Lock()
+		closed := a.closed
+		a.mu.Unlock()
+		if closed {
+			return nil // closed before: OK, and nothing changes (docs/contract.md)
+		}
+	}
 	var busy error
 	err := t.do(ctx, "Close", func(a *agent) {
 		a.awaitCloses(ctx)
