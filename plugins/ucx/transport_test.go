@@ -26,7 +26,7 @@ func TestOpenRefusesBadSettings(t *testing.T) {
 			err := tr.Open(t.Context(), sdk.OpenRequest{Agent: "x", Params: params})
 			require.ErrorIs(t, err, sdk.ErrInvalidArgument)
 			// Nothing opened: calls still say so, and Open may be retried.
-			_, err = tr.Resources(t.Context())
+			_, err = tr.LocalMetadata(t.Context())
 			require.ErrorIs(t, err, sdk.ErrInvalidArgument)
 			require.NoError(t, tr.Open(t.Context(), sdk.OpenRequest{Agent: "x", Params: map[string]string{"tls": "tcp"}}))
 			require.NoError(t, tr.Close(t.Context()))
