@@ -15,8 +15,11 @@
 // Book is the bookkeeping alone, for a transport with a concurrency model
 // of its own (a simulator whose engine shares its lock, a native library
 // driven from one thread). The transport serialises every call to it and
-// passes callbacks for the native work. The fake (plugins/fake) is built
-// this way.
+// passes callbacks for the native work. The fake (plugins/fake) and UCX
+// (plugins/ucx, whose Post starts a whole batch in one native call:
+// CheckPost, then AddHandle for each post that started) are built this
+// way; R, P, D and H are its values for a region, a peer, a dlist and a
+// handle.
 //
 // # What the kit guarantees
 //
