@@ -276,9 +276,10 @@ func (t *Transport) Resources(ctx context.Context) (sdk.Resources, error) {
 	if t.crashed {
 		return sdk.Resources{}, shutdownError()
 	}
-	// InFlight counts the transfers the engine runs, which under
-	// misbehave=release-running or early-done outlive their handle's
-	// IN_PROGRESS state.
+	// InFlight (sdk.Resources) counts the transfers whose bytes may still
+	// move: those the engine runs. That is the Book's count (posted, end
+	// not reported) but under misbehave=early-done, whose handles turn
+	// DONE while their bytes still move.
 	r := t.book.Resources()
 	r.InFlight = uint64(len(t.active))
 	return r, nil

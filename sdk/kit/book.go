@@ -45,7 +45,7 @@ type Book[R, P, D, H any] struct {
 	peers   map[sdk.PeerID]*Peer[P]
 	dlists  map[sdk.DlistID]*Dlist[R, P, D]
 	handles map[sdk.HandleID]*Handle[R, P, D, H]
-	running int // unreleased handles that are not terminal
+	running int // posted transfers not reported terminal yet, released or not (InFlight)
 
 	events []sdk.Event
 	inbox  []sdk.Notification
@@ -71,7 +71,8 @@ func NewBook[R, P, D, H any](name string, limits sdk.Limits) *Book[R, P, D, H] {
 // that means to be correct never sets it.
 type Misbehave struct {
 	// ReleaseRunning makes Release free a handle that is not terminal. Its
-	// transfer keeps running; Complete of it then changes nothing.
+	// transfer keeps running and counts in Resources.InFlight until the
+	// transport reports its end with Complete, which queues no event.
 	ReleaseRunning bool
 	// HandleID, when set, is asked for each new handle's id; when it
 	// returns false the process counter gives the id as usual. It may
@@ -105,9 +106,10 @@ func (b *Book[R, P, D, H]) Open(agent string, start func() error) error {
 	return nil
 }
 
-// Check returns the error of any call but Open, Close and Describe made
-// while the agent is not open: INVALID_ARGUMENT before Open and after
-// Close. It returns nil while the agent is open.
+// Check returns the error of any call but Open, Close, Describe and
+// Resources (which counts nothing then) made while the agent is not open:
+// INVALID_ARGUMENT before Open and after Close. It returns nil while the
+// agent is open.
 func (b *Book[R, P, D, H]) Check() error {
 	switch b.state {
 	case stateNew:
@@ -160,10 +162,10 @@ func (b *Book[R, P, D, H]) Items(call string, n int) error {
 }
 
 // Resources counts what the Book holds: every unreleased region, peer,
-// dlist and handle, and as InFlight the unreleased handles that are not
-// terminal. A transport whose bytes can move without a live handle (a
-// misbehaving one) or that runs native work of its own adds that. A Book
-// that is not open holds nothing.
+// dlist and handle, and as InFlight (sdk.Resources) every posted transfer
+// whose end the transport has not reported with Complete: the live
+// handles that are not terminal, and any released while running
+// (Misbehave.ReleaseRunning). A Book that is not open holds nothing.
 func (b *Book[R, P, D, H]) Resources() sdk.Resources {
 	return sdk.Resources{
 		Regions:  uint64(len(b.regions)),

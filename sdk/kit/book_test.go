@@ -493,12 +493,23 @@ func TestMisbehave(t *testing.T) {
 	b := opened(t)
 	s := prepared(t, b)
 	first, _ := b.Post(s.post(), nil)
+	h := b.Find(first)
 	b.SetMisbehave(Misbehave{ReleaseRunning: true, HandleID: func() (sdk.HandleID, bool) { return first, true }})
 	if err := b.Release(first, nil); err != nil {
 		t.Fatalf("Release of a running handle under ReleaseRunning: %v", err)
 	}
-	if r := b.Resources(); r.Handles != 0 || r.InFlight != 0 {
-		t.Errorf("Resources after a running handle was released: %+v", r)
+	// Its bytes still move: it is in flight, though no handle is live.
+	if r := b.Resources(); r.Handles != 0 || r.InFlight != 1 {
+		t.Errorf("Resources after a running handle was released: %+v, want no handle and 1 in flight", r)
+	}
+	if b.Complete(h, sdk.StateDone, nil) || len(b.Events(0)) != 0 {
+		t.Error("the end of a released transfer made an event")
+	}
+	if r := b.Resources(); r.InFlight != 0 {
+		t.Errorf("Resources once the released transfer ended: %+v, want none in flight", r)
+	}
+	if b.Complete(h, sdk.StateDone, nil); b.Resources().InFlight != 0 {
+		t.Error("a second report of the same end counted again")
 	}
 	again, _ := b.Post(s.post(), nil)
 	if again != first {

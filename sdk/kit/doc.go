@@ -36,17 +36,19 @@
 //     nothing and asks the backend to stop only a running handle.
 //   - Events: one per handle, when it turns terminal, each drained once.
 //     Notifications: each received message drained once, in arrival order.
-//   - The gate: every call but Describe, Open and Close is
-//     INVALID_ARGUMENT before Open and after Close; Open once with a
-//     non-empty name; Close is BUSY while anything is held, and OK without
-//     effect once closed.
+//   - The gate: every call but Describe, Open, Close and Resources is
+//     INVALID_ARGUMENT before Open and after Close (Resources then counts
+//     nothing); Open once with a non-empty name; Close is BUSY while
+//     anything is held, and OK without effect once closed.
 //   - Limits from Describe: a batch over MaxItemsPerCall is an error of
 //     the whole call (no item takes effect); empty dlists, empty or
 //     unequal index lists, zero-length or out-of-region descriptors, an
 //     index outside its dlist, an empty peer name, a notification or
 //     metadata over its limit are INVALID_ARGUMENT for the item.
 //   - Resources counts every unreleased region, peer, dlist and handle,
-//     and as InFlight the unreleased handles not yet terminal.
+//     and as InFlight every posted transfer the backend has not reported
+//     ended (sdk.Resources defines it): for a transport that keeps the
+//     contract, the live handles not yet terminal.
 //
 // Every refused or failed item changes nothing: a callback's error is the
 // item's error, and the Book records a change only after its callback

@@ -186,11 +186,13 @@ func (b *Book[R, P, D, H]) Poll(id sdk.HandleID) sdk.HandleStatus {
 
 // Complete turns an IN_PROGRESS handle terminal, once: state must be DONE,
 // FAILED or CANCELED, and reason says why a FAILED or CANCELED one ended.
-// It queues the event. It reports false, changing nothing, when the handle
-// is already terminal or was released, or state is not terminal, so a
-// transport may report a completion twice without harm.
+// It queues the event and reports true. It reports false, changing
+// nothing, when the handle is already terminal or state is not terminal,
+// so a transport may report a completion twice without harm. A handle
+// released while it ran (Misbehave.ReleaseRunning) stops counting as in
+// flight and reports false: it has no event, since no caller may see it.
 func (b *Book[R, P, D, H]) Complete(h *Handle[R, P, D, H], state sdk.State, reason error) bool {
-	if h.released || h.state.Terminal() || !state.Terminal() {
+	if h.state.Terminal() || !state.Terminal() {
 		return false
 	}
 	if state == sdk.StateDone {
@@ -198,6 +200,9 @@ func (b *Book[R, P, D, H]) Complete(h *Handle[R, P, D, H], state sdk.State, reas
 	}
 	h.state, h.reason = state, reason
 	b.running--
+	if h.released {
+		return false
+	}
 	b.event(sdk.Event{Handle: h.ID, State: state, Reason: reason})
 	return true
 }
@@ -235,10 +240,7 @@ func (b *Book[R, P, D, H]) Release(id sdk.HandleID, free func(*Handle[R, P, D, H
 		}
 	}
 	delete(b.handles, id)
-	h.released = true
-	if !h.state.Terminal() {
-		b.running--
-	}
+	h.released = true // one still running (misbehaving) stays in flight until Complete
 	h.Local.users--
 	h.Remote.users--
 	return nil
