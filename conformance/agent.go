@@ -29,6 +29,9 @@ type agentState struct {
 	ag     Agent
 	killed bool
 	closed bool
+	// dead is set once its process is found gone although the check did
+	// not kill it (exited): the teardown skips it.
+	dead bool
 
 	mu          sync.Mutex
 	heldRegions []sdk.RegionID
