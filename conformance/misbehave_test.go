@@ -30,6 +30,7 @@ func TestSuiteCatchesMisbehaviour(t *testing.T) {
 		{mode: "release-running", check: "contract/release-running-busy", says: "a running handle is BUSY"},
 		{mode: "release-running:0.1", check: "contract/release-running-busy", says: "a running handle is BUSY"},
 		{mode: "reuse-ids", check: "contract/ids-never-reused", says: "ids must never be reused"},
+		{mode: "reuse-ids:0.1", check: "contract/ids-never-reused", says: "ids must never be reused"},
 		{mode: "early-done", check: "data/sizes", says: "as soon as DONE was reported"},
 		{mode: "early-done:0.1", check: "data/done-means-landed", says: "the instant DONE was first reported"},
 		{mode: "early-done:0.1", check: "notifications/with-post", says: "the moment its notification was drained"},
