@@ -18,7 +18,8 @@ const parallelWorkers = 8
 // next call; a skip becomes the check's skip once every worker ended, a
 // panic the check's failure. Agents a worker uses must be viewed through
 // its T (agent.as), so that their helpers report to it. Nothing more is
-// started once the check failed or its context ended.
+// started once the check failed or its context ended. As a Fatalf of the
+// check would, a worker's Fatalf ends the check once every worker ended.
 func (e *env) parallel(n int, fn func(t T, w, i int)) {
 	e.t.Helper()
 	e.parallelOn(parallelWorkers, n, fn)
@@ -28,12 +29,13 @@ func (e *env) parallel(n int, fn func(t T, w, i int)) {
 func (e *env) parallelOn(workers, n int, fn func(t T, w, i int)) {
 	e.t.Helper()
 	var (
-		next atomic.Int64
-		stop atomic.Bool
-		skip atomic.Pointer[string]
-		wg   sync.WaitGroup
+		next  atomic.Int64
+		stop  atomic.Bool
+		fatal atomic.Bool
+		skip  atomic.Pointer[string]
+		wg    sync.WaitGroup
 	)
-	w := &workerT{T: e.t, stop: &stop, skip: &skip}
+	w := &workerT{T: e.t, stop: &stop, fatal: &fatal, skip: &skip}
 	for wi := range min(n, workers) {
 		wg.Go(func() {
 			defer func() {
@@ -65,6 +67,9 @@ func (e *env) parallelOn(workers, n int, fn func(t T, w, i int)) {
 		})
 	}
 	wg.Wait()
+	if fatal.Load() {
+		e.t.FailNow()
+	}
 	if s := skip.Load(); s != nil && !e.t.Failed() {
 		e.t.Skipf("%s", *s)
 	}
@@ -72,23 +77,29 @@ func (e *env) parallelOn(workers, n int, fn func(t T, w, i int)) {
 
 // workerT is the T of one worker of parallel: what it reports goes to the
 // check's T, but Fatalf, FailNow and Skipf end only the worker's goroutine.
+// Only the first worker to stop says why: the others, which stop because
+// of it (a dead process fails every call in flight), add nothing.
 type workerT struct {
 	T
-	stop *atomic.Bool
-	skip *atomic.Pointer[string]
+	stop, fatal *atomic.Bool
+	skip        *atomic.Pointer[string]
 }
 
 func (w *workerT) Helper() {}
 
 func (w *workerT) Fatalf(format string, args ...any) {
-	w.T.Errorf(format, args...)
-	w.stop.Store(true)
+	w.fatal.Store(true)
+	if w.stop.CompareAndSwap(false, true) {
+		w.T.Errorf(format, args...)
+	}
 	runtime.Goexit()
 }
 
 func (w *workerT) FailNow() {
-	w.T.Errorf("FailNow called in a worker")
-	w.stop.Store(true)
+	w.fatal.Store(true)
+	if w.stop.CompareAndSwap(false, true) {
+		w.T.Errorf("FailNow called in a worker")
+	}
 	runtime.Goexit()
 }
 
