@@ -6,7 +6,6 @@ import (
 	"strings"
 	"sync/atomic"
 
-	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/custody-dev/custody/core"
@@ -41,16 +40,23 @@ type request struct {
 	out     *Outcome
 	last    Outcome
 	acked   bool
-	del     bool
+	// ackRev is the revision of the transaction that wrote the ack.
+	ackRev int64
+	del    bool
 }
 
 type requests struct {
 	m map[core.RequestID]*request
+	// fresh lists the requests whose own side changed (reported, written,
+	// acknowledged) since Resolve last folded them.
+	fresh map[core.RequestID]*request
 	// writes and reads count etcd transactions, for Stats.
 	writes, reads atomic.Uint64
 }
 
-func newRequests() requests { return requests{m: map[core.RequestID]*request{}} }
+func newRequests() requests {
+	return requests{m: map[core.RequestID]*request{}, fresh: map[core.RequestID]*request{}}
+}
 
 // Stats counts the etcd transactions Report and Resolve made.
 type Stats struct {
@@ -58,13 +64,24 @@ type Stats struct {
 	ReadTxns  uint64
 	// InFlight is the number of request ids this rank still tracks.
 	InFlight int
+	// Unwritten is the number of writes (states, acknowledgements,
+	// deletions) waiting for the next Report.
+	Unwritten int
 }
 
 // Stats returns the counters since Open.
 func (g *Group) Stats() Stats {
 	g.reqMu.Lock()
 	defer g.reqMu.Unlock()
-	return Stats{WriteTxns: g.reqs.writes.Load(), ReadTxns: g.reqs.reads.Load(), InFlight: len(g.reqs.m)}
+	st := Stats{WriteTxns: g.reqs.writes.Load(), ReadTxns: g.reqs.reads.Load(), InFlight: len(g.reqs.m)}
+	if !g.cfg.Solo() {
+		for _, r := range g.reqs.m {
+			if !r.written || (r.out != nil && !r.acked) || r.del {
+				st.Unwritten++
+			}
+		}
+	}
+	return st
 }
 
 // Report records this rank's local terminal states and publishes them, with
@@ -108,7 +125,11 @@ func (g *Group) Report(ctx context.Context, terminals []Terminal) error {
 			continue
 		}
 		t.Reason = truncate(t.Reason)
-		g.reqs.m[t.Request] = &request{snap: snap, mine: t, written: g.cfg.Solo()}
+		r := &request{snap: snap, mine: t, written: g.cfg.Solo()}
+		g.reqs.m[t.Request] = r
+		if !g.cfg.Solo() {
+			g.reqs.fresh[t.Request] = r
+		}
 	}
 	if g.cfg.Solo() {
 		// Nothing to publish; forget what Resolve has returned.
@@ -200,11 +221,12 @@ func (g *Group) flush(ctx context.Context) error {
 			continue
 		}
 		for _, o := range chunk {
+			g.reqs.fresh[o.id] = o.r
 			switch o.kind {
 			case 's':
 				o.r.written = true
 			case 'a':
-				o.r.acked = true
+				o.r.acked, o.r.ackRev = true, resp.Header.Revision
 			case 'd':
 				delete(g.reqs.m, o.id)
 			}
@@ -263,8 +285,11 @@ func (g *Group) reconcile(ctx context.Context, chunk []op) ([]string, error) {
 	return conflicts, nil
 }
 
-// Outcome resolves one request; see Resolve.
+// Outcome resolves one request as of now: it Syncs, then Resolves.
 func (g *Group) Outcome(ctx context.Context, id core.RequestID) (Outcome, error) {
+	if err := g.Sync(ctx); err != nil {
+		return Outcome{}, err
+	}
 	out, err := g.Resolve(ctx, []core.RequestID{id})
 	if err != nil {
 		return Outcome{}, err
@@ -272,9 +297,10 @@ func (g *Group) Outcome(ctx context.Context, id core.RequestID) (Outcome, error)
 	return out[0], nil
 }
 
-// Resolve returns the union outcome of each request, in order, reading every
-// rank's state in one etcd transaction (more only past 128 requests). A
-// request is Resolved once every rank has reported it terminal or is lost
+// Resolve returns the union outcome of each request, in order, as this
+// rank's watch of the group has seen every rank's state: it reads no etcd
+// (call Sync first to see every state reported before the call; a host
+// waits on Changed instead, which the watch signals). A request is Resolved once every rank has reported it terminal or is lost
 // (its lease gone, or its member replaced, since this rank reported it);
 // until then it is pending. A resolved outcome is final: Resolve returns it
 // again unchanged, and the acknowledgement that lets the group delete the
@@ -309,38 +335,38 @@ func (g *Group) Resolve(ctx context.Context, ids []core.RequestID) ([]Outcome, e
 		}
 		return out, nil
 	}
-	// Read what is unresolved, and what this rank acknowledged and waits
-	// to see deleted.
-	var read []core.RequestID
-	for _, id := range ids {
-		if g.reqs.m[id].out == nil {
-			read = append(read, id)
+	// Fold what the watch has seen into what is unresolved, and into what
+	// this rank acknowledged and waits to see deleted: only the requests
+	// whose keys changed since, or all of them when membership changed.
+	// The membership read under the view's lock is the one the view was
+	// applied with.
+	g.rv.mu.Lock()
+	now := g.members()
+	fold := func(id core.RequestID, r *request) {
+		if r.out == nil || (r.acked && !r.del) {
+			g.apply(id, r, g.rv.reqs[id], now, g.rv.rev)
 		}
 	}
-	for id, r := range g.reqs.m {
-		if r.acked && !r.del {
-			read = append(read, id)
+	if g.rv.allDirty {
+		for id, r := range g.reqs.m {
+			fold(id, r)
+		}
+	} else {
+		for id := range g.rv.dirty {
+			if r := g.reqs.m[id]; r != nil {
+				fold(id, r)
+			}
+		}
+		for id, r := range g.reqs.fresh {
+			if g.reqs.m[id] == r {
+				fold(id, r)
+			}
 		}
 	}
-	now := g.members() // before the read: a loss seen here is in the read
-	for len(read) > 0 {
-		chunk := read[:min(len(read), g.cfg.Coordinator.MaxTxnOps)]
-		read = read[len(chunk):]
-		gets := make([]clientv3.Op, len(chunk))
-		for i, id := range chunk {
-			gets[i] = clientv3.OpGet(g.keys.request(string(id)), clientv3.WithPrefix())
-		}
-		octx, cancel := g.opCtx(ctx)
-		resp, err := g.cli.Txn(octx).Then(gets...).Commit()
-		cancel()
-		g.reqs.reads.Add(1)
-		if err != nil {
-			return nil, g.wrap(fmt.Sprintf("reading the states of %d requests", len(chunk)), err)
-		}
-		for i, id := range chunk {
-			g.apply(id, g.reqs.m[id], resp.Responses[i].GetResponseRange().Kvs, now)
-		}
-	}
+	clear(g.rv.dirty)
+	clear(g.reqs.fresh)
+	g.rv.allDirty = false
+	g.rv.mu.Unlock()
 	out := make([]Outcome, len(ids))
 	for i, id := range ids {
 		r := g.reqs.m[id]
@@ -362,9 +388,11 @@ type rankView struct {
 
 // apply folds one request's keys into its local record: its outcome once
 // every rank is terminal, and its deletion once every rank acknowledged it.
-func (g *Group) apply(id core.RequestID, r *request, kvs []*mvccpb.KeyValue, now []string) {
-	if r.acked && len(kvs) == 0 {
-		// Another rank deleted the keys: every rank has resolved it.
+// Called with reqMu and rv.mu held; viewRev is the view's revision.
+func (g *Group) apply(id core.RequestID, r *request, kvs map[string]*viewKey, now []string, viewRev int64) {
+	if r.acked && len(kvs) == 0 && viewRev >= r.ackRev {
+		// The view held this rank's ack, and now nothing: another rank
+		// deleted the keys, so every rank has resolved it.
 		delete(g.reqs.m, id)
 		return
 	}
@@ -402,34 +430,28 @@ func (g *Group) apply(id core.RequestID, r *request, kvs []*mvccpb.KeyValue, now
 
 // readRanks reads each rank's state and ack of one request, and the
 // expiry with the lowest rank, if any rank wrote one (expire.go).
-func (g *Group) readRanks(id core.RequestID, r *request, kvs []*mvccpb.KeyValue, now []string) ([]rankView, *expiry) {
+func (g *Group) readRanks(id core.RequestID, r *request, kvs map[string]*viewKey, now []string) ([]rankView, *expiry) {
 	ranks := make([]rankView, g.cfg.Size)
 	var exp *expiry
-	prefix := g.keys.request(string(id))
-	for _, kv := range kvs {
-		kind, rank, err := parseRequestKey(strings.TrimPrefix(string(kv.Key), prefix), g.cfg.Size)
-		if err != nil {
-			g.log.Error("group_malformed_key", "request", id, "key", fmt.Sprintf("%.200q", kv.Key), "error", err)
-			continue
-		}
-		switch kind {
+	for _, k := range kvs {
+		rank := k.rank
+		switch k.kind {
 		case 't':
-			if e := decodeExpiry(id, kv.Value, rank); exp == nil || e.rank < exp.rank {
+			if exp == nil || k.exp.rank < exp.rank {
+				e := k.exp
 				exp = &e
 			}
 		case 'a':
-			ranks[rank].acked = string(kv.Value) == r.snap[rank] && r.snap[rank] != ""
+			ranks[rank].acked = k.value == r.snap[rank] && r.snap[rank] != ""
 		case 's':
-			rec, st, err := decodeState(kv.Value, rank)
 			switch {
-			case err != nil:
-				ranks[rank].state, ranks[rank].reason = Failed, fmt.Sprintf("request %q: %v", id, err)
-				g.log.Error("group_malformed_state", "request", id, "rank", rank, "error", err)
-			case rec.Member != r.snap[rank]:
+			case k.err != nil:
+				ranks[rank].state, ranks[rank].reason = Failed, fmt.Sprintf("request %q: %v", id, k.err)
+			case k.rec.Member != r.snap[rank]:
 				ranks[rank].state = Failed
-				ranks[rank].reason = fmt.Sprintf("request %q: rank %d's state was written by member %s, not by member %q that held the rank when this rank reported the request", id, rank, rec.Member, r.snap[rank])
+				ranks[rank].reason = fmt.Sprintf("request %q: rank %d's state was written by member %s, not by member %q that held the rank when this rank reported the request", id, rank, k.rec.Member, r.snap[rank])
 			default:
-				ranks[rank].state, ranks[rank].reason = st, rec.Reason
+				ranks[rank].state, ranks[rank].reason = k.state, k.rec.Reason
 			}
 		}
 	}

@@ -88,6 +88,7 @@ func TestRule10ResolvedIsFinalAndCollected(t *testing.T) {
 		for _, g := range c.ranks {
 			require.NoError(t, g.Report(ctxT(t), nil))
 			if g.Stats().InFlight > 0 {
+				require.NoError(t, g.Sync(ctxT(t)))
 				_, err := g.Resolve(ctxT(t), nil)
 				require.NoError(t, err)
 			}
@@ -307,6 +308,7 @@ func TestOneWritePerRound(t *testing.T) {
 		assert.EqualValues(t, 1, round(g, ts), "rank %d: 64 states", r)
 	}
 	for _, g := range c.ranks {
+		require.NoError(t, g.Sync(ctxT(t)))
 		out, err := g.Resolve(ctxT(t), ids)
 		require.NoError(t, err)
 		require.True(t, out[63].Resolved)

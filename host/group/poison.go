@@ -61,6 +61,7 @@ func (g *Group) Poison(ctx context.Context, pool, reason string) error {
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
 		Then(clientv3.OpPut(key, string(raw))).
 		Commit()
+	g.reqs.writes.Add(1)
 	if err != nil {
 		return g.wrap(fmt.Sprintf("publishing the poison of pool %q (it stays poisoned on this rank; call Poison again)", pool), err)
 	}
@@ -109,7 +110,9 @@ func (g *Group) ClearPoison(ctx context.Context, pool string) error {
 	}
 	octx, cancel := g.opCtx(ctx)
 	defer cancel()
-	if _, err := g.cli.Delete(octx, g.keys.poison(pool)); err != nil {
+	_, err := g.cli.Delete(octx, g.keys.poison(pool))
+	g.reqs.writes.Add(1)
+	if err != nil {
 		return g.wrap(fmt.Sprintf("clearing the poison of pool %q", pool), err)
 	}
 	return nil
