@@ -208,19 +208,28 @@ func (r *rankSync) run(ctx context.Context) {
 	lastFlush := time.Now()
 	for {
 		now := time.Now()
-		flushed := r.step(ctx, now.Sub(lastFlush) >= collectEvery)
+		since := now.Sub(lastFlush)
+		flushed := r.step(ctx, since >= collectEvery)
 		if flushed {
 			lastFlush = now
 		}
 		wait := time.Duration(-1)
-		if d, ok := r.nextHoldCap(now); ok {
-			wait = d
-		}
-		if r.g.Stats().Unwritten > 0 {
-			if d := max(collectEvery-time.Since(lastFlush), 0); wait < 0 || d < wait {
+		at := func(d time.Duration) {
+			if d = max(d, 0); wait < 0 || d < wait {
 				wait = d
 			}
 		}
+		if d, ok := r.nextHoldCap(now); ok {
+			at(d)
+		}
+		if r.g.Stats().Unwritten > 0 {
+			at(collectEvery - time.Since(lastFlush))
+		}
+		r.mu.Lock()
+		if len(r.toPoison) > 0 {
+			at(collectEvery)
+		}
+		r.mu.Unlock()
 		if wait >= 0 {
 			t.Reset(wait)
 		}

@@ -11,8 +11,9 @@ import (
 // /custody/engines/<engine>/:
 //
 //	members/<rank>            member record (mode), under the rank's lease
-//	req/<id>/s/<rank>         a rank's local terminal state of a request (durable)
-//	req/<id>/a/<rank>         a rank has resolved the request (ack, durable)
+//	req/<id>/s/<rank>         a rank's local terminal state of a request (durable;
+//	                          the lowest live rank deletes req/<id>/ once every
+//	                          rank's state is in)
 //	req/<id>/t/<rank>         a rank ended the wait past the hold cap (expire.go)
 //	poison/<pool>             a poisoned pool (durable, cleared by an operator)
 //

@@ -37,18 +37,20 @@ type request struct {
 	snap    []string
 	mine    Terminal
 	written bool
-	out     *Outcome
-	last    Outcome
-	acked   bool
-	// ackRev is the revision of the transaction that wrote the ack.
-	ackRev int64
-	del    bool
+	// stateRev is the revision of the transaction that wrote mine.
+	stateRev int64
+	out      *Outcome
+	last     Outcome
+	// returned: Resolve has returned out; del: this rank deletes the
+	// request's keys (every rank's state is in, and it is the lowest live
+	// rank) with the next Report; deleted: it did.
+	returned, del, deleted bool
 }
 
 type requests struct {
 	m map[core.RequestID]*request
-	// fresh lists the requests whose own side changed (reported, written,
-	// acknowledged) since Resolve last folded them.
+	// fresh lists the requests whose own side changed (reported, written)
+	// since Resolve last folded them.
 	fresh map[core.RequestID]*request
 	// writes and reads count etcd transactions, for Stats.
 	writes, reads atomic.Uint64
@@ -76,7 +78,7 @@ func (g *Group) Stats() Stats {
 	st := Stats{WriteTxns: g.reqs.writes.Load(), ReadTxns: g.reqs.reads.Load(), InFlight: len(g.reqs.m)}
 	if !g.cfg.Solo() {
 		for _, r := range g.reqs.m {
-			if !r.written || (r.out != nil && !r.acked) || r.del {
+			if !r.written || r.del {
 				st.Unwritten++
 			}
 		}
@@ -85,8 +87,8 @@ func (g *Group) Stats() Stats {
 }
 
 // Report records this rank's local terminal states and publishes them, with
-// this rank's acknowledgements of requests Resolve has resolved and the
-// deletion of requests every rank has resolved, in one etcd transaction
+// the deletion of the requests whose keys this rank collects (every rank's
+// state is in, and it is the lowest live rank), in one etcd transaction
 // (more only past etcd's 128 operations per transaction). Call it once per
 // round, with the round's new terminal states (possibly none).
 //
@@ -147,7 +149,7 @@ func (g *Group) Report(ctx context.Context, terminals []Terminal) error {
 type op struct {
 	id   core.RequestID
 	r    *request
-	kind byte // 's' state, 'a' ack, 'd' delete
+	kind byte // 's' state, 'd' delete
 }
 
 // flush writes every pending state, ack and delete, in as few transactions
@@ -160,8 +162,6 @@ func (g *Group) flush(ctx context.Context) error {
 		switch {
 		case !r.written:
 			ops = append(ops, op{id, r, 's'})
-		case r.out != nil && !r.acked:
-			ops = append(ops, op{id, r, 'a'})
 		case r.del:
 			ops = append(ops, op{id, r, 'd'})
 		}
@@ -188,8 +188,6 @@ func (g *Group) flush(ctx context.Context) error {
 				key := g.keys.state(id, g.cfg.Rank)
 				ifs = append(ifs, clientv3.Compare(clientv3.CreateRevision(key), "=", 0))
 				thens = append(thens, clientv3.OpPut(key, encodeState(g.cfg.Rank, g.member, o.r.mine)))
-			case 'a':
-				thens = append(thens, clientv3.OpPut(g.keys.ack(id, g.cfg.Rank), g.member))
 			case 'd':
 				thens = append(thens, clientv3.OpDelete(g.keys.request(id), clientv3.WithPrefix()))
 			}
@@ -224,11 +222,10 @@ func (g *Group) flush(ctx context.Context) error {
 			g.reqs.fresh[o.id] = o.r
 			switch o.kind {
 			case 's':
-				o.r.written = true
-			case 'a':
-				o.r.acked, o.r.ackRev = true, resp.Header.Revision
+				o.r.written, o.r.stateRev = true, resp.Header.Revision
 			case 'd':
-				delete(g.reqs.m, o.id)
+				// The view sees the keys go, and forgets the request then.
+				o.r.del, o.r.deleted = false, true
 			}
 		}
 		ops = ops[n:]
@@ -329,22 +326,21 @@ func (g *Group) Resolve(ctx context.Context, ids []core.RequestID) ([]Outcome, e
 			if r.out == nil {
 				o := union(id, []State{r.mine.State}, []string{r.mine.Reason})
 				r.out = &o
-				r.acked, r.del = true, true
 			}
 			out[i] = *r.out
 		}
 		return out, nil
 	}
 	// Fold what the watch has seen into what is unresolved, and into what
-	// this rank acknowledged and waits to see deleted: only the requests
-	// whose keys changed since, or all of them when membership changed.
-	// The membership read under the view's lock is the one the view was
-	// applied with.
+	// this rank may collect: only the requests whose keys changed since, or
+	// all of them when membership changed. The membership read under the
+	// view's lock is the one the view was applied with.
 	g.rv.mu.Lock()
+	defer g.rv.mu.Unlock()
 	now := g.members()
 	fold := func(id core.RequestID, r *request) {
-		if r.out == nil || (r.acked && !r.del) {
-			g.apply(id, r, g.rv.reqs[id], now, g.rv.rev)
+		if r.out == nil || !r.del {
+			g.apply(id, r, g.rv.reqs[id], now)
 		}
 	}
 	if g.rv.allDirty {
@@ -366,15 +362,31 @@ func (g *Group) Resolve(ctx context.Context, ids []core.RequestID) ([]Outcome, e
 	clear(g.rv.dirty)
 	clear(g.reqs.fresh)
 	g.rv.allDirty = false
-	g.rv.mu.Unlock()
 	out := make([]Outcome, len(ids))
 	for i, id := range ids {
 		r := g.reqs.m[id]
 		if r.out != nil {
 			out[i] = *r.out
+			r.returned = true
 		} else {
 			out[i] = r.last
 		}
+	}
+	// Forget what was deleted: the keys the view kept for a request until
+	// this rank folded them, and the request once Resolve returned it.
+	for id := range g.rv.gone {
+		e := g.rv.reqs[id]
+		r := g.reqs.m[id]
+		if r != nil && (r.out == nil || !r.returned || (e != nil && !e.gone)) {
+			continue
+		}
+		if r != nil {
+			delete(g.reqs.m, id)
+		}
+		if e != nil && e.gone {
+			delete(g.rv.reqs, id)
+		}
+		delete(g.rv.gone, id)
 	}
 	return out, nil
 }
@@ -383,18 +395,20 @@ func (g *Group) Resolve(ctx context.Context, ids []core.RequestID) ([]Outcome, e
 type rankView struct {
 	state  State
 	reason string
-	acked  bool
+	// stored: the rank's state key is there (lost is false).
+	stored bool
 }
 
 // apply folds one request's keys into its local record: its outcome once
-// every rank is terminal, and its deletion once every rank acknowledged it.
-// Called with reqMu and rv.mu held; viewRev is the view's revision.
-func (g *Group) apply(id core.RequestID, r *request, kvs map[string]*viewKey, now []string, viewRev int64) {
-	if r.acked && len(kvs) == 0 && viewRev >= r.ackRev {
-		// The view held this rank's ack, and now nothing: another rank
-		// deleted the keys, so every rank has resolved it.
-		delete(g.reqs.m, id)
-		return
+// every rank is terminal; and whether this rank deletes the keys: once
+// every rank's state is in (or the rank is lost), by the lowest live rank,
+// so that no rank that has yet to report finds them gone. A rank that
+// reported finds its keys kept in its view until it folded them (view.go).
+// Called with reqMu and rv.mu held.
+func (g *Group) apply(id core.RequestID, r *request, e *viewEntry, now []string) {
+	var kvs map[string]*viewKey
+	if e != nil {
+		kvs = e.keys
 	}
 	ranks, exp := g.readRanks(id, r, kvs, now)
 	if r.out == nil {
@@ -411,21 +425,26 @@ func (g *Group) apply(id core.RequestID, r *request, kvs map[string]*viewKey, no
 			o.State, o.Rank, o.Reason = TimedOut, exp.rank, exp.reason
 		}
 		r.last = o
-		if o.Resolved {
-			r.out = &o
-			g.log.Debug("group_request_resolved", "request", id, "state", o.State, "rank", o.Rank)
-		}
-		return
-	}
-	if !r.acked {
-		return
-	}
-	for rank, v := range ranks {
-		if !v.acked && !lostFor(r, rank, now) {
+		if !o.Resolved {
 			return
 		}
+		r.out = &o
+		g.log.Debug("group_request_resolved", "request", id, "state", o.State, "rank", o.Rank)
 	}
-	r.del = true
+	if r.deleted || (e != nil && e.gone) {
+		return // deleted already
+	}
+	collector := -1
+	for rank, v := range ranks {
+		lost := lostFor(r, rank, now)
+		if !v.stored && !lost {
+			return // a live rank has yet to write its state
+		}
+		if collector < 0 && !lost {
+			collector = rank
+		}
+	}
+	r.del = collector == g.cfg.Rank
 }
 
 // readRanks reads each rank's state and ack of one request, and the
@@ -441,9 +460,8 @@ func (g *Group) readRanks(id core.RequestID, r *request, kvs map[string]*viewKey
 				e := k.exp
 				exp = &e
 			}
-		case 'a':
-			ranks[rank].acked = k.value == r.snap[rank] && r.snap[rank] != ""
 		case 's':
+			ranks[rank].stored = rank != g.cfg.Rank
 			switch {
 			case k.err != nil:
 				ranks[rank].state, ranks[rank].reason = Failed, fmt.Sprintf("request %q: %v", id, k.err)
@@ -461,6 +479,7 @@ func (g *Group) readRanks(id core.RequestID, r *request, kvs map[string]*viewKey
 	ranks[g.cfg.Rank].state, ranks[g.cfg.Rank].reason = 0, ""
 	if r.written {
 		ranks[g.cfg.Rank].state, ranks[g.cfg.Rank].reason = r.mine.State, r.mine.Reason
+		ranks[g.cfg.Rank].stored = true
 	}
 	for rank := range ranks {
 		if ranks[rank].state == 0 && lostFor(r, rank, now) {

@@ -30,9 +30,11 @@ type reqView struct {
 	rev int64
 	// reqs maps a request id to its keys: the part after req/<id>/ to the
 	// key, decoded once as it arrives. It holds what etcd holds (bounded by
-	// etcd's quota): the ranks delete a request's keys once every rank
-	// resolved it.
-	reqs map[core.RequestID]map[string]*viewKey
+	// etcd's quota), and the keys of requests deleted since Resolve last
+	// folded them (gone lists those): a rank that has yet to fold a request
+	// when another rank collects its keys folds what it saw.
+	reqs map[core.RequestID]*viewEntry
+	gone map[core.RequestID]struct{}
 	// dirty lists the ids whose keys changed since Resolve last folded
 	// them; allDirty says membership changed (or the view was reloaded),
 	// which may change any request.
@@ -40,6 +42,12 @@ type reqView struct {
 	allDirty bool
 	// moved is closed, and replaced, whenever rev advances.
 	moved chan struct{}
+}
+
+// viewEntry is one request's keys; gone once they were deleted.
+type viewEntry struct {
+	keys map[string]*viewKey
+	gone bool
 }
 
 // viewKey is one request key as read: its kind ('s' state, 'a' ack, 't'
@@ -57,7 +65,8 @@ type viewKey struct {
 }
 
 func newReqView() reqView {
-	return reqView{reqs: map[core.RequestID]map[string]*viewKey{}, dirty: map[core.RequestID]struct{}{}, moved: make(chan struct{})}
+	return reqView{reqs: map[core.RequestID]*viewEntry{}, gone: map[core.RequestID]struct{}{},
+		dirty: map[core.RequestID]struct{}{}, moved: make(chan struct{})}
 }
 
 // decodeViewKey parses and decodes one request key of id: rest is the part
@@ -183,12 +192,13 @@ func (g *Group) applyEvent(ev *clientv3.Event) bool {
 			g.log.Error("group_malformed_key", "key", fmt.Sprintf("%.200q", key), "error", err)
 			return false
 		}
-		keys := g.rv.reqs[id]
+		e := g.rv.reqs[id]
 		g.rv.dirty[id] = struct{}{}
 		if ev.Type == clientv3.EventTypeDelete {
-			delete(keys, rest)
-			if len(keys) == 0 {
-				delete(g.rv.reqs, id)
+			if e != nil {
+				// Kept until Resolve folded it (reqView.reqs).
+				e.gone = true
+				g.rv.gone[id] = struct{}{}
 			}
 			return true
 		}
@@ -197,11 +207,12 @@ func (g *Group) applyEvent(ev *clientv3.Event) bool {
 			g.log.Error("group_malformed_key", "request", id, "key", fmt.Sprintf("%.200q", key), "error", err)
 			return true
 		}
-		if keys == nil {
-			keys = map[string]*viewKey{}
-			g.rv.reqs[id] = keys
+		if e == nil || e.gone {
+			// A new request, or the id issued again after its keys went.
+			e = &viewEntry{keys: map[string]*viewKey{}}
+			g.rv.reqs[id] = e
 		}
-		keys[rest] = k
+		e.keys[rest] = k
 		return true
 	default:
 		g.log.Error("group_unexpected_key", "key", fmt.Sprintf("%.200q", key))
@@ -226,7 +237,7 @@ func (g *Group) parseViewKey(key string) (core.RequestID, string, error) {
 // resync replaces the view, membership and poison with kvs, read at rev.
 func (g *Group) resync(kvs []*mvccpb.KeyValue, rev int64) {
 	var members, poison []*mvccpb.KeyValue
-	reqs := map[core.RequestID]map[string]*viewKey{}
+	reqs := map[core.RequestID]*viewEntry{}
 	for _, kv := range kvs {
 		key := string(kv.Key)
 		switch {
@@ -246,12 +257,21 @@ func (g *Group) resync(kvs []*mvccpb.KeyValue, rev int64) {
 				continue
 			}
 			if reqs[id] == nil {
-				reqs[id] = map[string]*viewKey{}
+				reqs[id] = &viewEntry{keys: map[string]*viewKey{}}
 			}
-			reqs[id][rest] = k
+			reqs[id].keys[rest] = k
 		}
 	}
 	g.rv.mu.Lock()
+	// What went while the watch was broken is kept as gone, like a
+	// deletion seen (a write-once state read before stays what it was).
+	for id, e := range g.rv.reqs {
+		if reqs[id] == nil {
+			e.gone = true
+			reqs[id] = e
+			g.rv.gone[id] = struct{}{}
+		}
+	}
 	g.rv.reqs = reqs
 	g.rv.allDirty = true
 	g.mu.Lock()
