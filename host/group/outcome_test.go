@@ -369,3 +369,34 @@ func TestRule10RankRestartedMidRequest(t *testing.T) {
 	require.Len(t, g0.LostRanks(), 1)
 	assert.Equal(t, old, g0.LostRanks()[0].Member)
 }
+
+// TestRule10CollectedBeforeFolded: the lowest live rank deletes a request's
+// keys as soon as every rank's state is in; a rank whose view applied the
+// deletion before it resolved the request still resolves it from the keys
+// it saw, the same as every other rank, and then forgets it.
+func TestRule10CollectedBeforeFolded(t *testing.T) {
+	c := newCluster(t, 2)
+	c.mustJoin()
+	report(t, c.ranks[0], "r", Succeeded, "")
+	report(t, c.ranks[1], "r", Failed, "rank 1 failed")
+	o := resolve(t, c.ranks[0], "r")
+	require.True(t, o.Resolved)
+	require.NoError(t, c.ranks[0].Report(ctxT(t), nil)) // rank 0 collects
+	resp, err := c.client().Get(ctxT(t), c.ranks[0].keys.request("r"), clientPrefix())
+	require.NoError(t, err)
+	require.Empty(t, resp.Kvs, "rank 0 deleted the request's keys")
+	// Rank 1 has not resolved yet; its view has applied the deletion.
+	g1 := c.ranks[1]
+	require.NoError(t, g1.Sync(ctxT(t)))
+	out, err := g1.Resolve(ctxT(t), []core.RequestID{"r"})
+	require.NoError(t, err)
+	require.True(t, out[0].Resolved, "the keys went before rank 1 folded them: %+v", out[0])
+	assert.Equal(t, o.State, out[0].State)
+	assert.Equal(t, 1, out[0].Rank)
+	// Returned once, it is forgotten, and so are the keys its view kept.
+	_, err = g1.Resolve(ctxT(t), []core.RequestID{"r"})
+	require.ErrorIs(t, err, ErrUnknownRequest)
+	g1.rv.mu.Lock()
+	assert.Empty(t, g1.rv.reqs, "rank 1's view still holds the deleted keys")
+	g1.rv.mu.Unlock()
+}

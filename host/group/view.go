@@ -50,8 +50,8 @@ type viewEntry struct {
 	gone bool
 }
 
-// viewKey is one request key as read: its kind ('s' state, 'a' ack, 't'
-// expiry), rank and value, and what the value decodes to.
+// viewKey is one request key as read: its kind ('s' state, 't' expiry),
+// rank and value, and what the value decodes to.
 type viewKey struct {
 	kind  byte
 	rank  int
