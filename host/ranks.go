@@ -174,22 +174,36 @@ func (r *rankSync) isPoisoned(pool string) (string, bool) {
 		return why, true
 	}
 	if rec, ok := r.g.IsPoisoned(pool); ok {
-		return fmt.Sprintf("rank %d: %s", rec.Rank, rec.Reason), true
+		return r.stick(rec), true
 	}
 	return "", false
 }
 
+// stick records a pool the group poisoned as poisoned on this rank until
+// restart (rule 11: poison is sticky, even once an operator cleared the
+// record), and returns the reason kept.
+func (r *rankSync) stick(rec group.PoisonRecord) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	why, ok := r.poisoned[rec.Pool]
+	if !ok {
+		why = fmt.Sprintf("rank %d: %s", rec.Rank, rec.Reason)
+		r.poisoned[rec.Pool] = why
+	}
+	return why
+}
+
 // Poisoned lists the pools poisoned on this rank: its own and every rank's.
 func (r *rankSync) Poisoned() []string {
+	for _, rec := range r.g.Poisoned() {
+		r.stick(rec)
+	}
 	set := map[string]bool{}
 	r.mu.Lock()
 	for p := range r.poisoned {
 		set[p] = true
 	}
 	r.mu.Unlock()
-	for _, rec := range r.g.Poisoned() {
-		set[rec.Pool] = true
-	}
 	out := make([]string, 0, len(set))
 	for p := range set {
 		out = append(out, p)
@@ -276,6 +290,10 @@ func (r *rankSync) step(ctx context.Context, flush bool) bool {
 	r.toPoison = map[string]string{}
 	r.mu.Unlock()
 
+	// Poison is sticky on a running rank (rule 11).
+	for _, rec := range r.g.Poisoned() {
+		r.stick(rec)
+	}
 	for pool, why := range poison {
 		if err := r.g.Poison(ctx, pool, why); err != nil {
 			r.log.Error("publishing poison failed; retrying", "failure_type", "group_poison_failed", "pool", pool, "error", err.Error())

@@ -175,6 +175,20 @@ func TestRule11PoisonIsTopologyWide(t *testing.T) {
 	f := d[0].waitFinished("w1")
 	require.Equal(t, []string{"w1"}, failedIDs(f))
 	assert.ElementsMatch(t, refsOf(d[0].poolID, b), f.Quarantined)
+
+	// An operator clears the record: the running ranks keep refusing the
+	// pool until they restart (poison is sticky).
+	op, err := group.Dial("dec", group.CoordinatorConfig{Endpoints: []string{rg.etcd}}, 0)
+	require.NoError(t, err)
+	defer op.Close()
+	_, err = op.ClearPoison(d[1].ctx(), "kv")
+	require.NoError(t, err)
+	for r, h := range d {
+		require.Eventually(t, func() bool { _, ok := h.h.group.IsPoisoned("kv"); return !ok }, 20*time.Second, time.Millisecond,
+			"rank %d's watch never saw the record cleared", r)
+		_, err := h.c.Alloc(h.ctx(), h.poolID, 1)
+		require.Equal(t, codes.FailedPrecondition, status.Code(err), "rank %d refused the pool no more once the record was cleared: %v", r, err)
+	}
 }
 
 // TestRule12TeardownOnConstructorFailure: a rank whose host fails after its
