@@ -21,7 +21,7 @@ import (
 
 // ranksBenchRounds is how many times each mode is measured, interleaved
 // (coordinated, independent, coordinated, ...); the median of each is kept.
-const ranksBenchRounds = 2
+const ranksBenchRounds = 5
 
 // ranksSeqPulls is the sequential pulls measured per round, for latency.
 const ranksSeqPulls = 100
