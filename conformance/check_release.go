@@ -2,7 +2,6 @@ package conformance
 
 import (
 	"sync/atomic"
-	"time"
 
 	"github.com/custody-dev/custody/sdk"
 )
@@ -55,17 +54,17 @@ var checkReleaseRunning = check{
 					// every byte is in place, or (FAILED) none moves any
 					// more.
 					untrack(a, &a.heldHandles, h)
+					snap := f.slot(t, w)
 					if halfway {
 						if ok, n := farOK.Add(1), far.Load(); n >= 20 && 10*ok >= 9*n {
 							t.Fatalf("Release returned OK for %d of %d handles that Poll reported IN_PROGRESS, with half their bytes still to land, just before: "+
 								"Release waits for the transfer to end (Release never waits; a running handle is BUSY)", ok, n)
 						}
 					}
-					if _, ok := f.complete(t, w); ok {
+					if firstDiff(snap, f.want) < 0 {
 						return
 					}
-					snap := f.slot(t, w)
-					time.Sleep(f.settle())
+					f.settle(t)
 					if i := firstDiff(f.slot(t, w), snap); i >= 0 {
 						t.Fatalf("Release(handle %d) returned OK (Poll said %s just before), yet byte %d of its %d bytes changed afterwards: "+
 							"Release freed a running handle, whose bytes kept moving (a running handle is BUSY and stays valid)", h, map[bool]string{true: "IN_PROGRESS", false: "terminal"}[run], i, f.n)

@@ -49,26 +49,30 @@ type flight struct {
 	dst  *region
 	ld   sdk.DlistID
 	rds  []sdk.DlistID
+	// bl and br are a 4 KiB WRITE into the 4 KiB after the slots: the
+	// barrier, which moves no byte a check compares.
+	bl, br sdk.DlistID
 }
 
 // newFlight sets up a flight of n-byte WRITEs from a to b.
 func (e *env) newFlight(a, b *agent, n uint64) *flight {
 	e.t.Helper()
 	f := &flight{e: e, a: a, b: b, n: n, want: pattern(n, n)}
-	f.src, f.dst = a.region(n), b.region(n*flightWorkers)
+	f.src, f.dst = a.region(n), b.region(n*flightWorkers+4096)
 	f.src.write(0, f.want)
 	f.peer = a.loadPeer(b)
 	f.ld = a.dlist(0, f.src.desc(0, n))
 	for w := range uint64(flightWorkers) {
 		f.rds = append(f.rds, a.dlist(f.peer, f.dst.desc(w*n, n)))
 	}
+	f.bl, f.br = a.dlist(0, f.src.desc(0, 4096)), a.dlist(f.peer, f.dst.desc(flightWorkers*n, 4096))
 	return f
 }
 
 // free releases what newFlight set up; its handles must be released.
 func (f *flight) free() {
 	f.e.t.Helper()
-	f.a.releaseDlists(append([]sdk.DlistID{f.ld}, f.rds...)...)
+	f.a.releaseDlists(append([]sdk.DlistID{f.ld, f.bl, f.br}, f.rds...)...)
 	f.a.unloadPeer(f.peer)
 	f.a.deregister(f.src.id)
 	f.b.deregister(f.dst.id)
@@ -134,13 +138,20 @@ func (f *flight) slot(t T, w int) []byte {
 	return got
 }
 
-// settle is how long a check watches a destination for bytes that still
-// move: four times what one transfer of the flight takes at the measured
-// bandwidth, and at least 10 ms. Only a transport that breaks a rule can
-// be caught in it; a slow moment makes the check miss a break, never
-// fail a good transport.
-func (f *flight) settle() time.Duration {
-	return max(10*time.Millisecond, time.Duration(4*float64(f.n)/f.bw*float64(time.Second)))
+// settle gives bytes that still move a chance to show: it runs three
+// barrier WRITEs to completion one after the other (the transport made
+// progress), then waits four times what one transfer of the flight takes
+// at the measured bandwidth, and at least 50 ms. Only a transport that
+// breaks a rule can be caught in it; a slow moment makes the check miss a
+// break, never fail a good transport.
+func (f *flight) settle(t T) {
+	a := f.a.as(t)
+	for range 3 {
+		h := a.post(sdk.PostSpec{Op: sdk.OpWrite, Local: f.bl, LocalIndices: []uint32{0}, Remote: f.br, RemoteIndices: []uint32{0}})[0]
+		a.wait(h)
+		a.release(h)
+	}
+	time.Sleep(max(50*time.Millisecond, time.Duration(4*float64(f.n)/f.bw*float64(time.Second))))
 }
 
 // complete reports whether worker w's slot holds every byte of want, and
