@@ -51,6 +51,9 @@ func TestSuiteCatchesMisbehaviour(t *testing.T) {
 		{mode: "peer-loss-lie", check: "peer-loss/bounded", says: "still IN_PROGRESS", plugin: true},
 	} {
 		t.Run(tc.mode+" "+tc.check, func(t *testing.T) {
+			// Most of these wait on a bound (a cancel's, a peer loss's, a
+			// lost notification's) more than they compute: side by side.
+			t.Parallel()
 			factory := conformance.Factory(inProcess)
 			if tc.plugin {
 				if testing.Short() {
