@@ -54,20 +54,20 @@ var checkReleaseRunning = check{
 					// every byte is in place, or (FAILED) none moves any
 					// more.
 					untrack(a, &a.heldHandles, h)
-					snap := f.slot(t, w)
+					snap := f.sample(t, w)
 					if halfway {
 						if ok, n := farOK.Add(1), far.Load(); n >= 20 && 10*ok >= 9*n {
 							t.Fatalf("Release returned OK for %d of %d handles that Poll reported IN_PROGRESS, with half their bytes still to land, just before: "+
 								"Release waits for the transfer to end (Release never waits; a running handle is BUSY)", ok, n)
 						}
 					}
-					if firstDiff(snap, f.want) < 0 {
+					if string(snap) == string(f.sampleWant()) {
 						return
 					}
 					f.settle(t)
-					if i := firstDiff(f.slot(t, w), snap); i >= 0 {
-						t.Fatalf("Release(handle %d) returned OK (Poll said %s just before), yet byte %d of its %d bytes changed afterwards: "+
-							"Release freed a running handle, whose bytes kept moving (a running handle is BUSY and stays valid)", h, map[bool]string{true: "IN_PROGRESS", false: "terminal"}[run], i, f.n)
+					if i := firstDiff(f.sample(t, w), snap); i >= 0 {
+						t.Fatalf("Release(handle %d) returned OK (Poll said %s just before), yet its destination changed afterwards (sampled byte %d of %d): "+
+							"Release freed a running handle, whose bytes kept moving (a running handle is BUSY and stays valid)", h, map[bool]string{true: "IN_PROGRESS", false: "terminal"}[run], i, len(snap))
 					}
 					t.Logf("Release(handle %d) returned OK with its destination incomplete but still: it ended FAILED or CANCELED between Poll and Release", h)
 				case sdk.CodeBusy:
@@ -79,8 +79,8 @@ var checkReleaseRunning = check{
 					}
 					end := a.wait(h)[0]
 					if end.State == sdk.StateDone {
-						if i, ok := f.complete(t, w); !ok {
-							t.Fatalf("handle %d DONE, but byte %d of %d is not in place", h, i, f.n)
+						if f.unfinished(t, w) {
+							t.Fatalf("handle %d DONE, but its last bytes are not in place", h)
 						}
 					} else if end.State == sdk.StateFailed {
 						t.Fatalf("handle %d ended FAILED (%v) after a refused Release", h, end.Reason)

@@ -15,7 +15,7 @@ import (
 const (
 	// flightTarget is how long the first size tried runs alone at the
 	// measured bandwidth; flightWorkers transfers share it at once.
-	flightTarget = 8 * time.Millisecond
+	flightTarget = 32 * time.Millisecond
 	// flightMin is the smallest size tried.
 	flightMin = 64 << 10
 	// flightProbe is the WRITE that measures the bandwidth.
@@ -129,13 +129,40 @@ func (f *flight) unfinished(t T, w int) bool {
 	return string(got) != string(f.want[off:off+4096])
 }
 
-// slot returns the bytes of worker w's slot.
-func (f *flight) slot(t T, w int) []byte {
-	got := make([]byte, f.n)
-	if _, err := f.dst.f.ReadAt(got, int64(f.dst.base+uint64(w)*f.n)); err != nil {
-		t.Fatalf("read slot %d of region %d: %v", w, f.dst.id, err)
+// samples is how many 4 KiB windows, spread evenly, sample reads of a
+// slot: a check that watches a slot for bytes still moving reads these
+// rather than the whole slot.
+const samples = 16
+
+// sample returns the sampled windows of worker w's slot, last one at its
+// end.
+func (f *flight) sample(t T, w int) []byte {
+	out := make([]byte, 0, (samples+1)*4096)
+	for _, off := range f.sampleOffsets() {
+		b := make([]byte, 4096)
+		if _, err := f.dst.f.ReadAt(b, int64(f.dst.base+uint64(w)*f.n+off)); err != nil {
+			t.Fatalf("read slot %d of region %d: %v", w, f.dst.id, err)
+		}
+		out = append(out, b...)
 	}
-	return got
+	return out
+}
+
+// sampleWant is what sample reads from a complete slot.
+func (f *flight) sampleWant() []byte {
+	out := make([]byte, 0, (samples+1)*4096)
+	for _, off := range f.sampleOffsets() {
+		out = append(out, f.want[off:off+4096]...)
+	}
+	return out
+}
+
+func (f *flight) sampleOffsets() []uint64 {
+	var offs []uint64
+	for i := range uint64(samples) {
+		offs = append(offs, (i*f.n/samples)&^4095)
+	}
+	return append(offs, f.n-4096)
 }
 
 // settle gives bytes that still move a chance to show: it runs three
@@ -152,13 +179,6 @@ func (f *flight) settle(t T) {
 		a.release(h)
 	}
 	time.Sleep(max(50*time.Millisecond, time.Duration(4*float64(f.n)/f.bw*float64(time.Second))))
-}
-
-// complete reports whether worker w's slot holds every byte of want, and
-// the first that differs.
-func (f *flight) complete(t T, w int) (int, bool) {
-	i := firstDiff(f.slot(t, w), f.want)
-	return i, i < 0
 }
 
 // grow holds a transport to a rule that needs transfers still in flight.
