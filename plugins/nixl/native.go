@@ -4,7 +4,7 @@ package nixl
 
 /*
 #cgo CXXFLAGS: -std=c++17 -O2
-#cgo LDFLAGS: -lnixl -lstdc++
+#cgo LDFLAGS: -lnixl -lnixl_build -lstdc++
 #include <stdlib.h>
 #include "shim.h"
 */
@@ -25,13 +25,13 @@ import (
 type status int
 
 const (
-	statusInProg           status = C.NIXL_IN_PROG
-	statusSuccess          status = C.NIXL_SUCCESS
-	statusInvalidParam     status = C.NIXL_ERR_INVALID_PARAM
-	statusNotFound         status = C.NIXL_ERR_NOT_FOUND
-	statusMismatch         status = C.NIXL_ERR_MISMATCH
-	statusNotAllowed       status = C.NIXL_ERR_NOT_ALLOWED
-	statusRemoteDisconnect status = C.NIXL_ERR_REMOTE_DISCONNECT
+	statusInProg           status = C.CX_IN_PROG
+	statusSuccess          status = C.CX_SUCCESS
+	statusInvalidParam     status = C.CX_ERR_INVALID_PARAM
+	statusNotFound         status = C.CX_ERR_NOT_FOUND
+	statusMismatch         status = C.CX_ERR_MISMATCH
+	statusNotAllowed       status = C.CX_ERR_NOT_ALLOWED
+	statusRemoteDisconnect status = C.CX_ERR_REMOTE_DISCONNECT
 	statusException        status = C.CX_EXCEPTION
 )
 

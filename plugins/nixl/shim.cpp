@@ -11,6 +11,13 @@
 
 #include <nixl.h>
 
+static_assert(CX_IN_PROG == NIXL_IN_PROG && CX_SUCCESS == NIXL_SUCCESS &&
+                  CX_ERR_INVALID_PARAM == NIXL_ERR_INVALID_PARAM &&
+                  CX_ERR_NOT_FOUND == NIXL_ERR_NOT_FOUND && CX_ERR_MISMATCH == NIXL_ERR_MISMATCH &&
+                  CX_ERR_NOT_ALLOWED == NIXL_ERR_NOT_ALLOWED &&
+                  CX_ERR_REMOTE_DISCONNECT == NIXL_ERR_REMOTE_DISCONNECT,
+              "shim.h's status values differ from nixl_status_t");
+
 struct cx_agent {
     nixlAgent *agent;
     nixlBackendH *backend;
@@ -171,7 +178,7 @@ int
 cx_prep(cx_agent *a, const char *agent, int n, const uint64_t *addrs, const uint64_t *lens,
         void **dlist) {
     try {
-        nixl_xfer_dlist_t d(DRAM_SEG, n);
+        nixl_xfer_dlist_t d(DRAM_SEG);
         for (int i = 0; i < n; i++)
             d.addDesc(nixlBasicDesc(static_cast<uintptr_t>(addrs[i]), static_cast<size_t>(lens[i]), 0));
         nixlDlistH *h = nullptr;

@@ -14,6 +14,16 @@
 extern "C" {
 #endif
 
+// The nixl_status_t values the Go side tells apart (nixl_types.h is C++;
+// shim.cpp checks that these agree with it).
+#define CX_IN_PROG 1
+#define CX_SUCCESS 0
+#define CX_ERR_INVALID_PARAM (-2)
+#define CX_ERR_NOT_FOUND (-4)
+#define CX_ERR_MISMATCH (-5)
+#define CX_ERR_NOT_ALLOWED (-6)
+#define CX_ERR_REMOTE_DISCONNECT (-10)
+
 // CX_EXCEPTION is returned when NIXL threw a C++ exception; the message is
 // in the error buffer.
 #define CX_EXCEPTION (-1000)

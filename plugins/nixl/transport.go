@@ -39,27 +39,19 @@ type (
 	handle = kit.Handle[*regionVal, *peerVal, *handleVal]
 )
 
-// nameRef is an agent name loaded into NIXL: NIXL keys peers by name, so
-// two loads of one agent share its NIXL state, invalidated with the last.
-type nameRef struct {
-	refs int
-	// lost is set once NIXL reported the agent disconnected: NIXL then
-	// dropped the agent's metadata itself (invalidateRemoteData).
-	lost bool
-}
-
 // Transport is one NIXL agent behind the contract. It implements
 // sdk.Transport and is safe for concurrent use: every call runs under one
 // lock, and NIXL's progress thread runs beside them.
 type Transport struct {
-	mu     sync.Mutex
-	book   *book
-	desc   sdk.Description
-	cfg    config
-	nat    *native
-	self   procID
-	dlists map[sdk.DlistID]unsafe.Pointer // native dlist handles
-	names  map[string]*nameRef
+	mu      sync.Mutex
+	book    *book
+	desc    sdk.Description
+	cfg     config
+	nat     *native
+	self    procID
+	dlists  map[sdk.DlistID]unsafe.Pointer // native dlist handles
+	names   map[string]*nameRef            // names.go
+	parkSeq uint64
 	// stopped are the process watches of unloaded peers, whose goroutines
 	// Close waits for.
 	stopped []*procWatch
@@ -130,7 +122,7 @@ func (t *Transport) Open(ctx context.Context, req sdk.OpenRequest) error {
 		}
 		nat, st, msg := openNative(req.Agent, cfg.backend, cfg.params)
 		if nat == nil {
-			return sdk.Errorf(sdk.CodeInvalidArgument, "nixl: Open %q: NIXL refused backend %s with %s: %s (%v); check the parameters (custody plugins describe shows the defaults)", req.Agent, cfg.backend, cfg, msg, st)
+			return sdk.Errorf(sdk.CodeInvalidArgument, "nixl: Open %q: NIXL refused backend %s with %s: %s (%v); check the parameters (plugins/nixl/doc.go lists them)", req.Agent, cfg.backend, cfg, msg, st)
 		}
 		t.cfg, t.nat, t.self = cfg, nat, self
 		t.desc = describe(cfg)
@@ -286,14 +278,14 @@ func (t *Transport) load(spec sdk.PeerSpec) (kit.Loaded[*peerVal], error) {
 		}
 		pv.watch = w
 	}
-	name, st := t.nat.loadMD(m.NIXL)
+	name, st := t.loadName(m.Agent, m.NIXL)
 	if st != statusSuccess || name != m.Agent {
 		if pv.watch != nil {
 			pv.watch.stop()
 			t.stopped = append(t.stopped, pv.watch)
 		}
 		if st == statusSuccess { // cannot happen: the envelope and NIXL's blob disagree
-			if ref == nil {
+			if t.names[name] == nil {
 				t.nat.invalidate(name)
 			}
 			return none, sdk.Errorf(sdk.CodeInvalidArgument, "nixl: LoadPeers %q: NIXL's metadata inside names agent %q", spec.Name, name)
@@ -307,11 +299,6 @@ func (t *Transport) load(spec sdk.PeerSpec) (kit.Loaded[*peerVal], error) {
 		}
 		return none, sdk.Errorf(code, "nixl: LoadPeers %q: loadRemoteMD returned %v; nothing loaded", spec.Name, st)
 	}
-	if ref == nil {
-		ref = &nameRef{}
-		t.names[m.Agent] = ref
-	}
-	ref.refs++
 	regions := make(map[sdk.RegionID]uint64, len(m.Regions))
 	for _, r := range m.Regions {
 		regions[r.ID] = r.Len
@@ -342,20 +329,13 @@ func (t *Transport) onPeerExit(pv *peerVal) {
 // exitPeerLost is the process's exit status after a watched peer died.
 const exitPeerLost = 4
 
-// UnloadPeers invalidates a peer's NIXL metadata once no other load of the
-// same agent remains: BUSY while a dlist references it.
+// UnloadPeers releases peers (names.go: when NIXL's state of the agent is
+// invalidated): BUSY while a dlist references one.
 func (t *Transport) UnloadPeers(ctx context.Context, ids []sdk.PeerID) ([]error, error) {
 	return each(t, ctx, "UnloadPeers", len(ids), func(i int) error {
 		return t.book.UnloadPeer(ids[i], func(p *kit.Peer[*peerVal]) error {
-			ref := t.names[p.Value.name]
-			if ref.refs == 1 {
-				// NOT_FOUND: NIXL dropped the agent itself after a disconnect.
-				if st := t.nat.invalidate(p.Value.name); st != statusSuccess && st != statusNotFound {
-					return sdk.Errorf(sdk.CodeBackend, "nixl: UnloadPeers %d (%s): invalidateRemoteMD returned %v; it stays loaded", p.ID, p.Name, st)
-				}
-				delete(t.names, p.Value.name)
-			} else {
-				ref.refs--
+			if err := t.unloadName(p.Value.name); err != nil {
+				return err
 			}
 			if w := p.Value.watch; w != nil {
 				w.stop()
