@@ -155,6 +155,8 @@ func runNIXLBench(ctx context.Context, out io.Writer, cfg nixlBenchConfig) (err 
 		}
 	}
 
+	printNIXLBandwidth(out, cfg, rows)
+
 	// Post to DONE of one 4 KiB WRITE at a time, spinning: custody through
 	// the rings (the way a host drives a plugin) against NIXL direct.
 	lat := map[string]sdkResult{}
@@ -193,7 +195,7 @@ func runNIXLBench(ctx context.Context, out io.Writer, cfg nixlBenchConfig) (err 
 			lat["nixl-direct"] = r
 		}
 	}
-	printNIXLBench(out, cfg, rows, lat)
+	printNIXLLatency(out, cfg, lat)
 	return nil
 }
 
@@ -226,7 +228,7 @@ func nixlReference(ctx context.Context, bin string, params map[string]string, mo
 	return nil, fmt.Errorf("NIXL-direct reference printed no result line: %s", lastLine(out))
 }
 
-func printNIXLBench(out io.Writer, cfg nixlBenchConfig, rows []nixlRow, lat map[string]sdkResult) {
+func printNIXLBandwidth(out io.Writer, cfg nixlBenchConfig, rows []nixlRow) {
 	fmt.Fprintf(out, "custody bench: %s against NIXL direct (%s), params %v, UCX_TLS=%q\n", filepath.Base(cfg.plugin), filepath.Base(cfg.reference), cfg.params, os.Getenv("UCX_TLS"))
 	fmt.Fprintf(out, "method: per size and op, DEPTH transfers of one descriptor each kept in flight in two groups of DEPTH/2; while one group runs the other is polled (rounds 50 µs apart growing to 1/32 of the group's time) until all DONE, released and posted again; at least %v after one warm-up round. custody-nixl: two custody-transport-nixl processes driven through the plugin boundary (one Post, Poll and Release call per group). nixl-direct: custody-nixl-reference, two NIXL agents in two processes, one makeXferReq+postXferReq per transfer, getXferStatus per round, releaseXferReq when done, the same depths and pauses. custody-ucx: custody-transport-ucx, same method, tls=%s. %d rounds interleave the three; each figure is the best of its rounds. MiB/s.\n",
 		cfg.minTime, os.Getenv("UCX_TLS"), max(1, cfg.repeat))
@@ -246,6 +248,9 @@ func printNIXLBench(out io.Writer, cfg nixlBenchConfig, rows []nixlRow, lat map[
 			sdkGoal(out, "nixl-bw-ratio-"+strings.ToLower(r.op.String())+"-1MiB", r.ours/r.direct, nixlGoalRatio, true)
 		}
 	}
+}
+
+func printNIXLLatency(out io.Writer, cfg nixlBenchConfig, lat map[string]sdkResult) {
 	fmt.Fprintf(out, "latency: one %d B WRITE at a time, Post then Poll (getXferStatus) spinning until DONE, at least %v; custody ways through the plugin boundary (rings), as a host drives a transport.\n", nixlBenchLatencySize, cfg.minTime)
 	for _, name := range []string{"nixl-direct", "custody-nixl", "custody-ucx"} {
 		if r, ok := lat[name]; ok {

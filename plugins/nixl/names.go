@@ -20,7 +20,7 @@ type nameRef struct {
 
 // maxParked bounds the agents whose NIXL state outlives their last
 // UnloadPeers; past it the longest parked is invalidated.
-const maxParked = 16
+var maxParked = 16
 
 // loadName loads an agent's NIXL metadata for one more peer and returns
 // the status of loadRemoteMD and the name NIXL read from the blob.

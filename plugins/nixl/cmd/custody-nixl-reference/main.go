@@ -387,8 +387,12 @@ func (in *initiator) latency(write bool, size int, minTime time.Duration) (p50, 
 	idx := []int32{0}
 	done := []bool{false}
 	var times []time.Duration
-	start := time.Now()
-	for warm := 100; warm > 0 || time.Since(start) < minTime; warm-- {
+	var start time.Time
+	// 100 warm-up transfers, then at least 100 timed ones and minTime.
+	for warm := 100; warm > 0 || len(times) < 100 || time.Since(start) < minTime; warm-- {
+		if warm == 0 {
+			start = time.Now()
+		}
 		t0 := time.Now()
 		q, err := in.ag.Post(write, l, idx, r, idx)
 		if err != nil {
