@@ -34,9 +34,11 @@ type handleVal struct {
 	done bool // postXferReq already returned NIXL_SUCCESS
 }
 
+// A dlist's value is its NIXL dlist handle (nixlDlistH).
 type (
-	book   = kit.Book[*regionVal, *peerVal, *handleVal]
-	handle = kit.Handle[*regionVal, *peerVal, *handleVal]
+	book   = kit.Book[*regionVal, *peerVal, unsafe.Pointer, *handleVal]
+	dlist  = kit.Dlist[*regionVal, *peerVal, unsafe.Pointer]
+	handle = kit.Handle[*regionVal, *peerVal, unsafe.Pointer, *handleVal]
 )
 
 // Transport is one NIXL agent behind the contract. It implements
@@ -49,8 +51,7 @@ type Transport struct {
 	cfg     config
 	nat     *native
 	self    procID
-	dlists  map[sdk.DlistID]unsafe.Pointer // native dlist handles
-	names   map[string]*nameRef            // names.go
+	names   map[string]*nameRef // names.go
 	parkSeq uint64
 	// stopped are the process watches of unloaded peers, whose goroutines
 	// Close waits for.
@@ -68,23 +69,15 @@ var _ sdk.Transport = (*Transport)(nil)
 
 // New returns a NIXL transport that is not open yet.
 func New() *Transport {
-	t := &Transport{dlists: map[sdk.DlistID]unsafe.Pointer{}, names: map[string]*nameRef{}, exit: os.Exit}
+	t := &Transport{names: map[string]*nameRef{}, exit: os.Exit}
 	t.desc = describe(config{backend: defaultBackend, tls: envTLS(), errNone: usesShm(envTLS())})
-	t.book = kit.NewBook[*regionVal, *peerVal, *handleVal]("nixl", t.desc.Limits)
+	t.book = kit.NewBook[*regionVal, *peerVal, unsafe.Pointer, *handleVal]("nixl", t.desc.Limits)
 	return t
 }
 
 // ctxErr is the error of a call whose context ended before it started:
 // nothing changed.
-func ctxErr(ctx context.Context) error {
-	switch err := ctx.Err(); {
-	case err == nil:
-		return nil
-	case errors.Is(err, context.DeadlineExceeded):
-		return sdk.Errorf(sdk.CodeTimeout, "nixl: deadline passed before the call started; nothing changed")
-	}
-	return sdk.Errorf(sdk.CodeCanceled, "nixl: context canceled before the call started; nothing changed")
-}
+func ctxErr(ctx context.Context) error { return kit.ContextError(ctx, "nixl") }
 
 // Describe states what this agent promises; before Open, what Open without
 // parameters would give ($UCX_TLS decides the error handling).
@@ -349,8 +342,7 @@ func (t *Transport) UnloadPeers(ctx context.Context, ids []sdk.PeerID) ([]error,
 // PrepareDescriptors prepares each dlist with prepXferDlist.
 func (t *Transport) PrepareDescriptors(ctx context.Context, lists []sdk.DlistSpec) ([]sdk.DlistResult, error) {
 	return each(t, ctx, "PrepareDescriptors", len(lists), func(i int) sdk.DlistResult {
-		var native unsafe.Pointer
-		id, err := t.book.Prepare(lists[i], func(d *kit.Dlist[*regionVal, *peerVal]) error {
+		id, err := t.book.Prepare(lists[i], func(d *dlist) error {
 			addrs := make([]uint64, len(d.Descs))
 			lens := make([]uint64, len(d.Descs))
 			agent := ""
@@ -373,12 +365,9 @@ func (t *Transport) PrepareDescriptors(ctx context.Context, lists []sdk.DlistSpe
 			if st != statusSuccess {
 				return sdk.Errorf(sdk.CodeBackend, "nixl: PrepareDescriptors: prepXferDlist returned %v; nothing prepared", st)
 			}
-			native = h
+			d.Value = h
 			return nil
 		})
-		if err == nil {
-			t.dlists[id] = native
-		}
 		return sdk.DlistResult{ID: id, Err: err}
 	})
 }
@@ -386,11 +375,10 @@ func (t *Transport) PrepareDescriptors(ctx context.Context, lists []sdk.DlistSpe
 // ReleaseDescriptors releases dlists: BUSY while a handle uses one.
 func (t *Transport) ReleaseDescriptors(ctx context.Context, ids []sdk.DlistID) ([]error, error) {
 	return each(t, ctx, "ReleaseDescriptors", len(ids), func(i int) error {
-		return t.book.ReleaseDlist(ids[i], func(d *kit.Dlist[*regionVal, *peerVal]) error {
-			if st := t.nat.releaseDlist(t.dlists[d.ID]); st != statusSuccess {
+		return t.book.ReleaseDlist(ids[i], func(d *dlist) error {
+			if st := t.nat.releaseDlist(d.Value); st != statusSuccess {
 				return sdk.Errorf(sdk.CodeBackend, "nixl: ReleaseDescriptors %d: releasedDlistH returned %v; it stays prepared", d.ID, st)
 			}
-			delete(t.dlists, d.ID)
 			return nil
 		})
 	})
@@ -421,7 +409,7 @@ func (t *Transport) start(spec sdk.PostSpec, h *handle) error {
 		t.lidx = append(t.lidx, int32(spec.LocalIndices[k]))
 		t.ridx = append(t.ridx, int32(spec.RemoteIndices[k]))
 	}
-	req, st := t.nat.post(spec.Op == sdk.OpWrite, t.dlists[h.Local.ID], t.lidx, t.dlists[h.Remote.ID], t.ridx, h.Notification, len(h.Notification) > 0)
+	req, st := t.nat.post(spec.Op == sdk.OpWrite, h.Local.Value, t.lidx, h.Remote.Value, t.ridx, h.Notification, len(h.Notification) > 0)
 	switch st {
 	case statusInProg, statusSuccess:
 		h.Value = &handleVal{req: req, done: st == statusSuccess}
