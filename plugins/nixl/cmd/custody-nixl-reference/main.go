@@ -36,9 +36,9 @@ import (
 // regionBytes is each agent's buffer, as custody bench's.
 const regionBytes = 64 << 20
 
-// pollPause is the first pause between two status rounds of a batch, as
-// custody bench's.
-const pollPause = 50 * time.Microsecond
+// benchPause is the first pause between two status rounds, as custody
+// bench's (pollPause in cmd/host/bench.go).
+const benchPause = 50 * time.Microsecond
 
 type paramList map[string]string
 
@@ -71,6 +71,7 @@ func run() error {
 	op := fs.String("op", "write", "write or read")
 	depth := fs.Int("depth", 1, "transfers in flight (bw), in two groups")
 	minTime := fs.Duration("min-time", time.Second, "least time measured")
+	pause := fs.Duration("pause", -1, "bw: pause between two status rounds of a group: 0 spins, a negative one pauses as custody bench does (50 µs growing to 1/32 of the group's last time)")
 	fs.Var(params, "param", "transport parameter k=v (repeatable)")
 	if err := fs.Parse(os.Args[2:]); err != nil {
 		return err
@@ -91,7 +92,7 @@ func run() error {
 	defer in.stop()
 	switch mode {
 	case "bw":
-		mibps, err := in.bandwidth(*op == "write", *size, *depth, *minTime)
+		mibps, err := in.bandwidth(*op == "write", *size, *depth, *minTime, *pause)
 		if err != nil {
 			return err
 		}
@@ -275,10 +276,11 @@ func (in *initiator) dlists(size, n int) (*nixl.DirectDlist, *nixl.DirectDlist, 
 
 // bandwidth keeps depth transfers of one descriptor each in flight in two
 // groups, as custody bench does: while one group runs, the other is polled
-// (rounds 50 µs apart growing to 1/32 of the group's last time) until all
-// are done, released and posted again; at least minTime after a warm-up
-// round. It returns MiB/s.
-func (in *initiator) bandwidth(write bool, size, depth int, minTime time.Duration) (float64, error) {
+// until all are done, released and posted again; at least minTime after a
+// warm-up round. It returns MiB/s. Between two status rounds it pauses as
+// pause says; custody bench passes none, so both sides are polled by the
+// same loop.
+func (in *initiator) bandwidth(write bool, size, depth int, minTime, pause time.Duration) (float64, error) {
 	l, r, err := in.dlists(size, depth)
 	if err != nil {
 		return 0, err
@@ -301,11 +303,15 @@ func (in *initiator) bandwidth(write bool, size, depth int, minTime time.Duratio
 		}
 		return reqs, nil
 	}
-	var last time.Duration
 	done := make([]bool, depth)
-	wait := func(reqs []*nixl.DirectReq, posted time.Time) error {
+	var last time.Duration
+	wait := func(reqs []*nixl.DirectReq) error {
+		posted := time.Now()
 		pending := slices.Clone(reqs)
-		pause := pollPause
+		p := pause
+		if p < 0 {
+			p = benchPause
+		}
 		for len(pending) > 0 {
 			if err := in.ag.Status(pending, done); err != nil {
 				return err
@@ -317,9 +323,11 @@ func (in *initiator) bandwidth(write bool, size, depth int, minTime time.Duratio
 				}
 			}
 			pending = next
-			if len(pending) > 0 {
-				time.Sleep(pause)
-				pause = min(2*pause, max(pollPause, last/32))
+			if len(pending) > 0 && p > 0 {
+				time.Sleep(p)
+				if pause < 0 {
+					p = min(2*p, max(benchPause, last/32))
+				}
 			}
 		}
 		last = time.Since(posted)
@@ -332,25 +340,23 @@ func (in *initiator) bandwidth(write bool, size, depth int, minTime time.Duratio
 	}
 	round := func(rounds int, minTime time.Duration) (int, time.Duration, error) {
 		inflight := make([][]*nixl.DirectReq, len(groups))
-		postedAt := make([]time.Time, len(groups))
 		for g := range groups {
 			var err error
 			if inflight[g], err = post(groups[g]); err != nil {
 				return 0, 0, err
 			}
-			postedAt[g] = time.Now()
 		}
 		start := time.Now()
 		n := 0
 		for g := 0; ; g = (g + 1) % len(groups) {
-			if err := wait(inflight[g], postedAt[g]); err != nil {
+			if err := wait(inflight[g]); err != nil {
 				return 0, 0, err
 			}
 			n += groups[g][1] - groups[g][0]
 			if n >= rounds*depth && time.Since(start) >= minTime {
 				for k := 1; k < len(groups); k++ {
 					o := (g + k) % len(groups)
-					if err := wait(inflight[o], postedAt[o]); err != nil {
+					if err := wait(inflight[o]); err != nil {
 						return 0, 0, err
 					}
 					n += groups[o][1] - groups[o][0]
@@ -361,7 +367,6 @@ func (in *initiator) bandwidth(write bool, size, depth int, minTime time.Duratio
 			if inflight[g], err = post(groups[g]); err != nil {
 				return 0, 0, err
 			}
-			postedAt[g] = time.Now()
 		}
 	}
 	if _, _, err := round(1, 0); err != nil {
