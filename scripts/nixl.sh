@@ -18,7 +18,7 @@ find_nixl() {
     prefix="$(pkg-config --variable=prefix nixl 2>/dev/null || true)"
   fi
   if [ -z "$prefix" ]; then
-    why="NIXL not found: set NIXL_PREFIX to a NIXL install (README: Building with NIXL)"
+    why="NIXL not found: set NIXL_PREFIX to a NIXL install (README: NIXL)"
     return 1
   fi
   if [ ! -f "$prefix/include/nixl.h" ]; then
@@ -54,7 +54,7 @@ build)
   go="${2:?go binary}"
   bin="${3:?bin directory}"
   if ! find_nixl; then
-    echo "skipped custody-transport-nixl: $why"
+    echo "skipped custody-transport-nixl and custody-nixl-reference: $why"
     exit 0
   fi
   for cmd in custody-transport-nixl custody-nixl-reference; do
