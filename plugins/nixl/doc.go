@@ -98,6 +98,16 @@
 //     endpoint; beyond 16 parked agents the longest parked is invalidated,
 //     and all at Close. A parked agent is unreachable through the contract:
 //     no dlist or post can name it.
+//   - Endpoint teardown before wire-up (UCX 1.13, not NIXL): a UCX
+//     endpoint is wired up lazily, by its first transfer. When one is torn
+//     down before that (a peer loaded and then unloaded or closed without
+//     a transfer), UCX 1.13 fails an assertion (ucp_request.c, "got REP
+//     message") in whichever process still holds the half-done wire-up,
+//     when its connection fails or its worker is destroyed, and that
+//     transport process dies. Parking (above) avoids the common case, a
+//     peer unloaded and loaded again; the rest is left to the host, which
+//     treats a dead transport process as a fence: no byte is lost or
+//     misattributed, but the agent restarts.
 //   - Post: a post NIXL refuses issued nothing still running (the UCX
 //     backend fails a post only on an endpoint that failed, and releases
 //     what it started); its request is released at once.

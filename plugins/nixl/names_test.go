@@ -12,6 +12,9 @@ import (
 	"github.com/custody-dev/custody/sdk"
 )
 
+// agentRegion is the region openAgent registers in each agent.
+var agentRegion = map[*Transport]sdk.RegionID{}
+
 // openAgent opens an in-process agent over tcp with one 4 KiB region.
 func openAgent(t *testing.T, name string) (*Transport, []byte) {
 	t.Helper()
@@ -28,6 +31,7 @@ func openAgent(t *testing.T, name string) (*Transport, []byte) {
 	if err != nil || regs[0].Err != nil {
 		t.Fatal(err, regs)
 	}
+	agentRegion[tr] = regs[0].ID
 	md, err := tr.LocalMetadata(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -48,6 +52,42 @@ func load(t *testing.T, tr *Transport, name string, md []byte) (sdk.PeerID, erro
 		t.Fatal(err)
 	}
 	return res[0].ID, res[0].Err
+}
+
+// use READs the peer's region once: the UCX endpoint's wire-up is then
+// complete, which UCX 1.13 needs before either side tears it down (doc.go).
+func use(t *testing.T, tr *Transport, peer sdk.PeerID, peerRegion sdk.RegionID) {
+	t.Helper()
+	ctx := context.Background()
+	dl, err := tr.PrepareDescriptors(ctx, []sdk.DlistSpec{
+		{Descriptors: []sdk.Descriptor{{Region: agentRegion[tr], Length: 64}}},
+		{Peer: peer, Descriptors: []sdk.Descriptor{{Region: peerRegion, Length: 64}}},
+	})
+	if err != nil || dl[0].Err != nil || dl[1].Err != nil {
+		t.Fatal(err, dl)
+	}
+	pr, err := tr.Post(ctx, []sdk.PostSpec{{Op: sdk.OpRead, Local: dl[0].ID, LocalIndices: []uint32{0}, Remote: dl[1].ID, RemoteIndices: []uint32{0}}})
+	if err != nil || pr[0].Err != nil {
+		t.Fatal(err, pr)
+	}
+	for {
+		st, err := tr.Poll(ctx, []sdk.HandleID{pr[0].ID})
+		if err != nil || st[0].Err != nil {
+			t.Fatal(err, st)
+		}
+		if st[0].State == sdk.StateDone {
+			break
+		}
+		if st[0].State.Terminal() {
+			t.Fatalf("READ ended %v: %v", st[0].State, st[0].Reason)
+		}
+	}
+	if errs, err := tr.Release(ctx, []sdk.HandleID{pr[0].ID}); err != nil || errs[0] != nil {
+		t.Fatal(err, errs)
+	}
+	if errs, err := tr.ReleaseDescriptors(ctx, []sdk.DlistID{dl[0].ID, dl[1].ID}); err != nil || errs[0] != nil || errs[1] != nil {
+		t.Fatal(err, errs)
+	}
 }
 
 func unload(t *testing.T, tr *Transport, id sdk.PeerID) {
@@ -82,14 +122,17 @@ func TestUnloadParks(t *testing.T) {
 	maxParked = 2
 	a, _ := openAgent(t, "park-a")
 	var mds [][]byte
+	var regions []sdk.RegionID
 	for i := range 4 {
-		_, md := openAgent(t, fmt.Sprintf("park-%d", i))
+		p, md := openAgent(t, fmt.Sprintf("park-%d", i))
 		mds = append(mds, md)
+		regions = append(regions, agentRegion[p])
 	}
 	id, err := load(t, a, "park-0", mds[0])
 	if err != nil {
 		t.Fatal(err)
 	}
+	use(t, a, id, regions[0])
 	id2, err := load(t, a, "park-0", mds[0])
 	if err != nil || a.names["park-0"].refs != 2 {
 		t.Fatalf("second load of one agent: %v, refs %+v", err, a.names["park-0"])
@@ -108,6 +151,7 @@ func TestUnloadParks(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		use(t, a, id, regions[i])
 		unload(t, a, id)
 	}
 	if len(a.names) != maxParked {
