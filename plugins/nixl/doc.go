@@ -128,6 +128,13 @@
 //	tls=LIST      UCX_TLS of the transport process (default: $UCX_TLS,
 //	              else tcp); NIXL's UCX backend reads it from the
 //	              environment
+//	progress_delay=D  how long NIXL's progress thread waits for the
+//	              worker's events between rounds (nixlAgentConfig
+//	              pthrDelay, rounded up to whole ms by NIXL). Default 0,
+//	              NIXL's: the thread spins, a core per agent even when
+//	              idle. 1ms suits tcp (events wake it); over posix, sysv
+//	              and cma UCX 1.13 raises no event for incoming data, and a
+//	              peer's transfers into the agent then move once per wait
 //	KEY=VALUE     any parameter the backend plugin lists (getPluginParams)
 //	              and, for UCX, engine_config: passed to createBackend
 //	              unchanged. UCX: ucx_error_handling_mode (peer or none;

@@ -12,6 +12,7 @@ import "C"
 
 import (
 	"strings"
+	"time"
 	"unsafe"
 
 	"github.com/custody-dev/custody/sdk"
@@ -69,7 +70,7 @@ type native struct {
 const errBuf = 512
 
 // openNative creates the agent and its backend with params.
-func openNative(name, backend string, params map[string]string) (*native, status, string) {
+func openNative(name string, delay time.Duration, backend string, params map[string]string) (*native, status, string) {
 	keys := make([]*C.char, 0, len(params)+1)
 	vals := make([]*C.char, 0, len(params)+1)
 	for k, v := range params {
@@ -88,7 +89,7 @@ func openNative(name, backend string, params map[string]string) (*native, status
 	defer C.free(unsafe.Pointer(cb))
 	var out *C.cx_agent
 	var msg [errBuf]C.char
-	st := status(C.cx_open(cn, cb, C.int(len(params)), &keys[0], &vals[0], &out, &msg[0], errBuf))
+	st := status(C.cx_open(cn, C.uint64_t(delay.Microseconds()), cb, C.int(len(params)), &keys[0], &vals[0], &out, &msg[0], errBuf))
 	if st != statusSuccess {
 		return nil, st, C.GoString(&msg[0])
 	}

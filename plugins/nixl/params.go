@@ -5,6 +5,7 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/custody-dev/custody/sdk"
 )
@@ -22,6 +23,13 @@ const defaultTLS = "tcp"
 // ("peer" or "none").
 const errModeKey = "ucx_error_handling_mode"
 
+// defaultProgressDelay is NIXL's own default wait of its progress thread
+// between rounds: none, so the thread spins (a core per agent, idle or
+// not). Over tcp a wait (1ms) costs little, since the worker's events wake
+// the thread; over posix, sysv and cma with UCX 1.13 they do not, and a
+// peer's transfers into the agent then move once per wait.
+const defaultProgressDelay = 0
+
 // extraBackendKeys are backend parameters NIXL's UCX backend reads but its
 // plugin does not list among its parameters (getPluginParams).
 var extraBackendKeys = map[string][]string{
@@ -36,6 +44,9 @@ type config struct {
 	tls string
 	// params are the backend parameters passed to createBackend.
 	params map[string]string
+	// progressDelay is how long NIXL's progress thread waits for the
+	// worker's events between two rounds (nixlAgentConfig pthrDelay).
+	progressDelay time.Duration
 	// errNone is whether UCX endpoints run without peer error handling
 	// (ucx_error_handling_mode=none): UCX then reports no dead peer, so
 	// the agent watches its peers' processes and exits when one dies.
@@ -46,6 +57,8 @@ type config struct {
 //
 //	backend=NAME  the NIXL backend plugin (default UCX)
 //	tls=LIST      UCX_TLS of this process (default: $UCX_TLS, else tcp)
+//	progress_delay=D  the longest wait of NIXL's progress thread between
+//	              rounds (default 0, NIXL's: it spins)
 //	KEY=VALUE     any parameter the backend plugin lists (getPluginParams;
 //	              for UCX also engine_config), passed to createBackend
 //
@@ -53,7 +66,7 @@ type config struct {
 // known. Over shared-memory UCX transports ucx_error_handling_mode defaults
 // to none, which UCX 1.13 needs there. An unknown key is INVALID_ARGUMENT.
 func parseParams(p map[string]string, known func(backend string) ([]string, error)) (config, error) {
-	c := config{backend: defaultBackend, tls: envTLS(), params: map[string]string{}}
+	c := config{backend: defaultBackend, tls: envTLS(), params: map[string]string{}, progressDelay: defaultProgressDelay}
 	if v, ok := p["backend"]; ok {
 		if strings.TrimSpace(v) == "" {
 			return config{}, sdk.Errorf(sdk.CodeInvalidArgument, "nixl: parameter backend is empty; name a NIXL backend plugin, e.g. backend=UCX")
@@ -66,9 +79,16 @@ func parseParams(p map[string]string, known func(backend string) ([]string, erro
 		}
 		c.tls = v
 	}
+	if v, ok := p["progress_delay"]; ok {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			return config{}, sdk.Errorf(sdk.CodeInvalidArgument, "nixl: parameter progress_delay=%q: want a duration of at least 0, e.g. 1ms (0 makes NIXL's progress thread spin)", v)
+		}
+		c.progressDelay = d
+	}
 	keys := make([]string, 0, len(p))
 	for k := range p {
-		if k != "backend" && k != "tls" {
+		if k != "backend" && k != "tls" && k != "progress_delay" {
 			keys = append(keys, k)
 		}
 	}
@@ -86,7 +106,7 @@ func parseParams(p map[string]string, known func(backend string) ([]string, erro
 		sort.Strings(names)
 		for _, k := range keys {
 			if !allowed[k] {
-				return config{}, sdk.Errorf(sdk.CodeInvalidArgument, "nixl: unknown parameter %q; known: backend, tls and the %s backend's %s", k, c.backend, strings.Join(names, ", "))
+				return config{}, sdk.Errorf(sdk.CodeInvalidArgument, "nixl: unknown parameter %q; known: backend, tls, progress_delay and the %s backend's %s", k, c.backend, strings.Join(names, ", "))
 			}
 			c.params[k] = p[k]
 		}

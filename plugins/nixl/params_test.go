@@ -2,6 +2,7 @@ package nixl
 
 import (
 	"testing"
+	"time"
 
 	"github.com/custody-dev/custody/sdk"
 )
@@ -25,6 +26,10 @@ func TestParams(t *testing.T) {
 	if err != nil || c.errNone || len(c.params) != 3 {
 		t.Fatalf("backend params pass through: %+v, %v", c, err)
 	}
+	c, err = parseParams(map[string]string{"progress_delay": "1ms"}, ucxParams)
+	if err != nil || c.progressDelay != time.Millisecond || len(c.params) != 0 {
+		t.Fatalf("progress_delay is the transport's, not the backend's: %+v, %v", c, err)
+	}
 	c, err = parseParams(map[string]string{errModeKey: "none"}, ucxParams)
 	if err != nil || !c.errNone {
 		t.Fatalf("error handling none over tcp: %+v, %v", c, err)
@@ -36,6 +41,8 @@ func TestParamsRefused(t *testing.T) {
 		"unknown key":   {"color": "blue"},
 		"empty backend": {"backend": ""},
 		"empty tls":     {"tls": " "},
+		"bad delay":     {"progress_delay": "soon"},
+		"negative":      {"progress_delay": "-1ms"},
 	} {
 		if _, err := parseParams(p, ucxParams); sdk.CodeOf(err) != sdk.CodeInvalidArgument {
 			t.Errorf("%s: got %v, want INVALID_ARGUMENT", name, err)

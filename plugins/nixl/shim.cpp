@@ -44,14 +44,17 @@ dram_reg(uint64_t addr, uint64_t len, nixl_reg_dlist_t &out) {
 extern "C" {
 
 int
-cx_open(const char *name, const char *backend, int n, const char **keys, const char **vals,
-        cx_agent **out, char *err, size_t errlen) {
+cx_open(const char *name, uint64_t delay_us, const char *backend, int n, const char **keys,
+        const char **vals, cx_agent **out, char *err, size_t errlen) {
     cx_agent *a = nullptr;
     try {
         // NIXL's progress thread drives the worker between our calls: a
         // peer's transfers into this agent (active messages over tcp and
         // shared memory) and notifications need this side's progress.
+        // With a delay of 0 (NIXL's default) the thread polls without
+        // waiting: a core per agent, idle or not.
         nixlAgentConfig cfg(true);
+        cfg.pthrDelay = delay_us;
         a = new cx_agent{new nixlAgent(name, cfg), nullptr, {}};
         nixl_b_params_t params;
         for (int i = 0; i < n; i++) params[keys[i]] = vals[i];

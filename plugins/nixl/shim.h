@@ -30,11 +30,12 @@ extern "C" {
 
 typedef struct cx_agent cx_agent;
 
-// cx_open creates an agent named name with NIXL's progress thread and one
+// cx_open creates an agent named name with NIXL's progress thread (which
+// waits up to delay_us for the worker's events between rounds) and one
 // backend of type backend, created with the n params keys[i]=vals[i]. On
 // failure it returns the status and writes a message into err.
-int cx_open(const char *name, const char *backend, int n, const char **keys, const char **vals,
-            cx_agent **out, char *err, size_t errlen);
+int cx_open(const char *name, uint64_t delay_us, const char *backend, int n, const char **keys,
+            const char **vals, cx_agent **out, char *err, size_t errlen);
 void cx_close(cx_agent *a);
 
 // cx_plugin_params lists the parameters a backend plugin advertises, as
