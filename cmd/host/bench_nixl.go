@@ -61,7 +61,7 @@ func isNIXL(ctx context.Context, path string) bool {
 	return p.Description().Name == "nixl"
 }
 
-func runNIXLBench(ctx context.Context, out io.Writer, cfg nixlBenchConfig) (err error) {
+func runNIXLBench(ctx context.Context, out io.Writer, cfg nixlBenchConfig) error {
 	tls := cfg.params["tls"]
 	if tls == "" {
 		tls = os.Getenv("UCX_TLS")
@@ -76,15 +76,12 @@ func runNIXLBench(ctx context.Context, out io.Writer, cfg nixlBenchConfig) (err 
 		return fmt.Errorf("NIXL-direct reference %s: %w; make build builds it next to the plugin", cfg.reference, err)
 	}
 	ucxParams := map[string]string{"tls": tls}
-	var sides []*benchSide
-	defer func() {
-		for _, s := range sides {
-			err = errors.Join(err, s.stop())
-		}
-	}()
-	pair := func(path string, params map[string]string, prefix string) (*benchSide, error) {
+	// A pair of agents lives only while it is measured: NIXL's progress
+	// threads spin by default, and agents left running would take the CPU
+	// from the others' measurements.
+	measure := func(path string, params map[string]string, prefix string, size int) (res map[sdk.Op]benchResult, err error) {
 		a, b := &benchSide{name: prefix + "-a"}, &benchSide{name: prefix + "-b"}
-		sides = append(sides, a, b)
+		defer func() { err = errors.Join(err, a.stop(), b.stop()) }()
 		for _, s := range []*benchSide{a, b} {
 			if err := s.start(ctx, path, params); err != nil {
 				return nil, err
@@ -99,60 +96,43 @@ func runNIXLBench(ctx context.Context, out io.Writer, cfg nixlBenchConfig) (err 
 			return nil, fmt.Errorf("%s LoadPeers(%s): %w", a.name, b.name, err)
 		}
 		a.peer = pr.ID
-		return a, nil
-	}
-	nx, err := pair(cfg.plugin, cfg.params, "bench-nixl")
-	if err != nil {
-		return err
-	}
-	var ux *benchSide
-	if cfg.ucx != "" {
-		if ux, err = pair(cfg.ucx, ucxParams, "bench-ucx"); err != nil {
-			return err
-		}
-	}
-	peerOf := func(a *benchSide) *benchSide {
-		for i, s := range sides {
-			if s == a {
-				return sides[i+1]
+		res = map[sdk.Op]benchResult{}
+		for _, op := range []sdk.Op{sdk.OpWrite, sdk.OpRead} {
+			if res[op], err = a.measure(ctx, b, op, size, cfg.minTime); err != nil {
+				return nil, fmt.Errorf("%s: %w", prefix, err)
 			}
 		}
-		return nil
+		return res, a.teardown(ctx)
 	}
 	var rows []nixlRow
 	for _, size := range cfg.sizes {
-		for _, op := range []sdk.Op{sdk.OpWrite, sdk.OpRead} {
-			row := nixlRow{size: size, op: op}
-			// Rounds interleave custody over NIXL, NIXL direct and custody
-			// over UCX; each keeps its best.
-			for range max(1, cfg.repeat) {
-				r, err := nx.measure(ctx, peerOf(nx), op, size, cfg.minTime)
-				if err != nil {
-					return fmt.Errorf("custody over NIXL: %w", err)
-				}
-				row.depth, row.ours = r.depth, max(row.ours, r.ours)
+		row := map[sdk.Op]*nixlRow{sdk.OpWrite: {size: size, op: sdk.OpWrite}, sdk.OpRead: {size: size, op: sdk.OpRead}}
+		// Rounds interleave custody over NIXL, NIXL direct and custody
+		// over UCX; each keeps its best.
+		for range max(1, cfg.repeat) {
+			nr, err := measure(cfg.plugin, cfg.params, "bench-nixl", size)
+			if err != nil {
+				return err
+			}
+			for op, r := range nr {
+				row[op].depth, row[op].ours = r.depth, max(row[op].ours, r.ours)
 				d, err := nixlReference(ctx, cfg.reference, cfg.params, "bw", size, op, r.depth, cfg.minTime)
 				if err != nil {
 					return err
 				}
-				row.direct = max(row.direct, d["mibps"])
-				if ux != nil {
-					u, err := ux.measure(ctx, peerOf(ux), op, size, cfg.minTime)
-					if err != nil {
-						return fmt.Errorf("custody over UCX: %w", err)
-					}
-					row.ucx = max(row.ucx, u.ours)
+				row[op].direct = max(row[op].direct, d["mibps"])
+			}
+			if cfg.ucx != "" {
+				ur, err := measure(cfg.ucx, ucxParams, "bench-ucx", size)
+				if err != nil {
+					return err
+				}
+				for op, r := range ur {
+					row[op].ucx = max(row[op].ucx, r.ours)
 				}
 			}
-			rows = append(rows, row)
 		}
-	}
-	for _, s := range []*benchSide{nx, ux} {
-		if s != nil {
-			if err := s.teardown(ctx); err != nil {
-				return err
-			}
-		}
+		rows = append(rows, *row[sdk.OpWrite], *row[sdk.OpRead])
 	}
 
 	printNIXLBandwidth(out, cfg, rows)
@@ -230,7 +210,7 @@ func nixlReference(ctx context.Context, bin string, params map[string]string, mo
 
 func printNIXLBandwidth(out io.Writer, cfg nixlBenchConfig, rows []nixlRow) {
 	fmt.Fprintf(out, "custody bench: %s against NIXL direct (%s), params %v, UCX_TLS=%q\n", filepath.Base(cfg.plugin), filepath.Base(cfg.reference), cfg.params, os.Getenv("UCX_TLS"))
-	fmt.Fprintf(out, "method: per size and op, DEPTH transfers of one descriptor each kept in flight in two groups of DEPTH/2; while one group runs the other is polled (rounds 50 µs apart growing to 1/32 of the group's time) until all DONE, released and posted again; at least %v after one warm-up round. custody-nixl: two custody-transport-nixl processes driven through the plugin boundary (one Post, Poll and Release call per group). nixl-direct: custody-nixl-reference, two NIXL agents in two processes, one makeXferReq+postXferReq per transfer, the same depths, groups and pauses between status rounds (getXferStatus of each pending transfer), releaseXferReq when done. custody's plugin process also polls its running handles itself (the ring pump, 20-200 µs apart). custody-ucx: custody-transport-ucx, same method, tls=%s. %d rounds interleave the three; each figure is the best of its rounds. MiB/s.\n",
+	fmt.Fprintf(out, "method: per size and op, DEPTH transfers of one descriptor each kept in flight in two groups of DEPTH/2; while one group runs the other is polled (rounds 50 µs apart growing to 1/32 of the group's time) until all DONE, released and posted again; at least %v after one warm-up round. custody-nixl: two custody-transport-nixl processes driven through the plugin boundary (one Post, Poll and Release call per group). nixl-direct: custody-nixl-reference, two NIXL agents in two processes, one makeXferReq+postXferReq per transfer, the same depths, groups and pauses between status rounds (getXferStatus of each pending transfer), releaseXferReq when done. custody's plugin process also polls its running handles itself (the ring pump, 20-200 µs apart). custody-ucx: custody-transport-ucx, same method, tls=%s. Each pair of agents runs only while it is measured (NIXL's progress threads spin by default). %d rounds interleave the three; each figure is the best of its rounds. MiB/s.\n",
 		cfg.minTime, os.Getenv("UCX_TLS"), max(1, cfg.repeat))
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "size\top\tdepth\tcustody-nixl MiB/s\tnixl-direct MiB/s\tratio\tcustody-ucx MiB/s\t")
