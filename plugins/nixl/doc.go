@@ -66,7 +66,11 @@
 //     included, completed, so DONE means the bytes are at the destination.
 //     A post's notification is sent by NIXL only after that, and the
 //     request stays NIXL_IN_PROG until the send completed: it is delivered
-//     only after DONE, and never for a transfer that failed.
+//     only after DONE, and never for a transfer that failed. NIXL sends it
+//     from getXferStatus (or from postXferReq when the transfer finished
+//     at once), so it leaves when the handle is next polled: the plugin's
+//     ring pump polls every running handle, so with the plugin it leaves
+//     within the pump's poll interval; an in-process caller must poll.
 //   - Peer loss, with UCX peer error handling (ucx_error_handling_mode=peer,
 //     NIXL's default; tcp): the request that meets the dead endpoint ends
 //     NIXL_ERR_REMOTE_DISCONNECT, and NIXL then drops the agent's metadata
