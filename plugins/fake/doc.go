@@ -130,6 +130,10 @@
 //	                    that is not a fake's, with INVALID_ARGUMENT
 //	fault=RULE[;RULE...]
 //	                    faults to inject, below
+//	fault_log=PATH      append each firing of a fault rule, as a line
+//	                    naming its kind, to the file at PATH (absolute),
+//	                    so a run across processes can count what it
+//	                    injected (a crash is logged before the exit)
 //	misbehave=MODE      break the contract on purpose, below
 //
 // A fault rule is KIND followed by optional ",key=value" settings; a rule

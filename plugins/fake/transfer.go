@@ -73,6 +73,7 @@ func (t *Transport) applyFaults(x *transfer, peer string, now time.Time) {
 			continue
 		}
 		seen[r.kind] = true
+		t.faultFired(r)
 		switch r.kind {
 		case faultStall:
 			x.stall = true
@@ -112,6 +113,7 @@ func (t *Transport) fault(k faultKind, post int, peer string, rank int) *rule {
 	for i := range t.p.faults {
 		r := &t.p.faults[i]
 		if r.kind == k && r.selects(t.rng, post, peer, rank) {
+			t.faultFired(r)
 			return r
 		}
 	}

@@ -61,6 +61,7 @@ type Transport struct {
 	next     int                   // round-robin position in active
 	maps     map[*mapping]struct{} // every live mapping, for teardown
 	calls    map[string]int        // calls per crash point, for crash rules
+	faultLog *os.File              // fault_log: where firings are appended
 	freed    []sdk.HandleID        // released handle ids, for reuse-ids
 	posts    int                   // transfers posted, for post= selectors
 	loads    int                   // valid LoadPeers items, for load-peer-fail
@@ -203,6 +204,15 @@ func (t *Transport) open(req sdk.OpenRequest) error {
 		hm.remove()
 		return sdk.Errorf(sdk.CodeBackend, "fake: Open: sending socket: %v", err)
 	}
+	if p.faultLog != "" {
+		if t.faultLog, err = os.OpenFile(p.faultLog, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600); err != nil {
+			_ = syscall.Close(out)
+			conn.Close()
+			life.release()
+			hm.remove()
+			return sdk.Errorf(sdk.CodeBackend, "fake: Open: fault_log: %v; check the path", err)
+		}
+	}
 	t.life, t.out, t.home = life, out, hm
 	t.agent, t.p = req.Agent, p
 	switch p.misbehave {
@@ -321,6 +331,7 @@ func (t *Transport) crashDue(call string) bool {
 	for i := range t.p.faults {
 		r := &t.p.faults[i]
 		if r.kind == faultCrash && r.at == call && r.n == t.calls[call] {
+			t.faultFired(r)
 			return true
 		}
 	}
@@ -352,6 +363,10 @@ func (t *Transport) teardown() {
 	t.life.close()
 	t.home.remove() // every lease file: the agent is gone
 	_ = syscall.Close(t.out)
+	if t.faultLog != nil {
+		t.faultLog.Close()
+		t.faultLog = nil
+	}
 	t.maps, t.active, t.delayed, t.outbox = nil, nil, nil, nil
 }
 
