@@ -15,7 +15,7 @@ import (
 // socket of the fake's namespace. The seed corpus runs as a plain test.
 func FuzzDecodeMetadata(f *testing.F) {
 	dir := f.TempDir()
-	good := metadata{Agent: "a", PID: 7, Notify: notifyPrefix + "7/1/00", Life: filepath.Join(dir, "life.lease"),
+	good := metadata{Agent: "a", PID: 7, Notify: notifyPrefix + "7/1/00", Life: filepath.Join(dir, "life.lease"), Incoming: incomingPrefix + "7/2/00",
 		Regions: []metaRegion{{ID: 1, Path: filepath.Join(dir, "r"), Offset: 4096, Length: 65536, Lease: filepath.Join(dir, "r.lease")}}}
 	blob, err := encodeMetadata(good)
 	if err != nil {
@@ -25,6 +25,7 @@ func FuzzDecodeMetadata(f *testing.F) {
 	f.Add([]byte(metadataMagic + "\x00\x02" + `{"agent":"a","pid":1,"notify":"@x","life":"/etc/passwd","regions":[{"id":1,"path":"../../etc","offset":0,"length":1,"lease":"l"}]}`))
 	f.Add([]byte(metadataMagic + "\x00\x02" + `{"agent":"a","notify":"@custody-fake/1","life":"l","regions":[{"id":1,"path":"p","length":1,"lease":"l"},{"id":1,"path":"p","length":1,"lease":"l"}]}`))
 	f.Add([]byte(metadataMagic + "\x00\x01{}"))
+	f.Add([]byte(metadataMagic + "\x00\x02" + `{"agent":"a","notify":"@custody-fake/1","life":"/tmp/l","incoming":"@elsewhere","regions":[]}`))
 	f.Add([]byte("custody-fake"))
 	f.Fuzz(func(t *testing.T, blob []byte) {
 		md, err := decodeMetadata(blob)
@@ -52,8 +53,8 @@ func FuzzDecodeMetadata(f *testing.F) {
 		if checkPeerPaths(md, []string{dir}) != nil {
 			return
 		}
-		if !strings.HasPrefix(md.Notify, notifyPrefix) {
-			t.Fatalf("accepted notification socket %q", md.Notify)
+		if !strings.HasPrefix(md.Notify, notifyPrefix) || (md.Incoming != "" && !strings.HasPrefix(md.Incoming, incomingPrefix)) {
+			t.Fatalf("accepted notification socket %q or incoming socket %q", md.Notify, md.Incoming)
 		}
 		paths := []string{md.Life}
 		for _, r := range md.Regions {
