@@ -43,6 +43,7 @@ func FuzzParseConfig(f *testing.F) {
 	f.Add([]byte("name: a\ntransport: {name: fake}\nengine: {socket: " + dir + "/e.sock}\nstate_dir: " + dir + "\npools: [{name: kv, path: /x, block_size: 4294967296, blocks: 4294967295}]\n"))
 	f.Add([]byte("name: a\ntransport: {name: fake, call_timeout: -1s}\nescalation: {cap: 25h}\n"))
 	f.Add([]byte("name: ../a\ntransport: {sha256: zz}\nunknown: 1\n"))
+	f.Add([]byte("name: " + strings.Repeat("n", 257) + "\ntransport: {name: fake}\nengine: {socket: " + dir + "/e.sock}\nstate_dir: " + dir + "\n"))
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		c, err := ParseConfig(raw)
 		if err != nil {
@@ -98,6 +99,7 @@ func FuzzDecodePeerInfo(f *testing.F) {
 	f.Add([]byte(`{"name":"a","compat":"c","pools":[{"name":"kv","block_size":4294967296,"blocks":4294967295}]}`))
 	f.Add([]byte(`{"name":"a","compat":"c","pools":[{"name":"kv","block_size":0,"blocks":1}]}`))
 	f.Add([]byte(`{"name":"a\u0000b","compat":"c"}`))
+	f.Add([]byte(`{"name":"` + strings.Repeat("n", 257) + `","compat":"c"}`))
 	f.Add([]byte(`{"name":"a","compat":"c","metadata":"not base64"}`))
 	f.Add([]byte(`[]`))
 	f.Fuzz(func(t *testing.T, body []byte) {
@@ -155,6 +157,11 @@ func FuzzValidateRequest(f *testing.F) {
 		&enginev1.ExpectReceiveRequest{RequestId: "v1", Peer: "prefill", Pool: 1, Blocks: []uint32{4}, Producers: 0, LeaseMs: 86400001},
 		&enginev1.AllocRequest{Pool: 1},
 		&enginev1.FreeRequest{Pool: 1},
+		// Names at and just over the limit, which random mutation rarely
+		// grows to.
+		&enginev1.RemovePeerRequest{Name: strings.Repeat("p", 257)},
+		&enginev1.ReadRequest{RequestId: strings.Repeat("r", 256), Peer: strings.Repeat("q", 257)},
+		&enginev1.ConnectPeerRequest{Name: "p", Ranks: []*enginev1.RemoteRank{{Address: strings.Repeat("a", 257), Pool: "kv"}}},
 	}
 	for _, m := range seeds {
 		raw, err := proto.Marshal(m)
