@@ -50,16 +50,15 @@ func FuzzCoreOps(f *testing.F) {
 // issued, and the local blocks each posted handle touches.
 type fuzzRig struct {
 	*srig
-	in       []byte
-	n        int
-	issued   []RequestID
-	sends    []RequestID // sends and receives, for notifications
-	recvs    []RequestID
-	touches  map[Epoch]map[sdk.HandleID][]uint32
-	mod      func(d *double)
-	epoch    Epoch
-	peerUp   bool
-	peerDone bool
+	in      []byte
+	n       int
+	issued  []RequestID
+	sends   []RequestID // sends and receives, for notifications
+	recvs   []RequestID
+	touches map[Epoch]map[sdk.HandleID][]uint32
+	mod     func(d *double)
+	epoch   Epoch
+	peerUp  bool
 }
 
 // newFuzzRig reads the configuration from the first two bytes: hold cap,
