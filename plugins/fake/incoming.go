@@ -27,6 +27,11 @@ import (
 // peers map the memory and copy themselves, as UCX's shared-memory
 // transports do.
 //
+// An owner in the same process as the initiator (in-process agents: tests,
+// the in-process suite) is called directly instead (sameProcess): the same
+// copy under the same lock, without a round trip through the kernel and
+// the scheduler for every chunk.
+//
 // The protocol is one request, one reply, in order, over one connection
 // per loaded peer: a header (op, region id, offset within the region,
 // length), then for a write the bytes; the reply is a status byte, then for
@@ -56,6 +61,14 @@ const incomingTimeout = 10 * time.Second
 // errIncomingRefused is an owner's refusal of a chunk.
 var errIncomingRefused = errors.New("the owner refused the chunk: the region is no longer registered, or the agent died")
 
+// sameProcess maps the incoming address of each open agent of this
+// process with fence=incoming to the agent, for initiators in this process.
+var sameProcess sync.Map // string -> *Transport
+
+// viaSocket makes initiators use the socket even to an owner in this
+// process (tests of the socket path).
+var viaSocket = false
+
 // incoming is the owner's side: the listener and the connections it
 // serves, closed together by stop.
 type incoming struct {
@@ -82,6 +95,7 @@ func listenIncoming() (*incoming, error) {
 // stop closes the listener and every connection, so that the goroutines
 // serving them return.
 func (in *incoming) stop() {
+	sameProcess.Delete(in.addr)
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	in.done = true
@@ -181,16 +195,22 @@ func (t *Transport) copyIncoming(op byte, region sdk.RegionID, off uint64, b []b
 }
 
 // incomingConn is the initiator's side: a connection to one peer's
-// incoming socket, used by the DMA engine alone. Once a request failed
-// midway the stream is out of step, so the connection is broken for good.
+// incoming socket, used by the DMA engine alone, or the owner itself when
+// it lives in this process. Once a request failed midway the stream is out
+// of step, so the connection is broken for good.
 type incomingConn struct {
+	owner  *Transport // the owner, in this process; c is nil then
 	c      *net.UnixConn
 	broken bool
 	buf    []byte
 }
 
-// dialIncoming connects to a peer's incoming socket.
+// dialIncoming connects to a peer's incoming socket, or finds the peer in
+// this process.
 func dialIncoming(addr string) (*incomingConn, error) {
+	if v, ok := sameProcess.Load(addr); ok && !viaSocket {
+		return &incomingConn{owner: v.(*Transport)}, nil
+	}
 	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: addr, Net: "unix"})
 	if err != nil {
 		return nil, err
@@ -201,6 +221,12 @@ func dialIncoming(addr string) (*incomingConn, error) {
 // do asks the owner to copy b into region at off (write), or to fill b from
 // it (read), and waits for its answer.
 func (ic *incomingConn) do(op byte, region sdk.RegionID, off uint64, b []byte) error {
+	if ic.owner != nil {
+		if !ic.owner.copyIncoming(op, region, off, b) {
+			return errIncomingRefused
+		}
+		return nil
+	}
 	if ic.broken {
 		return errors.New("the connection to the owner broke earlier")
 	}
@@ -242,4 +268,8 @@ func (ic *incomingConn) round(op byte, b []byte) error {
 }
 
 // close hangs up.
-func (ic *incomingConn) close() { ic.c.Close() }
+func (ic *incomingConn) close() {
+	if ic.c != nil {
+		ic.c.Close()
+	}
+}

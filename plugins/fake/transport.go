@@ -251,6 +251,7 @@ func (t *Transport) open(req sdk.OpenRequest) error {
 	go t.receive(conn)
 	go t.engine()
 	if t.in != nil {
+		sameProcess.Store(t.in.addr, t)
 		t.wg.Add(1)
 		go t.accept(t.in)
 	}
