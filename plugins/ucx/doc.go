@@ -133,8 +133,31 @@
 // Describe before Open reports the configuration Open without a tls
 // parameter would get, which is $UCX_TLS when set: run a shared-memory
 // agent with UCX_TLS set in its environment so that the host's Describe
-// agrees. FenceScope is initiated only: a peer using posix or sysv maps
-// memory directly.
+// agrees.
+//
+// # Fence scope, per configuration
+//
+// Killing the agent's process stops every transfer it initiated, always.
+// Whether it also stops transfers peers initiated into or out of its
+// memory depends on who copies the bytes (see Paths). The memory is the
+// engine's region files, which UCX did not allocate, so no transport can
+// map it for a peer: over tcp, a peer's puts and gets arrive as active
+// messages, and this agent's progress copies each into or out of the
+// region. Once the process is dead, nothing copies: not one byte lands,
+// as the conformance check fence/incoming (no tolerance) confirms on every
+// run. So tls=tcp (alone, or with self) states FenceScope
+// initiated-and-incoming, and a host hands a failed push receive's blocks
+// back once it fenced the agent, instead of quarantining them.
+//
+// Every other configuration states initiated. Over posix,sysv,cma the
+// same reasoning holds by Paths (puts and gets go through this agent's
+// FIFO and its progress copies them; cma only serves rendezvous this
+// agent's own thread pulls), but the suite cannot confirm it: there a
+// target's death makes the initiator exit too (PeerLoss process-exits), and
+// fence/incoming then fails on the initiator's PLUGIN_SHUTDOWN before it
+// compares the target's bytes. RDMA transports, xpmem and knem let a peer
+// reach registered memory without this process, and aliases (sm, shm, all)
+// or negated lists may select them. The rule is fenceScope (fence.go).
 //
 // # Paths
 //

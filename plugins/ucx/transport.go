@@ -107,9 +107,10 @@ func describe(cfg config) sdk.Description {
 		Capabilities:  sdk.Capabilities{Remote: true, Local: true, Notifications: true, Cancel: false, Events: true},
 		CancelEffect:  sdk.CancelNone,
 		PeerLoss:      loss,
-		// A peer that maps our memory directly (posix, sysv) is not fenced
-		// by killing us; claim only what always holds.
-		FenceScope: sdk.FenceInitiated,
+		// Incoming transfers too where only our process copies into our
+		// memory (fence.go); initiated only wherever a peer may write into
+		// it itself.
+		FenceScope: fenceScope(cfg.tls),
 		Limits: sdk.Limits{
 			MaxDescriptorsPerList: maxDescriptorsPerList,
 			MaxDescriptorsPerPost: maxDescriptorsPerPost,
