@@ -16,7 +16,8 @@ import (
 )
 
 // The host side of the rings. Plugin.Open attaches them (unless
-// LaunchOptions.DisableRings); from then on Post and Release travel through
+// LaunchOptions.DisableRings); from then on Post, Release and
+// SendNotifications travel through
 // the submission ring and wait for their results in the completion ring,
 // within the call's deadline, and Poll, Events and Notifications answer
 // from what the completion ring brought:
@@ -325,7 +326,7 @@ func (r *ringHost) drain() int {
 // what the host sees (a wake-up is due).
 func (r *ringHost) handle(e ringEntry, payload []byte) (bool, error) {
 	switch e.kind {
-	case kindPostResult, kindReleaseRes, kindDrainResult:
+	case kindPostResult, kindReleaseRes, kindSendNotesRes, kindDrainResult:
 		return false, r.result(e, payload)
 	case kindEvents, kindStates:
 		evs, err := decodeEvents(payload, e.count)
@@ -400,6 +401,12 @@ func (r *ringHost) result(e ringEntry, payload []byte) error {
 			}
 		}
 		c.errs = append(c.errs, errs...)
+	case kindSendNotesRes:
+		errs, err := decodeErrs(payload, e.count)
+		if err != nil {
+			return fmt.Errorf("completion %d (call %d): %w", e.seq, e.call, err)
+		}
+		c.errs = append(c.errs, errs...)
 	}
 	c.got += int(e.count)
 	if c.got == c.total {
@@ -414,8 +421,11 @@ func (r *ringHost) result(e ringEntry, payload []byte) error {
 
 func (c *ringCall) countError(g *grpcClient) error {
 	method := "Post"
-	if c.kind == kindReleaseRes {
+	switch c.kind {
+	case kindReleaseRes:
 		method = "Release"
+	case kindSendNotesRes:
+		method = "SendNotifications"
 	}
 	return g.count(method, c.total, c.n)
 }
@@ -687,6 +697,35 @@ func (p *Plugin) Release(ctx context.Context, ids []sdk.HandleID) ([]error, erro
 	}
 	payload := encodeIDs(make(wire, 0, 8*len(ids)), ids)
 	c, err := r.submit(ctx, "Release", kindRelease, kindReleaseRes, len(ids), ids, payload)
+	if err != nil {
+		return nil, err
+	}
+	return c.errs, nil
+}
+
+// SendNotifications is Transport.SendNotifications: through the rings when
+// attached (a batch too large for the ring goes over gRPC).
+func (p *Plugin) SendNotifications(ctx context.Context, msgs []sdk.OutboundNotification) ([]error, error) {
+	r := p.active()
+	if r == nil || len(msgs) > maxRingItems {
+		return p.grpcClient.SendNotifications(ctx, msgs)
+	}
+	size := 0
+	for _, m := range msgs {
+		size += outNoteBytes(m)
+	}
+	if size > r.half {
+		return p.grpcClient.SendNotifications(ctx, msgs)
+	}
+	r.subMu.Lock()
+	w := r.scratch[:0]
+	for _, m := range msgs {
+		w = encodeOutNote(w, m)
+	}
+	payload := append([]byte(nil), w...)
+	r.scratch = w[:0]
+	r.subMu.Unlock()
+	c, err := r.submit(ctx, "SendNotifications", kindSendNotes, kindSendNotesRes, len(msgs), nil, payload)
 	if err != nil {
 		return nil, err
 	}

@@ -9,9 +9,13 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/custody-dev/custody/plugins/fake"
 	"github.com/custody-dev/custody/sdk"
+	pb "github.com/custody-dev/custody/sdk/plugin/proto/custody/transport/v1"
 )
 
 // pair is both sides of the rings in one process, over an open fake: the
@@ -255,4 +259,81 @@ func TestRingPairExitUnderPendingCall(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the pending call did not end when the process exited")
 	}
+}
+
+// noGRPC is a gRPC client whose every call fails: a Plugin over it proves
+// that what it answers came through the rings.
+type noGRPC struct {
+	pb.TransportClient
+	sends atomic.Int32
+}
+
+func (n *noGRPC) SendNotifications(context.Context, *pb.SendNotificationsRequest, ...grpc.CallOption) (*pb.Statuses, error) {
+	n.sends.Add(1)
+	return nil, status.Error(codes.Internal, "this call went over gRPC")
+}
+
+// TestRingPairSendNotifications: SendNotifications travels through the
+// rings with the transport's own answer per item, the message reaches the
+// peer, and a batch too large for the submission ring goes over gRPC.
+func TestRingPairSendNotifications(t *testing.T) {
+	pr := newPair(t)
+	rpc := &noGRPC{}
+	pr.host.c.rpc = rpc
+	p := &Plugin{grpcClient: pr.host.c}
+	p.rings.Store(pr.host)
+
+	msgs := []sdk.OutboundNotification{{Peer: pr.peer, Message: []byte("hello")}, {Peer: pr.peer + 99, Message: []byte("nobody")}, {Peer: pr.peer}}
+	errs, err := p.SendNotifications(context.Background(), msgs)
+	require.NoError(t, err)
+	require.Len(t, errs, 3)
+	assert.NoError(t, errs[0])
+	want, werr := pr.impl.SendNotifications(context.Background(), msgs[1:2])
+	require.NoError(t, werr)
+	require.Error(t, want[0])
+	assert.Equal(t, want[0], errs[1], "the transport's own answer to an unknown peer")
+	assert.NoError(t, errs[2], "an empty message is allowed")
+	assert.Zero(t, rpc.sends.Load(), "nothing went over gRPC")
+
+	var got []sdk.Notification
+	deadline := time.After(10 * time.Second)
+	for len(got) < 2 {
+		ns, err := p.Notifications(context.Background(), 0)
+		require.NoError(t, err)
+		got = append(got, ns...)
+		if len(got) >= 2 {
+			break
+		}
+		select {
+		case <-pr.host.wake:
+		case <-deadline:
+			t.Fatalf("the notifications sent through the rings did not arrive; got %v", got)
+		}
+	}
+	assert.Equal(t, []sdk.Notification{{From: "a", Message: []byte("hello")}, {From: "a"}}, got)
+
+	huge := []sdk.OutboundNotification{{Peer: pr.peer, Message: make([]byte, pr.host.half)}}
+	_, err = p.SendNotifications(context.Background(), huge)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "this call went over gRPC")
+	assert.Equal(t, int32(1), rpc.sends.Load(), "a batch past half the arena goes over gRPC")
+	assert.Equal(t, int32(0), pr.kills.Load(), "no fence")
+}
+
+// TestRingPairPluginRefusesBadNotifications: a SendNotifications
+// submission whose payload does not hold the items it counts stops the
+// plugin side, which says why, and the host fences; the transport sends
+// nothing.
+func TestRingPairPluginRefusesBadNotifications(t *testing.T) {
+	pr := newPair(t)
+	payload := encodeOutNote(nil, sdk.OutboundNotification{Peer: pr.peer, Message: []byte("cut short")})
+	payload = payload[:len(payload)-3]
+	_, err := pr.host.submit(context.Background(), "SendNotifications", kindSendNotes, kindSendNotesRes, 1, nil, payload)
+	require.ErrorIs(t, err, sdk.ErrPluginShutdown)
+	assert.Contains(t, err.Error(), "send-notifications call")
+	assert.Contains(t, err.Error(), "notification of 9 bytes")
+	assert.Equal(t, int32(1), pr.kills.Load(), "the host fenced")
+	ns, err := pr.impl.Notifications(context.Background(), 0)
+	require.NoError(t, err)
+	assert.Empty(t, ns, "nothing was sent")
 }

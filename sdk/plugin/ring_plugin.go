@@ -95,6 +95,7 @@ type ringServer struct {
 	// pending holds the items of a call submitted in parts.
 	pendingPosts []sdk.PostSpec
 	pendingIDs   []sdk.HandleID
+	pendingNotes []sdk.OutboundNotification
 }
 
 // newRingServer serves the rings of mem for impl; call run.
@@ -405,6 +406,20 @@ func (s *ringServer) serveOne() error {
 		}
 		s.untrackReleased(ids, errs)
 		return s.pushItems(kindReleaseRes, e.call, len(errs), func(w wire, i int) wire { return w.err(errs[i]) })
+	case kindSendNotes:
+		msgs, err := decodeOutNotes(payload, e.count)
+		if err != nil {
+			return fmt.Errorf("send-notifications call %d: %w", e.call, err)
+		}
+		if s.pendingNotes, err = gather(e, s.pendingNotes, msgs); err != nil || uint32(len(s.pendingNotes)) < e.total {
+			return err
+		}
+		msgs, s.pendingNotes = s.pendingNotes, nil
+		errs, err := s.impl.SendNotifications(ctx, msgs)
+		if err != nil {
+			return s.pushCallError(kindSendNotesRes, e.call, err)
+		}
+		return s.pushItems(kindSendNotesRes, e.call, len(errs), func(w wire, i int) wire { return w.err(errs[i]) })
 	case kindDrainEvents:
 		var err error
 		if s.events == nil {
