@@ -49,6 +49,8 @@ type agent struct {
 	failSeen uint64 // its peer_failures
 
 	exit    func(code int) // ends the process when a watched peer dies
+	woken   chan struct{}  // the transport's Wake channel
+	wake    *wakeWatch     // forwards the shim's wake-ups to woken
 	closed  bool           // set by Close: every later call is refused
 	watches []*procWatch   // of unloaded peers, until their goroutines ended
 }
@@ -76,7 +78,7 @@ var sleepMax = 100 * time.Millisecond
 
 // openAgent creates the native worker (and its progress thread) and the
 // agent around it.
-func openAgent(cfg config, name string, idBase uint64, exit func(int)) (*agent, error) {
+func openAgent(cfg config, name string, idBase uint64, exit func(int), woken chan struct{}) (*agent, error) {
 	keys, vals := cfg.settings()
 	nw, err := openNative(keys, vals, cfg.errPeer, spinIdle, sleepMax)
 	if err != nil {
@@ -87,6 +89,11 @@ func openAgent(cfg config, name string, idBase uint64, exit func(int)) (*agent, 
 		nw.close()
 		return nil, sdk.Errorf(sdk.CodeBackend, "ucx: Open %q: reading this process's start time: %v", name, err)
 	}
+	wake, err := startWakeWatch(nw, woken)
+	if err != nil {
+		nw.close()
+		return nil, sdk.Errorf(sdk.CodeBackend, "ucx: Open %q: watching the worker's wake eventfd: %v", name, err)
+	}
 	a := &agent{
 		name: name, cname: cString(name), cfg: cfg, nw: nw, self: self,
 		nextID:  idBase,
@@ -96,6 +103,8 @@ func openAgent(cfg config, name string, idBase uint64, exit func(int)) (*agent, 
 		handles: map[sdk.HandleID]*handle{},
 		sends:   map[uint64]*notifSend{},
 		exit:    exit,
+		woken:   woken,
+		wake:    wake,
 	}
 	return a, nil
 }
@@ -174,6 +183,7 @@ func (a *agent) peerDied(p *peer) {
 	p.lost = sdk.Errorf(sdk.CodeRemoteDisconnect, "ucx: peer %d (%s, pid %d) exited; unload it and load its new metadata", p.id, p.name, p.proc.Pid)
 	fmt.Fprintf(os.Stderr, "custody-transport-ucx: agent %q: loaded peer %q (pid %d) died with %d operations in flight over %s; UCX reports no peer failure in this mode, exiting so the host fences this transport\n",
 		a.name, p.name, p.proc.Pid, p.inflight, a.cfg.tls)
+	signal(a.woken) // the peer's calls now fail; where exit returns (tests), say so
 	a.exit(exitPeerLost)
 }
 
@@ -215,6 +225,7 @@ func (a *agent) shutdown() {
 	for _, w := range a.watches {
 		w.wait()
 	}
+	a.wake.stop() // before the worker is freed: it reads the shim's counter
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.nw.close()
