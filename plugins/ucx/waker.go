@@ -37,8 +37,9 @@ func signal(ch chan struct{}) {
 
 // wakeWatch forwards the shim's wake-ups to a channel.
 type wakeWatch struct {
-	f    *os.File
-	done chan struct{}
+	f       *os.File
+	stopped chan struct{} // closed by stop
+	done    chan struct{} // closed when the goroutine ended
 }
 
 // startWakeWatch starts the goroutine that turns the shim's eventfd
@@ -48,7 +49,7 @@ func startWakeWatch(nw *nativeWorker, ch chan struct{}) (*wakeWatch, error) {
 	if err != nil {
 		return nil, err
 	}
-	w := &wakeWatch{f: f, done: make(chan struct{})}
+	w := &wakeWatch{f: f, stopped: make(chan struct{}), done: make(chan struct{})}
 	go w.run(nw, ch)
 	return w, nil
 }
@@ -61,7 +62,17 @@ func (w *wakeWatch) run(nw *nativeWorker, ch chan struct{}) {
 		// Arm, then look: a change the look missed writes the eventfd.
 		if s := nw.wakeArm(); s != seen {
 			seen = s
-			signal(ch)
+			// Wait for the slot rather than drop the send: while it is
+			// full, the value in it covers every change, so nothing is
+			// armed and the shim writes nothing (a consumer that does not
+			// listen costs no syscall per completion). Once the consumer
+			// took it, this send refills it at once, covering what changed
+			// meanwhile.
+			select {
+			case ch <- struct{}{}:
+			case <-w.stopped:
+				return
+			}
 			continue
 		}
 		if _, err := w.f.Read(buf[:]); err != nil {
@@ -73,6 +84,7 @@ func (w *wakeWatch) run(nw *nativeWorker, ch chan struct{}) {
 // stop ends the goroutine and waits for it; the shim's worker must stay
 // open until it returns (the goroutine reads its counter).
 func (w *wakeWatch) stop() {
+	close(w.stopped)
 	_ = w.f.Close()
 	<-w.done
 }
