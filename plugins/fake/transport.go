@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -80,6 +81,9 @@ type Transport struct {
 
 	// woken is Wake's channel (waker.go): made by New, never closed.
 	woken chan struct{}
+	// wokeStates and wokeNotes are the reasons of what woken holds
+	// (WakeReasons).
+	wokeStates, wokeNotes atomic.Bool
 }
 
 var (

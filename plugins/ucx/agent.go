@@ -49,7 +49,7 @@ type agent struct {
 	failSeen uint64 // its peer_failures
 
 	exit    func(code int) // ends the process when a watched peer dies
-	woken   chan struct{}  // the transport's Wake channel
+	woken   *waker         // the transport's Wake channel
 	wake    *wakeWatch     // forwards the shim's wake-ups to woken
 	closed  bool           // set by Close: every later call is refused
 	watches []*procWatch   // of unloaded peers, until their goroutines ended
@@ -78,7 +78,7 @@ var sleepMax = 100 * time.Millisecond
 
 // openAgent creates the native worker (and its progress thread) and the
 // agent around it.
-func openAgent(cfg config, name string, idBase uint64, exit func(int), woken chan struct{}) (*agent, error) {
+func openAgent(cfg config, name string, idBase uint64, exit func(int), woken *waker) (*agent, error) {
 	keys, vals := cfg.settings()
 	nw, err := openNative(keys, vals, cfg.errPeer, spinIdle, sleepMax)
 	if err != nil {
@@ -183,7 +183,7 @@ func (a *agent) peerDied(p *peer) {
 	p.lost = sdk.Errorf(sdk.CodeRemoteDisconnect, "ucx: peer %d (%s, pid %d) exited; unload it and load its new metadata", p.id, p.name, p.proc.Pid)
 	fmt.Fprintf(os.Stderr, "custody-transport-ucx: agent %q: loaded peer %q (pid %d) died with %d operations in flight over %s; UCX reports no peer failure in this mode, exiting so the host fences this transport\n",
 		a.name, p.name, p.proc.Pid, p.inflight, a.cfg.tls)
-	signal(a.woken) // the peer's calls now fail; where exit returns (tests), say so
+	a.woken.signal() // the peer's calls now fail; where exit returns (tests), say so
 	a.exit(exitPeerLost)
 }
 

@@ -42,8 +42,8 @@ const (
 // there (a Post's puts and flush go out before Post returns), and reads
 // what the progress thread finished without waiting for it.
 type Transport struct {
-	exit  func(code int)
-	woken chan struct{} // Wake's channel
+	exit func(code int)
+	wake *waker // Wake's channel
 
 	mu    sync.Mutex
 	state int
@@ -69,7 +69,7 @@ func WithExit(exit func(code int)) Option {
 
 // New returns an agent that is not open yet.
 func New(opts ...Option) *Transport {
-	t := &Transport{exit: os.Exit, woken: make(chan struct{}, 1)}
+	t := &Transport{exit: os.Exit, wake: newWaker()}
 	for _, o := range opts {
 		o(t)
 	}
@@ -141,7 +141,7 @@ func (t *Transport) Open(ctx context.Context, req sdk.OpenRequest) error {
 	if t.state != stateNew {
 		return sdk.Errorf(sdk.CodeInvalidArgument, "ucx: Open: agent %q was opened before; an agent opens once, make a new one", t.name)
 	}
-	a, err := openAgent(cfg, req.Agent, processIDs.reserve(), t.exit, t.woken)
+	a, err := openAgent(cfg, req.Agent, processIDs.reserve(), t.exit, t.wake)
 	if err != nil {
 		return err
 	}
@@ -178,7 +178,7 @@ func (t *Transport) Close(ctx context.Context) error {
 		return busy
 	}
 	t.agent.Load().shutdown()
-	signal(t.woken) // every call now answers that the agent is closed
+	t.wake.signal() // every call now answers that the agent is closed
 	return nil
 }
 

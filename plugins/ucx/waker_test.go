@@ -121,3 +121,53 @@ func TestWakeChannelLifetime(t *testing.T) {
 	default:
 	}
 }
+
+// TestWakeReasons: a wake-up says what it was for. A WRITE's completion
+// wakes the initiator for states and not for notifications; a
+// notification wakes the receiver for notifications, and the receiver,
+// draining its notifications only when the reasons say one came, gets it.
+func TestWakeReasons(t *testing.T) {
+	for _, tls := range tlsSettings {
+		t.Run(tls, func(t *testing.T) {
+			defer ucx.SetSleepMax(time.Hour)()
+			p := newPair(t, tls, 4096)
+			ctx := context.Background()
+			local, remote := p.dlists(t, 1, 4096)
+			p.a.WakeReasons()
+			res, err := p.a.Post(ctx, []sdk.PostSpec{{Op: sdk.OpWrite, Local: local, LocalIndices: []uint32{0}, Remote: remote, RemoteIndices: []uint32{0}}})
+			require.NoError(t, err)
+			require.NoError(t, res[0].Err)
+			var states, notes, done bool
+			for !done {
+				awaitWake(t, p.a, "the WRITE's completion")
+				s, n := p.a.WakeReasons()
+				states, notes = states || s, notes || n
+				evs, err := p.a.Events(ctx, 0)
+				require.NoError(t, err)
+				for _, ev := range evs {
+					done = done || ev.Handle == res[0].ID
+				}
+			}
+			require.True(t, states, "a completion is a state change")
+			require.False(t, notes, "a WRITE without a notification brings none")
+			settle(t, p.a, []sdk.HandleID{res[0].ID})
+
+			p.b.WakeReasons()
+			errs, err := p.a.SendNotifications(ctx, []sdk.OutboundNotification{{Peer: p.peer, Message: []byte("ready")}})
+			require.NoError(t, err)
+			require.NoError(t, errs[0])
+			var got []sdk.Notification
+			for len(got) == 0 {
+				awaitWake(t, p.b, "the notification's arrival, by its reason")
+				if _, n := p.b.WakeReasons(); !n {
+					continue
+				}
+				ns, err := p.b.Notifications(ctx, 0)
+				require.NoError(t, err)
+				got = append(got, ns...)
+			}
+			require.Len(t, got, 1)
+			assert.Equal(t, "ready", string(got[0].Message))
+		})
+	}
+}

@@ -337,3 +337,60 @@ func TestRingPairPluginRefusesBadNotifications(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, ns, "nothing was sent")
 }
+
+// countNotes counts the pump's notification drains of a fake.
+type countNotes struct {
+	*fake.Transport
+	drains atomic.Int32
+}
+
+func (c *countNotes) Notifications(ctx context.Context, max int) ([]sdk.Notification, error) {
+	c.drains.Add(1)
+	return c.Transport.Notifications(ctx, max)
+}
+
+// TestRingPairWakeReasons: for a transport that says what its wake-ups
+// were for (sdk.WakeReasoner), the pump drains notifications only when a
+// notification may have come: completions alone cost no drain, and a
+// notification still reaches the host without the host asking.
+func TestRingPairWakeReasons(t *testing.T) {
+	var cn *countNotes
+	pr := newPairOf(t, func(tr sdk.Transport) sdk.Transport {
+		cn = &countNotes{Transport: tr.(*fake.Transport)}
+		return cn
+	}, 10*time.Second)
+	for range 20 {
+		res := pr.post(t, 1)
+		require.NoError(t, res[0].Err)
+		id := res[0].ID
+		require.Eventually(t, func() bool {
+			pr.host.drain()
+			pr.host.mu.Lock()
+			defer pr.host.mu.Unlock()
+			return pr.host.known[id].terminal
+		}, 10*time.Second, 10*time.Microsecond)
+		_, err := pr.host.submit(context.Background(), "Release", kindRelease, kindReleaseRes, 1, []sdk.HandleID{id}, encodeIDs(nil, []sdk.HandleID{id}))
+		require.NoError(t, err)
+	}
+	assert.Zero(t, cn.drains.Load(), "completions alone made the pump drain notifications")
+
+	errs, err := pr.impl.SendNotifications(context.Background(), []sdk.OutboundNotification{{Peer: pr.peer, Message: []byte("hi")}})
+	require.NoError(t, err)
+	require.NoError(t, errs[0])
+	deadline := time.After(10 * time.Second)
+	for {
+		pr.host.drain()
+		pr.host.mu.Lock()
+		n := len(pr.host.notes)
+		pr.host.mu.Unlock()
+		if n > 0 {
+			break
+		}
+		select {
+		case <-pr.host.wake:
+		case <-deadline:
+			t.Fatal("the notification did not reach the host")
+		}
+	}
+	assert.Positive(t, cn.drains.Load())
+}
