@@ -29,7 +29,11 @@ import (
 //     and released ids get the transport's own answer.
 //   - Events and Notifications: what the plugin forwarded, in order; when
 //     nothing waits, one drain call through the rings asks the transport
-//     now and returns its answer, errors included.
+//     now and returns its answer, errors included; unless the transport
+//     is a Waker (prompt): the plugin then forwards what the transport
+//     has as soon as it wakes, a forwarded change wakes Wake's channel,
+//     and nothing is asked (a drain would cost a round trip through the
+//     rings on every round of the host, for nothing).
 //
 // Whoever waits drains the completion ring itself (a caller spinning for
 // its result, Poll); a reader goroutine drains it when nobody does, sleeping
@@ -78,6 +82,10 @@ type ringHost struct {
 	mem    []byte
 	m      *ringMap
 	events bool // the plugin forwards the transport's events
+	// prompt: the transport is a Waker, so the plugin forwards its events
+	// and notifications as soon as it has them; Events and Notifications
+	// then answer from what the rings brought without a drain call.
+	prompt bool
 	half   int  // a submission larger than this goes over gRPC
 
 	subMu    sync.Mutex
@@ -169,6 +177,7 @@ func (p *Plugin) attachRings(ctx context.Context) {
 	}
 	r := newRingHost(p.grpcClient, mem, defaultRingLayout, p.log, p.kill, p.wake)
 	r.events = resp.GetEvents()
+	r.prompt = resp.GetPrompt()
 	r.stopAfter = context.AfterFunc(p.done, func() { r.stop() })
 	go r.reader()
 	p.rings.Store(r)
@@ -794,7 +803,7 @@ func (p *Plugin) events(ctx context.Context, max int) ([]sdk.Event, error) {
 	r.mu.Lock()
 	empty := len(r.evq) == 0
 	r.mu.Unlock()
-	if empty {
+	if empty && !r.prompt {
 		if _, err := r.submit(ctx, "Events", kindDrainEvents, kindDrainResult, 0, nil, nil); err != nil {
 			return nil, err
 		}
@@ -830,7 +839,7 @@ func (p *Plugin) Notifications(ctx context.Context, max int) ([]sdk.Notification
 	r.mu.Lock()
 	empty := len(r.notes) == 0
 	r.mu.Unlock()
-	if empty {
+	if empty && !r.prompt {
 		if _, err := r.submit(ctx, "Notifications", kindDrainNotes, kindDrainResult, 0, nil, nil); err != nil {
 			return nil, err
 		}

@@ -394,3 +394,54 @@ func TestRingPairWakeReasons(t *testing.T) {
 	}
 	assert.Positive(t, cn.drains.Load())
 }
+
+// TestRingPairPromptAsksNothing: when the transport is a Waker (prompt),
+// an empty Notifications or Events answers from the rings without a
+// drain call, and what the transport receives still arrives after a
+// wake-up; without prompt, an empty Notifications asks the transport.
+func TestRingPairPromptAsksNothing(t *testing.T) {
+	var cn *countNotes
+	pr := newPairOf(t, func(tr sdk.Transport) sdk.Transport {
+		cn = &countNotes{Transport: tr.(*fake.Transport)}
+		return cn
+	}, 10*time.Second)
+	p := &Plugin{grpcClient: pr.host.c}
+	p.rings.Store(pr.host)
+	ctx := context.Background()
+
+	ns, err := p.Notifications(ctx, 0)
+	require.NoError(t, err)
+	assert.Empty(t, ns)
+	assert.Equal(t, int32(1), cn.drains.Load(), "without prompt an empty queue asks the transport")
+
+	pr.host.prompt = true
+	calls := pr.host.nextCall
+	for range 10 {
+		ns, err := p.Notifications(ctx, 0)
+		require.NoError(t, err)
+		assert.Empty(t, ns)
+		evs, err := p.events(ctx, 0)
+		require.NoError(t, err)
+		assert.Empty(t, evs)
+	}
+	assert.Equal(t, int32(1), cn.drains.Load(), "prompt: nothing asked")
+	assert.Equal(t, calls, pr.host.nextCall, "prompt: no drain call submitted")
+
+	errs, err := pr.impl.SendNotifications(ctx, []sdk.OutboundNotification{{Peer: pr.peer, Message: []byte("hi")}})
+	require.NoError(t, err)
+	require.NoError(t, errs[0])
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case <-pr.host.wake:
+		case <-deadline:
+			t.Fatal("the notification did not arrive")
+		}
+		ns, err := p.Notifications(ctx, 0)
+		require.NoError(t, err)
+		if len(ns) > 0 {
+			assert.Equal(t, []sdk.Notification{{From: "a", Message: []byte("hi")}}, ns)
+			break
+		}
+	}
+}
