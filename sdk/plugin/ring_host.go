@@ -86,7 +86,7 @@ type ringHost struct {
 	// and notifications as soon as it has them; Events and Notifications
 	// then answer from what the rings brought without a drain call.
 	prompt bool
-	half   int  // a submission larger than this goes over gRPC
+	half   int // a submission larger than this goes over gRPC
 
 	subMu    sync.Mutex
 	sub      *producer
