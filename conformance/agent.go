@@ -17,6 +17,9 @@ type agent struct {
 	ag     Agent
 	killed bool
 	closed bool
+	// dead is set once its process is found gone although the check did
+	// not kill it (exited): the teardown skips it.
+	dead bool
 
 	heldRegions []sdk.RegionID
 	heldPeers   []sdk.PeerID

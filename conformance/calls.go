@@ -279,6 +279,16 @@ func firstErr(errs []error, err error) error {
 	return errs[0]
 }
 
+// changedResources says that a call that should have been refused with
+// want changed Resources, without claiming it was refused when it
+// answered got instead.
+func changedResources(what string, got, want sdk.Code) string {
+	if got == want {
+		return what + " was refused (" + want.String() + ") but changed Resources"
+	}
+	return what + " answered " + got.String() + ", not " + want.String() + ", and changed Resources"
+}
+
 // itoa formats an id for a message.
 func itoa(v uint64) string { return strconv.FormatUint(v, 10) }
 

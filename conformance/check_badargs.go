@@ -161,7 +161,7 @@ var checkBadArguments = check{
 				e.t.Errorf("%s: code %v (%v), want %v", tc.name, got, err, tc.want)
 			}
 			if afterA, afterB := a.resources(), l.b.resources(); afterA != beforeA || afterB != beforeB {
-				e.t.Errorf("%s was refused but changed Resources: agent a %+v -> %+v, agent b %+v -> %+v", tc.name, beforeA, afterA, beforeB, afterB)
+				e.t.Errorf("%s: agent a %+v -> %+v, agent b %+v -> %+v", changedResources(tc.name, got, tc.want), beforeA, afterA, beforeB, afterB)
 			}
 		}
 		// The good post next to the bad ones still works: nothing broke.

@@ -25,7 +25,8 @@ var checkBusyInUse = check{
 			ctx, cancel := e.callCtx()
 			errs, err := call(ctx)
 			cancel()
-			if c := codeOf(errs, err); c != sdk.CodeBusy {
+			c := codeOf(errs, err)
+			if c != sdk.CodeBusy {
 				e.t.Errorf("%s: code %v (%v), want BUSY", what, c, firstErr(errs, err))
 			}
 			after := l.a.resources()
@@ -33,7 +34,7 @@ var checkBusyInUse = check{
 			// change.
 			before.InFlight, after.InFlight = 0, 0
 			if after != before {
-				e.t.Errorf("%s was refused but changed Resources: %+v, then %+v", what, before, after)
+				e.t.Errorf("%s: %+v, then %+v", changedResources(what, c, sdk.CodeBusy), before, after)
 			}
 		}
 		refused("ReleaseDescriptors(local dlist of an unreleased handle)", func(ctx context.Context) ([]error, error) {

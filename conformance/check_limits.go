@@ -36,7 +36,7 @@ var checkLimits = check{
 				e.t.Errorf("%s: %v, want INVALID_ARGUMENT", what, err)
 			}
 			if after := a.resources(); after != before {
-				e.t.Errorf("%s was refused but changed Resources: %+v, then %+v", what, before, after)
+				e.t.Errorf("%s: %+v, then %+v", changedResources(what, sdk.CodeOf(err), sdk.CodeInvalidArgument), before, after)
 			}
 		}
 		tooBig := func(n uint32, what string) bool {

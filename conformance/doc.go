@@ -35,8 +35,11 @@
 // tracked; when it ends, however it ends, the tracker cancels and settles
 // its handles, releases them, its dlists, peers and regions in that order,
 // checks that the agent's Resources are zero, closes the agent and stops
-// it. What a transport does not claim in Describe is skipped with the
-// reason, never passed. Every wait is bounded; a transport that hangs fails
+// it. An agent whose process died during the check (and the check did not
+// kill it) fails the check with how it ended, exit status or signal
+// (plugin.ExitError), and its teardown is skipped: every call to it would
+// only fail again. What a transport does not claim in Describe is skipped
+// with the reason, never passed. Every wait is bounded; a transport that hangs fails
 // the check that waited, naming what it waited for.
 //
 // The checks are listed by Checks; each one's doc is in its Result. The

@@ -51,7 +51,7 @@ func newEnv(t T, cfg Config, desc sdk.Description) *env {
 	var salt [4]byte
 	_, _ = rand.Read(salt[:])
 	ctx, cancel := context.WithTimeout(t.Context(), cfg.CheckTimeout)
-	e := &env{t: t, ctx: ctx, cfg: cfg, desc: desc, dir: dir,
+	e := &env{t: authorT{t}, ctx: ctx, cfg: cfg, desc: desc, dir: dir,
 		prefix: "conf-" + sanitize(t.Name()) + "-" + hex.EncodeToString(salt[:])}
 	t.Cleanup(func() {
 		cancel()

@@ -12,39 +12,41 @@ import (
 // every agent: handles (canceled, polled until terminal, released), then
 // dlists, peers and regions, then Close, then the factory's Stop. A failure
 // here fails the check unless it already failed (then it is only logged,
-// since a broken check may leave its transport in any state).
+// since a broken check may leave its transport in any state). An agent
+// whose process died (and the check did not kill it) is reported once,
+// with how it ended, and skipped: every call to it would only fail again.
 func (e *env) teardown() {
 	e.tearingDown = true
-	report := func(format string, args ...any) {
-		if e.t.Failed() {
-			e.t.Logf("teardown: "+format, args...)
-			return
-		}
-		e.t.Errorf("teardown: "+format, args...)
-	}
 	for _, a := range e.agents {
-		if !a.killed && len(a.heldHandles) > 0 {
-			a.settleAndRelease(report)
+		if msg := a.exited(nil); msg != "" {
+			e.reportExit(a, msg)
 		}
 	}
 	for _, a := range e.agents {
-		if a.killed || a.closed {
+		if a.up() && len(a.heldHandles) > 0 {
+			a.settleAndRelease(a.report)
+		}
+	}
+	for _, a := range e.agents {
+		if !a.up() || a.closed {
 			continue
 		}
-		freeAll(a, "ReleaseDescriptors", &a.heldDlists, a.tr.ReleaseDescriptors, report)
-		freeAll(a, "UnloadPeers", &a.heldPeers, a.tr.UnloadPeers, report)
-		freeAll(a, "DeregisterMemory", &a.heldRegions, a.tr.DeregisterMemory, report)
+		freeAll(a, "ReleaseDescriptors", &a.heldDlists, a.tr.ReleaseDescriptors, a.report)
+		freeAll(a, "UnloadPeers", &a.heldPeers, a.tr.UnloadPeers, a.report)
+		freeAll(a, "DeregisterMemory", &a.heldRegions, a.tr.DeregisterMemory, a.report)
 	}
 	for _, a := range e.agents {
-		if !a.killed && !a.closed {
+		if a.up() && !a.closed {
 			ctx, cancel := e.callCtx()
 			if r, err := a.tr.Resources(ctx); err != nil {
-				report("Resources(agent %q): %v", a.name, err)
+				a.report("Resources(agent %q): %v", a.name, err)
 			} else if !r.Zero() {
-				report("agent %q still counts %+v after everything the check created was freed: a leak", a.name, r)
+				a.report("agent %q still counts %+v after everything the check created was freed: a leak", a.name, r)
 			}
-			if err := a.tr.Close(ctx); err != nil && !errors.Is(err, sdk.ErrPluginShutdown) {
-				report("Close(agent %q) after freeing everything: %v", a.name, err)
+			if a.up() {
+				if err := a.tr.Close(ctx); err != nil {
+					a.report("Close(agent %q) after freeing everything: %v", a.name, err)
+				}
 			}
 			cancel()
 			a.closed = true
@@ -54,6 +56,32 @@ func (e *env) teardown() {
 		}
 	}
 	e.agents = nil
+}
+
+// up reports whether the teardown still calls the agent: its process
+// was neither killed by the check nor found dead.
+func (a *agent) up() bool { return !a.killed && !a.dead }
+
+// report is a teardown failure on agent a. When one of its arguments says
+// the agent's process is gone, the death is reported once instead
+// (reportExit), and the agent's teardown ends there.
+func (a *agent) report(format string, args ...any) {
+	for _, arg := range args {
+		if err, ok := arg.(error); ok {
+			if msg := a.exited(err); msg != "" {
+				a.e.reportExit(a, msg)
+				return
+			}
+		}
+	}
+	if !a.up() {
+		return // the death was reported; what follows from it is noise
+	}
+	if a.e.t.Failed() {
+		a.e.t.Logf("teardown: "+format, args...)
+		return
+	}
+	a.e.t.Errorf("teardown: "+format, args...)
 }
 
 // settleAndRelease cancels the agent's tracked handles, waits for them to
@@ -71,6 +99,9 @@ func (a *agent) settleAndRelease(report func(string, ...any)) {
 		cancel()
 		if err != nil || len(st) != len(ids) {
 			report("Poll(%d handles of agent %q): %v", len(ids), a.name, err)
+			return
+		}
+		if !a.up() {
 			return
 		}
 		var terminal, running []sdk.HandleID
@@ -94,7 +125,7 @@ func (a *agent) settleAndRelease(report func(string, ...any)) {
 				return
 			}
 			for i, err := range errs {
-				if err != nil {
+				if err != nil && a.up() {
 					report("Release(terminal handle %d of agent %q): %v", terminal[i], a.name, err)
 				}
 			}
@@ -124,7 +155,7 @@ func freeAll[ID comparable](a *agent, what string, list *[]ID, free func(context
 		return
 	}
 	for i, err := range errs {
-		if err != nil {
+		if err != nil && a.up() {
 			report("%s(%v of agent %q): %v", what, ids[i], a.name, err)
 		}
 	}

@@ -112,12 +112,17 @@
 //	                                           not take effect (a Release that failed    fail the request
 //	                                           keeps its handle held)
 //	any call             INVALID_ARGUMENT      called before Open or after Close         -
-//	                                           (Close: before Open only), or a batch
-//	                                           over MaxItemsPerCall: no item took effect
+//	                                           (Close: before Open only; Describe and
+//	                                           Resources never: a new or closed agent
+//	                                           holds nothing), or a batch over
+//	                                           MaxItemsPerCall: no item took effect
 //	any call             TIMEOUT               unknown whether it took effect            find out (Poll, Resources)
 //	any call             PLUGIN_SHUTDOWN       the process is gone: every transfer it    fence: new epoch
-//	                                           initiated has stopped (only the host's
-//	                                           Launch reports it, never a live plugin)
+//	                                           initiated has stopped (reported by what
+//	                                           stands for the process: sdk/plugin's
+//	                                           Launch, or an in-process stand-in for a
+//	                                           dead one, the fake's crash and Kill;
+//	                                           never by a running transport)
 //
 // A transfer's terminal states are DONE, FAILED and CANCELED; in each, no
 // byte of it moves any more. DONE means the bytes are in place at the

@@ -32,7 +32,13 @@ const (
 	// took effect is unknown: the caller must find out (Poll, Resources).
 	CodeTimeout Code = 8
 	// CodePluginShutdown: the transport process is gone. Every transfer it
-	// initiated has stopped (the process is the fence).
+	// initiated has stopped (the process is the fence). It is reported by
+	// what stands for the process: sdk/plugin's Launch once the process
+	// exited (with a *plugin.ExitError saying how), or an in-process
+	// stand-in for a process that died (the fake's crash fault and Kill),
+	// so that in-process tests see what the host sees. A running transport
+	// never returns it: sdk/plugin turns one a live process returns into
+	// CodeBackend.
 	CodePluginShutdown Code = 9
 )
 

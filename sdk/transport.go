@@ -242,10 +242,14 @@ type Resources struct {
 	Peers   uint64 // loaded peers (with native state still closing)
 	Dlists  uint64 // live (unreleased) dlists
 	Handles uint64 // live (unreleased) handles, terminal or not
-	// InFlight counts transfers whose bytes may still move: posted and not
-	// yet terminal (a transport may count native work it still runs for
-	// them). It is not a count of handles: a terminal, unreleased handle
-	// is in Handles only.
+	// InFlight counts the posted transfers whose bytes may still move:
+	// each from its Post until no byte of it moves any more. A transport
+	// that keeps the contract turns a handle terminal only then, so for it
+	// InFlight is the number of live handles not yet terminal. A transfer
+	// whose bytes still move after its handle turned terminal or was
+	// released (a contract violation) still counts. Nothing else does:
+	// not a terminal handle (it is in Handles only), not a notification
+	// send, not a connection still closing.
 	InFlight uint64
 }
 

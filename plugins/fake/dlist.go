@@ -8,7 +8,7 @@ import (
 )
 
 // dlist is a prepared descriptor list, as the Book records it.
-type dlist = kit.Dlist[*region, *peer]
+type dlist = kit.Dlist[*region, *peer, struct{}]
 
 // PrepareDescriptors prepares each dlist. An empty or oversized list, an
 // unknown peer or region, a zero length or a range beyond its region is

@@ -96,7 +96,10 @@
 // OK and changes nothing (the agent has ended and holds nothing, all that
 // Close's OK promises); Resources of a closed agent is zero. After a crash
 // or Kill every call, Describe, Open and Close included, is
-// PLUGIN_SHUTDOWN.
+// PLUGIN_SHUTDOWN: the in-process agent stands for a dead process, and
+// answers what sdk/plugin's Launch answers once a transport process is
+// gone. Out of process a crash exits the process instead (exit code 3),
+// and Launch reports it.
 //
 // Kill ends an in-process agent on demand exactly as the in-process crash
 // of a crash fault does (below), without exiting the process.

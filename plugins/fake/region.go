@@ -13,8 +13,8 @@ import (
 // handle states, events, inbox, gate, limits); this package holds the
 // simulation.
 type (
-	book   = kit.Book[*region, *peer, handleFaults]
-	handle = kit.Handle[*region, *peer, handleFaults]
+	book   = kit.Book[*region, *peer, struct{}, handleFaults]
+	handle = kit.Handle[*region, *peer, struct{}, handleFaults]
 )
 
 // region is memory this agent registered: a mapping of the region's file

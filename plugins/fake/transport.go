@@ -2,7 +2,6 @@ package fake
 
 import (
 	"context"
-	"errors"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -107,7 +106,7 @@ func WithExitOnCrash() Option {
 // PLUGIN_SHUTDOWN), which is what in-process tests want.
 func New(opts ...Option) *Transport {
 	t := &Transport{p: defaultParams(), watch: peerWatch, woken: make(chan struct{}, 1)}
-	t.book = kit.NewBook[*region, *peer, handleFaults]("fake", t.limits(t.p))
+	t.book = kit.NewBook[*region, *peer, struct{}, handleFaults]("fake", t.limits(t.p))
 	for _, o := range opts {
 		o(t)
 	}
@@ -164,7 +163,7 @@ func (t *Transport) limits(p params) sdk.Limits {
 // is checked before the request, so a killed agent answers PLUGIN_SHUTDOWN
 // to any Open, a bad one included.
 func (t *Transport) Open(ctx context.Context, req sdk.OpenRequest) error {
-	if err := ctxError(ctx); err != nil {
+	if err := kit.ContextError(ctx, "fake"); err != nil {
 		return err
 	}
 	t.mu.Lock()
@@ -233,7 +232,7 @@ func (t *Transport) open(req sdk.OpenRequest) error {
 // changes nothing: the agent has ended and holds nothing, which is all
 // that OK promises.
 func (t *Transport) Close(ctx context.Context) error {
-	if err := ctxError(ctx); err != nil {
+	if err := kit.ContextError(ctx, "fake"); err != nil {
 		return err
 	}
 	t.mu.Lock()
@@ -273,7 +272,7 @@ func (t *Transport) Kill() {
 // Resources counts what the agent holds. A new or closed agent holds
 // nothing.
 func (t *Transport) Resources(ctx context.Context) (sdk.Resources, error) {
-	if err := ctxError(ctx); err != nil {
+	if err := kit.ContextError(ctx, "fake"); err != nil {
 		return sdk.Resources{}, err
 	}
 	t.mu.Lock()
@@ -281,9 +280,10 @@ func (t *Transport) Resources(ctx context.Context) (sdk.Resources, error) {
 	if t.crashed {
 		return sdk.Resources{}, shutdownError()
 	}
-	// InFlight counts the transfers the engine runs, which under
-	// misbehave=release-running or early-done outlive their handle's
-	// IN_PROGRESS state.
+	// InFlight (sdk.Resources) counts the transfers whose bytes may still
+	// move: those the engine runs. That is the Book's count (posted, end
+	// not reported) but under misbehave=early-done, whose handles turn
+	// DONE while their bytes still move.
 	r := t.book.Resources()
 	r.InFlight = uint64(len(t.active))
 	return r, nil
@@ -293,7 +293,7 @@ func (t *Transport) Resources(ctx context.Context) (sdk.Resources, error) {
 // answers. call names a crash point ("" for none): when a crash rule fires
 // there, the agent crashes before the call takes effect.
 func (t *Transport) lock(ctx context.Context, call string) error {
-	if err := ctxError(ctx); err != nil {
+	if err := kit.ContextError(ctx, "fake"); err != nil {
 		return err
 	}
 	t.mu.Lock()
@@ -370,16 +370,4 @@ func (t *Transport) kick() {
 // shutdownError is what a crashed agent answers.
 func shutdownError() error {
 	return sdk.Errorf(sdk.CodePluginShutdown, "fake: agent crashed (fault crash or Kill); open a new agent")
-}
-
-// ctxError maps a done context to the code of a call that did nothing.
-func ctxError(ctx context.Context) error {
-	err := ctx.Err()
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, context.DeadlineExceeded):
-		return sdk.Errorf(sdk.CodeTimeout, "fake: deadline passed before the call started; nothing changed")
-	}
-	return sdk.Errorf(sdk.CodeCanceled, "fake: context canceled before the call started; nothing changed")
 }

@@ -10,31 +10,22 @@ import (
 	"github.com/custody-dev/custody/sdk"
 )
 
-// agent is the state of one open agent. Transport calls run on their
-// callers' goroutines and hold mu for the whole call; UCX itself is driven
-// by the shim's progress thread, which never touches this state. What the
-// progress thread finished reaches it through the shim's completion queue
-// (reap).
+// agent is the native state of one open agent. Transport calls run on
+// their callers' goroutines and hold the Transport's lock for the whole
+// call; UCX itself is driven by the shim's progress thread, which never
+// touches this state. What the progress thread finished reaches it
+// through the shim's completion queue (reap).
 type agent struct {
-	mu sync.Mutex
-
+	t     *Transport
+	book  *book // t.book
 	name  string
 	cname cChars // name, in C memory: notifications carry it
 	cfg   config
 	nw    *nativeWorker
 	self  procID // this process, carried in metadata
 
-	nextID  uint64
-	regions map[sdk.RegionID]*region
-	peers   map[sdk.PeerID]*peer
-	dlists  map[sdk.DlistID]*dlist
-	handles map[sdk.HandleID]*handle
 	sends   map[uint64]*notifSend // notification sends UCX still runs
 	closing []*closeReq           // endpoint closes UCX still runs
-
-	inflight int // handles not terminal yet
-	events   []sdk.Event
-	inbox    []sdk.Notification
 
 	batch  subBatch      // the submissions of one Post call
 	segs   []segment     // one post's segments while they are checked
@@ -48,18 +39,8 @@ type agent struct {
 	lostSeen uint64 // its msg_lost, as Notifications last reported it
 	failSeen uint64 // its peer_failures
 
-	exit    func(code int) // ends the process when a watched peer dies
-	woken   *waker         // the transport's Wake channel
-	wake    *wakeWatch     // forwards the shim's wake-ups to woken
-	closed  bool           // set by Close: every later call is refused
-	watches []*procWatch   // of unloaded peers, until their goroutines ended
-}
-
-// newID returns the next id; ids are never reused within a process since
-// the counter lives as long as the agent and agents never share one.
-func (a *agent) newID() uint64 {
-	a.nextID++
-	return a.nextID
+	watches []*procWatch // of unloaded peers, until their goroutines ended
+	wake    *wakeWatch   // forwards the shim's wake-ups to the transport's Wake channel
 }
 
 // Bounds of the progress thread's waiting and of the peer watch.
@@ -78,7 +59,7 @@ var sleepMax = 100 * time.Millisecond
 
 // openAgent creates the native worker (and its progress thread) and the
 // agent around it.
-func openAgent(cfg config, name string, idBase uint64, exit func(int), woken *waker) (*agent, error) {
+func openAgent(cfg config, name string, t *Transport) (*agent, error) {
 	keys, vals := cfg.settings()
 	nw, err := openNative(keys, vals, cfg.errPeer, spinIdle, sleepMax)
 	if err != nil {
@@ -89,22 +70,15 @@ func openAgent(cfg config, name string, idBase uint64, exit func(int), woken *wa
 		nw.close()
 		return nil, sdk.Errorf(sdk.CodeBackend, "ucx: Open %q: reading this process's start time: %v", name, err)
 	}
-	wake, err := startWakeWatch(nw, woken)
+	wake, err := startWakeWatch(nw, t.wake)
 	if err != nil {
 		nw.close()
 		return nil, sdk.Errorf(sdk.CodeBackend, "ucx: Open %q: watching the worker's wake eventfd: %v", name, err)
 	}
 	a := &agent{
-		name: name, cname: cString(name), cfg: cfg, nw: nw, self: self,
-		nextID:  idBase,
-		regions: map[sdk.RegionID]*region{},
-		peers:   map[sdk.PeerID]*peer{},
-		dlists:  map[sdk.DlistID]*dlist{},
-		handles: map[sdk.HandleID]*handle{},
-		sends:   map[uint64]*notifSend{},
-		exit:    exit,
-		woken:   woken,
-		wake:    wake,
+		t: t, book: t.book, name: name, cname: cString(name), cfg: cfg, nw: nw, self: self,
+		sends: map[uint64]*notifSend{},
+		wake:  wake,
 	}
 	return a, nil
 }
@@ -127,13 +101,13 @@ func (a *agent) reap() {
 			if !ok {
 				break
 			}
-			a.inbox = append(a.inbox, sdk.Notification{From: from, Message: msg})
+			a.book.Deliver(from, msg)
 		}
 	}
 	if f := a.nw.peerFailures(); f != a.failSeen {
 		a.failSeen = f
-		for _, p := range a.peers {
-			p.noteFailure()
+		for _, p := range a.book.Peers() {
+			p.Value.noteFailure()
 		}
 	}
 	if len(a.closing) > 0 {
@@ -149,10 +123,13 @@ func (a *agent) reap() {
 
 // opDone routes a finished op to its handle or notification send.
 func (a *agent) opDone(c completion) {
-	if h, ok := a.handles[sdk.HandleID(c.id)]; ok && !h.state.Terminal() {
-		a.inflight--
-		h.peer.inflight--
-		h.finish(a, c)
+	if h := a.book.Find(sdk.HandleID(c.id)); h != nil {
+		if st, _ := h.State(); !st.Terminal() {
+			p := h.Remote.Peer.Value
+			p.inflight--
+			st, reason := p.outcome(h.ID, c)
+			a.book.Complete(h, st, reason)
+		}
 		return
 	}
 	if s, ok := a.sends[c.id]; ok {
@@ -163,13 +140,13 @@ func (a *agent) opDone(c completion) {
 }
 
 // onPeerExit runs when a watched peer's process exited.
-func (a *agent) onPeerExit(p *peer) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.closed || a.peers[p.id] != p || p.lost != nil {
-		return // unloaded (or closed) meanwhile
+func (t *Transport) onPeerExit(p *peer) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.book.Opened() || p.id == 0 || p.unloaded || p.lost != nil {
+		return // never loaded, unloaded (or closed) meanwhile
 	}
-	a.peerDied(p)
+	t.agent.Load().peerDied(p)
 }
 
 // peerDied handles a watched peer whose process is gone while loaded. UCX
@@ -183,25 +160,12 @@ func (a *agent) peerDied(p *peer) {
 	p.lost = sdk.Errorf(sdk.CodeRemoteDisconnect, "ucx: peer %d (%s, pid %d) exited; unload it and load its new metadata", p.id, p.name, p.proc.Pid)
 	fmt.Fprintf(os.Stderr, "custody-transport-ucx: agent %q: loaded peer %q (pid %d) died with %d operations in flight over %s; UCX reports no peer failure in this mode, exiting so the host fences this transport\n",
 		a.name, p.name, p.proc.Pid, p.inflight, a.cfg.tls)
-	a.woken.signal() // the peer's calls now fail; where exit returns (tests), say so
-	a.exit(exitPeerLost)
+	a.t.wake.signal() // the peer's calls now fail; where exit returns (tests), say so
+	a.t.exit(exitPeerLost)
 }
 
 // exitPeerLost is the process's exit status after peerDied.
 const exitPeerLost = 4
-
-// held counts what the agent still holds, as Resources reports it.
-func (a *agent) held() sdk.Resources {
-	return sdk.Resources{
-		Regions: uint64(len(a.regions)),
-		Peers:   uint64(len(a.peers) + len(a.closing)),
-		Dlists:  uint64(len(a.dlists)),
-		Handles: uint64(len(a.handles)),
-		// Notification sends are not counted: they hold no handle, dlist or
-		// region, finish on their own, and Close waits for them.
-		InFlight: uint64(a.inflight),
-	}
-}
 
 // awaitCloses waits until every endpoint close and notification send
 // finished, for at most closeWait or until ctx ends. The progress thread
@@ -219,15 +183,16 @@ func (a *agent) awaitCloses(ctx context.Context) {
 
 // shutdown waits for the peer watches to end and frees the worker. Close
 // has checked that nothing is held (every peer unloaded, so every watch
-// stopped), and set closed, so no call touches the worker or the watches
-// any more. It must be called without mu held: a watch that fires takes it.
-func (a *agent) shutdown() {
+// stopped), and closed the Book, so no call touches the worker or the
+// watches any more. It must be called without mu held: a watch that fires
+// takes it.
+func (a *agent) shutdown(mu *sync.Mutex) {
 	for _, w := range a.watches {
 		w.wait()
 	}
-	a.wake.stop() // before the worker is freed: it reads the shim's counter
-	a.mu.Lock()
-	defer a.mu.Unlock()
+	a.wake.stop() // before the worker is freed: it reads the shim's counters
+	mu.Lock()
+	defer mu.Unlock()
 	a.nw.close()
 	a.batch.free()
 	a.done.free()

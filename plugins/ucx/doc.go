@@ -41,6 +41,9 @@
 // on that eventfd in Go's poller and turns each write into a send on
 // Wake's channel, so a host or ring pump sleeps until then instead of
 // polling, and an idle agent wakes nobody. The goroutine ends at Close.
+// It is an sdk.WakeReasoner too: the goroutine tells completions (and
+// endpoint failures) from notifications by the shim's own counters, so
+// that a ring pump drains notifications only when one came.
 //
 // The submission and completion entries are laid out as a ring's would
 // be (cu_sub, cu_seg and cu_done in shim.h), so that the progress thread
@@ -81,12 +84,19 @@
 // many were lost: UCX gives no way to refuse it to the sender (its
 // callback must return OK).
 //
+// The contract's bookkeeping (ids, tables, pins, handle states, events,
+// the inbox, the Open/Close gate and the limit checks) is a kit.Book
+// (package sdk/kit), the same as the fake's; this package keeps only the
+// native values the Book holds for it (a region's mapping and memory
+// handle, a peer's endpoint and rkeys, a remote dlist resolved to remote
+// addresses and rkeys once, at Prepare, so that Post looks nothing up).
 // Release of a running handle, DeregisterMemory of a region an unreleased
 // handle's dlist uses (ucp_mem_unmap of memory in flight crashes UCX),
-// UnloadPeers of a peer with dlists or transfers, and ReleaseDescriptors of
-// a dlist an unreleased handle uses are BUSY; Close with anything held is
-// BUSY. Resources counts regions, peers (endpoints still closing
-// included), dlists, handles and UCX operations in flight.
+// UnloadPeers of a peer with dlists (a transfer holds its remote dlist),
+// and ReleaseDescriptors of a dlist an unreleased handle uses are BUSY;
+// Close with anything held, an endpoint still closing or a notification
+// still being sent is BUSY. Resources counts as the Book does, and as
+// Peers also the endpoints still closing.
 //
 // # Cancel
 //

@@ -49,7 +49,7 @@ type remoteRegionSpec struct {
 func (t *Transport) LocalMetadata(ctx context.Context) ([]byte, error) {
 	var blob []byte
 	var err error
-	if cerr := t.do(ctx, "LocalMetadata", func(a *agent) { blob, err = a.metadata() }); cerr != nil {
+	if cerr := t.do(ctx, "LocalMetadata", 0, func(a *agent) { blob, err = a.metadata() }); cerr != nil {
 		return nil, cerr
 	}
 	return blob, err
@@ -61,8 +61,8 @@ func (a *agent) metadata() ([]byte, error) {
 		return nil, err
 	}
 	md := metadata{Agent: a.name, Proc: a.self, TLS: a.cfg.tls, Address: addr}
-	for _, r := range a.regions {
-		md.Regions = append(md.Regions, remoteRegionSpec{ID: r.id, Addr: uint64(r.addr), Length: r.length, Rkey: r.rkey})
+	for _, r := range a.book.Regions() {
+		md.Regions = append(md.Regions, remoteRegionSpec{ID: r.ID, Addr: uint64(r.Value.addr), Length: r.Spec.Length, Rkey: r.Value.rkey})
 	}
 	blob := md.encode()
 	if len(blob) > maxMetadataBytes {

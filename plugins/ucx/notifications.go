@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/custody-dev/custody/sdk"
+	"github.com/custody-dev/custody/sdk/kit"
 )
 
 // notifSend is a notification UCX is still sending; its buffer lives in C
@@ -19,11 +20,8 @@ const notifKey = 1 << 63
 // (eager, so it is delivered whole). OK means it was handed to UCX, which
 // delivers it exactly once, in order per sender, unless the peer is lost.
 func (t *Transport) SendNotifications(ctx context.Context, msgs []sdk.OutboundNotification) ([]error, error) {
-	if err := checkItems("SendNotifications", len(msgs)); err != nil {
-		return nil, err
-	}
 	out := make([]error, len(msgs))
-	err := t.do(ctx, "SendNotifications", func(a *agent) {
+	err := t.do(ctx, "SendNotifications", len(msgs), func(a *agent) {
 		for i, m := range msgs {
 			out[i] = a.sendNotification(m)
 		}
@@ -35,17 +33,15 @@ func (t *Transport) SendNotifications(ctx context.Context, msgs []sdk.OutboundNo
 }
 
 func (a *agent) sendNotification(m sdk.OutboundNotification) error {
-	if len(m.Message) > maxNotificationBytes {
-		return sdk.Errorf(sdk.CodeInvalidArgument, "ucx: SendNotifications: message of %d bytes exceeds the limit of %d", len(m.Message), maxNotificationBytes)
+	kp, err := a.book.CheckSend(m)
+	if err != nil {
+		return err
 	}
-	p, ok := a.peers[m.Peer]
-	if !ok {
-		return sdk.Errorf(sdk.CodeInvalidArgument, "ucx: SendNotifications: peer %d unknown or unloaded", m.Peer)
-	}
+	p := kp.Value
 	if p.lost != nil {
 		return p.lost
 	}
-	id := notifKey | a.newID()
+	id := notifKey | kit.NewID()
 	if !a.nw.sendMsg(p.cp, id, a.cname, len(a.name), m.Message) {
 		return sdk.Errorf(sdk.CodeBackend, "ucx: SendNotifications: out of memory copying a message of %d bytes; not sent, retry", len(m.Message))
 	}
@@ -61,18 +57,13 @@ func (a *agent) sendNotification(m sdk.OutboundNotification) error {
 func (t *Transport) Notifications(ctx context.Context, max int) ([]sdk.Notification, error) {
 	var out []sdk.Notification
 	var lost error
-	err := t.do(ctx, "Notifications", func(a *agent) {
+	err := t.do(ctx, "Notifications", 0, func(a *agent) {
 		if l := a.nw.msgLost(); l != a.lostSeen {
 			lost = sdk.Errorf(sdk.CodeBackend, "ucx: Notifications: agent %q dropped %d received notifications: out of memory copying them out of UCX (their senders were told they were sent); later ones are kept", a.name, l-a.lostSeen)
 			a.lostSeen = l
 			return
 		}
-		n := len(a.inbox)
-		if max > 0 && max < n {
-			n = max
-		}
-		out = append(out, a.inbox[:n]...)
-		a.inbox = append(a.inbox[:0], a.inbox[n:]...)
+		out = a.book.Notifications(max)
 	})
 	if err == nil {
 		err = lost

@@ -2,12 +2,12 @@ package ucx
 
 import (
 	"context"
-	"errors"
 	"os"
 	"sync"
 	"sync/atomic"
 
 	"github.com/custody-dev/custody/sdk"
+	"github.com/custody-dev/custody/sdk/kit"
 )
 
 // Version is the UCX transport's version, as Describe reports it.
@@ -28,11 +28,13 @@ const (
 	peerLossBoundMillis = 30000
 )
 
-// Lifecycle states of a Transport.
-const (
-	stateNew = iota
-	stateOpen
-	stateClosed
+// The Book's types: a region's mapping and memory handle, a peer's
+// endpoint and rkeys, a remote dlist resolved to remote addresses and
+// rkeys; a handle keeps nothing native (its op id is its handle id).
+type (
+	book   = kit.Book[*region, *peer, []remoteDesc, struct{}]
+	handle = kit.Handle[*region, *peer, []remoteDesc, struct{}]
+	dlist  = kit.Dlist[*region, *peer, []remoteDesc]
 )
 
 // Transport is one UCX agent: one UCP context and worker, progressed by
@@ -40,16 +42,17 @@ const (
 // sdk.EventSource and is safe for concurrent use: each call runs on its
 // caller's goroutine under the agent's lock, issues what it must to UCX
 // there (a Post's puts and flush go out before Post returns), and reads
-// what the progress thread finished without waiting for it.
+// what the progress thread finished without waiting for it. The
+// contract's bookkeeping (tables, pins, handle states, events, inbox, the
+// Open/Close gate, limits) is a kit.Book; this package does the native
+// work.
 type Transport struct {
 	exit func(code int)
 	wake *waker // Wake's channel
 
 	mu    sync.Mutex
-	state int
-	cfg   config
-	name  string
-	agent atomic.Pointer[agent] // set by Open
+	book  *book
+	agent atomic.Pointer[agent] // the native agent, set by Open
 }
 
 var (
@@ -69,7 +72,7 @@ func WithExit(exit func(code int)) Option {
 
 // New returns an agent that is not open yet.
 func New(opts ...Option) *Transport {
-	t := &Transport{exit: os.Exit, wake: newWaker()}
+	t := &Transport{exit: os.Exit, wake: newWaker(), book: kit.NewBook[*region, *peer, []remoteDesc, struct{}]("ucx", describe(config{}).Limits)}
 	for _, o := range opts {
 		o(t)
 	}
@@ -80,14 +83,12 @@ func New(opts ...Option) *Transport {
 // configuration Open without a tls parameter would get ($UCX_TLS, else
 // tcp); after Open, the configuration opened.
 func (t *Transport) Describe(ctx context.Context) (sdk.Description, error) {
-	t.mu.Lock()
-	cfg, st := t.cfg, t.state
-	t.mu.Unlock()
-	if st == stateNew {
-		var err error
-		if cfg, err = parseParams(nil); err != nil {
-			return sdk.Description{}, err
-		}
+	if a := t.agent.Load(); a != nil {
+		return describe(a.cfg), nil
+	}
+	cfg, err := parseParams(nil)
+	if err != nil {
+		return sdk.Description{}, err
 	}
 	return describe(cfg), nil
 }
@@ -123,118 +124,99 @@ func describe(cfg config) sdk.Description {
 
 // Open creates the agent's UCP context and worker and starts its loop.
 func (t *Transport) Open(ctx context.Context, req sdk.OpenRequest) error {
-	if err := ctx.Err(); err != nil {
-		return ctxError(err)
-	}
-	if req.Agent == "" {
-		return sdk.Errorf(sdk.CodeInvalidArgument, "ucx: Open: agent name is empty; name the agent")
-	}
-	if len(req.Agent) > maxNameBytes {
-		return sdk.Errorf(sdk.CodeInvalidArgument, "ucx: Open: agent name is %d bytes, over the limit of %d", len(req.Agent), maxNameBytes)
-	}
-	cfg, err := parseParams(req.Params)
-	if err != nil {
+	if err := kit.ContextError(ctx, "ucx"); err != nil {
 		return err
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.state != stateNew {
-		return sdk.Errorf(sdk.CodeInvalidArgument, "ucx: Open: agent %q was opened before; an agent opens once, make a new one", t.name)
-	}
-	a, err := openAgent(cfg, req.Agent, processIDs.reserve(), t.exit, t.wake)
-	if err != nil {
-		return err
-	}
-	t.agent.Store(a)
-	t.state, t.cfg, t.name = stateOpen, cfg, req.Agent
-	return nil
+	return t.book.Open(req.Agent, func() error {
+		if len(req.Agent) > maxNameBytes {
+			return sdk.Errorf(sdk.CodeInvalidArgument, "ucx: Open: agent name is %d bytes, over the limit of %d", len(req.Agent), maxNameBytes)
+		}
+		cfg, err := parseParams(req.Params)
+		if err != nil {
+			return err
+		}
+		a, err := openAgent(cfg, req.Agent, t)
+		if err != nil {
+			return err
+		}
+		t.agent.Store(a)
+		return nil
+	})
 }
 
-// Close ends the agent. It is refused with BUSY while anything is held.
-// The check and the end happen under the agent's lock, so nothing can be
+// Close ends the agent. It is refused with BUSY while anything is held,
+// an endpoint still closes or a notification is still being sent. The
+// check and the end happen under the agent's lock, so nothing can be
 // acquired in between; later calls answer that the agent is closed,
 // without effect.
 func (t *Transport) Close(ctx context.Context) error {
-	var busy error
-	err := t.do(ctx, "Close", func(a *agent) {
-		a.awaitCloses(ctx)
-		if r := a.held(); !r.Zero() {
-			busy = sdk.Errorf(sdk.CodeBusy, "ucx: Close of agent %q: still held: %d regions, %d peers, %d dlists, %d handles, %d in flight; release them first", a.name, r.Regions, r.Peers, r.Dlists, r.Handles, r.InFlight)
-			return
-		}
-		if len(a.sends) > 0 {
-			busy = sdk.Errorf(sdk.CodeBusy, "ucx: Close of agent %q: %d notification sends still running; retry", a.name, len(a.sends))
-			return
-		}
-		t.mu.Lock()
-		t.state = stateClosed
-		t.mu.Unlock()
-		a.closed = true
-	})
-	if err != nil {
+	if err := kit.ContextError(ctx, "ucx"); err != nil {
 		return err
 	}
-	if busy != nil {
-		return busy
-	}
-	t.agent.Load().shutdown()
-	t.wake.signal() // every call now answers that the agent is closed
-	return nil
-}
-
-// Resources counts what the agent holds natively.
-func (t *Transport) Resources(ctx context.Context) (sdk.Resources, error) {
-	var r sdk.Resources
-	err := t.do(ctx, "Resources", func(a *agent) { r = a.held() })
-	return r, err
-}
-
-// do runs fn on the calling goroutine with the agent's lock held, after
-// taking what the progress thread finished.
-func (t *Transport) do(ctx context.Context, call string, fn func(*agent)) error {
+	t.mu.Lock()
 	a := t.agent.Load()
-	if a == nil {
-		return sdk.Errorf(sdk.CodeInvalidArgument, "ucx: %s: agent is not open; call Open first", call)
+	if a != nil && t.book.Opened() {
+		a.reap()
+		a.awaitCloses(ctx)
 	}
-	if err := ctx.Err(); err != nil {
-		return ctxError(err)
+	closed, err := t.book.Close(func() error {
+		if n := len(a.closing); n > 0 {
+			return sdk.Errorf(sdk.CodeBusy, "ucx: Close of agent %q: %d endpoint closes still running; retry", a.name, n)
+		}
+		if n := len(a.sends); n > 0 {
+			return sdk.Errorf(sdk.CodeBusy, "ucx: Close of agent %q: %d notification sends still running; retry", a.name, n)
+		}
+		return nil
+	})
+	t.mu.Unlock()
+	if closed {
+		a.shutdown(&t.mu)
+		t.wake.signal() // every call now answers that the agent is closed
 	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.closed {
-		return sdk.Errorf(sdk.CodeInvalidArgument, "ucx: %s: agent %q is closed; make a new one", call, a.name)
+	return err
+}
+
+// Resources counts what the agent holds: the Book's counts, and as Peers
+// also the endpoints of unloaded peers UCX still closes.
+func (t *Transport) Resources(ctx context.Context) (sdk.Resources, error) {
+	if err := kit.ContextError(ctx, "ucx"); err != nil {
+		return sdk.Resources{}, err
 	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.book.Opened() {
+		return sdk.Resources{}, nil
+	}
+	a := t.agent.Load()
+	a.reap()
+	r := t.book.Resources()
+	r.Peers += uint64(len(a.closing))
+	return r, nil
+}
+
+// do runs fn for a call of n items on the calling goroutine with the
+// agent's lock held, after the gate and the per-call limit let it through
+// and after taking what the progress thread finished.
+func (t *Transport) do(ctx context.Context, call string, n int, fn func(*agent)) error {
+	if err := kit.ContextError(ctx, "ucx"); err != nil {
+		return err
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if err := t.book.Check(); err != nil {
+		return err
+	}
+	if err := t.book.Items(call, n); err != nil {
+		return err
+	}
+	a := t.agent.Load()
 	a.reap()
 	fn(a)
 	return nil
 }
 
-// ctxError is the error for a call whose context ended before it started.
-func ctxError(err error) error {
-	if errors.Is(err, context.DeadlineExceeded) {
-		return sdk.Errorf(sdk.CodeTimeout, "ucx: deadline passed before the call started; nothing changed")
-	}
-	return sdk.Errorf(sdk.CodeCanceled, "ucx: context canceled before the call started; nothing changed")
-}
-
 // maxNameBytes bounds an agent name, which travels in metadata and with
 // every notification.
 const maxNameBytes = 256
-
-// processIDs hands each agent of this process a disjoint id range, so that
-// no id repeats within the process even across agents.
-var processIDs idRanges
-
-type idRanges struct {
-	mu   sync.Mutex
-	next uint64
-}
-
-// reserve returns the base of a fresh range of 1<<40 ids.
-func (r *idRanges) reserve() uint64 {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	base := r.next
-	r.next += 1 << 40
-	return base
-}

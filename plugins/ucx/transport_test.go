@@ -26,8 +26,11 @@ func TestOpenRefusesBadSettings(t *testing.T) {
 			err := tr.Open(t.Context(), sdk.OpenRequest{Agent: "x", Params: params})
 			require.ErrorIs(t, err, sdk.ErrInvalidArgument)
 			// Nothing opened: calls still say so, and Open may be retried.
-			_, err = tr.Resources(t.Context())
+			_, err = tr.LocalMetadata(t.Context())
 			require.ErrorIs(t, err, sdk.ErrInvalidArgument)
+			r, err := tr.Resources(t.Context())
+			require.NoError(t, err, "an agent that is not open holds nothing")
+			require.True(t, r.Zero(), "%+v", r)
 			require.NoError(t, tr.Open(t.Context(), sdk.OpenRequest{Agent: "x", Params: map[string]string{"tls": "tcp"}}))
 			require.NoError(t, tr.Close(t.Context()))
 		})

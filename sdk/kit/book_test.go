@@ -8,9 +8,9 @@ import (
 	"github.com/custody-dev/custody/sdk"
 )
 
-// book is the Book the tests use: regions and peers carry a name, handles
-// an int.
-type book = Book[string, string, int]
+// book is the Book the tests use: regions, peers and dlists carry a
+// name, handles an int.
+type book = Book[string, string, string, int]
 
 var limits = sdk.Limits{
 	MaxDescriptorsPerList: 4,
@@ -24,7 +24,7 @@ var limits = sdk.Limits{
 // opened returns an open Book.
 func opened(t *testing.T) *book {
 	t.Helper()
-	b := NewBook[string, string, int]("test", limits)
+	b := NewBook[string, string, string, int]("test", limits)
 	if err := b.Open("a", nil); err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +95,7 @@ func TestIDsAreUniqueAcrossKindsAndBooks(t *testing.T) {
 		add(uint64(h))
 		// A post whose start fails burns its id: the next one differs.
 		var burnt sdk.HandleID
-		_, err = b.Post(s.post(), func(h *Handle[string, string, int]) error { burnt = h.ID; return errors.New("no") })
+		_, err = b.Post(s.post(), func(h *Handle[string, string, string, int]) error { burnt = h.ID; return errors.New("no") })
 		if err == nil {
 			t.Fatal("a failed start posted")
 		}
@@ -106,7 +106,7 @@ func TestIDsAreUniqueAcrossKindsAndBooks(t *testing.T) {
 }
 
 func TestGate(t *testing.T) {
-	b := NewBook[string, string, int]("test", limits)
+	b := NewBook[string, string, string, int]("test", limits)
 	wantCode(t, "Check before Open", b.Check(), sdk.CodeInvalidArgument)
 	_, err := b.Close(nil)
 	wantCode(t, "Close before Open", err, sdk.CodeInvalidArgument)
@@ -169,7 +169,7 @@ func TestItems(t *testing.T) {
 		t.Errorf("an empty batch: %v", err)
 	}
 	wantCode(t, "9 items at a limit of 8", b.Items("Post", 9), sdk.CodeInvalidArgument)
-	unlimited := NewBook[string, string, int]("test", sdk.Limits{})
+	unlimited := NewBook[string, string, string, int]("test", sdk.Limits{})
 	if err := unlimited.Items("Post", 1<<20); err != nil {
 		t.Errorf("no stated limit: %v", err)
 	}
@@ -270,7 +270,7 @@ func TestPrepareRefusesBadLists(t *testing.T) {
 		wantCode(t, name, err, sdk.CodeInvalidArgument)
 	}
 	refused := sdk.Errorf(sdk.CodeBackend, "native prepare failed")
-	if _, err := b.Prepare(sdk.DlistSpec{Descriptors: []sdk.Descriptor{d(s.region, 90, 10)}}, func(*Dlist[string, string]) error { return refused }); err != refused {
+	if _, err := b.Prepare(sdk.DlistSpec{Descriptors: []sdk.Descriptor{d(s.region, 90, 10)}}, func(*Dlist[string, string, string]) error { return refused }); err != refused {
 		t.Errorf("Prepare that accept refuses: %v", err)
 	}
 	if after := b.Resources(); after != before {
@@ -319,19 +319,19 @@ func TestPostRefusesBadTransfers(t *testing.T) {
 	before := b.Resources()
 	for name, spec := range cases {
 		called := false
-		_, err := b.Post(spec, func(*Handle[string, string, int]) error { called = true; return nil })
+		_, err := b.Post(spec, func(*Handle[string, string, string, int]) error { called = true; return nil })
 		wantCode(t, "Post with "+name, err, sdk.CodeInvalidArgument)
 		if called {
 			t.Errorf("Post with %s reached the backend", name)
 		}
 	}
-	big := NewBook[string, string, int]("test", sdk.Limits{MaxTransferBytes: 15})
+	big := NewBook[string, string, string, int]("test", sdk.Limits{MaxTransferBytes: 15})
 	_ = big.Open("a", nil)
 	bs := prepared(t, big)
 	_, err := big.Post(sdk.PostSpec{Op: sdk.OpRead, Local: bs.ld, LocalIndices: []uint32{0, 1}, Remote: bs.rd, RemoteIndices: []uint32{0, 1}}, nil)
 	wantCode(t, "Post over MaxTransferBytes", err, sdk.CodeInvalidArgument)
 	gone := sdk.Errorf(sdk.CodeRemoteDisconnect, "peer gone")
-	if _, err := b.Post(s.post(), func(*Handle[string, string, int]) error { return gone }); err != gone {
+	if _, err := b.Post(s.post(), func(*Handle[string, string, string, int]) error { return gone }); err != gone {
 		t.Errorf("Post whose start fails: %v", err)
 	}
 	if after := b.Resources(); after != before {
@@ -343,10 +343,10 @@ func TestPostRefusesBadTransfers(t *testing.T) {
 func TestPostHandsTheBackendResolvedPairs(t *testing.T) {
 	b := opened(t)
 	s := prepared(t, b)
-	var got *Handle[string, string, int]
+	var got *Handle[string, string, string, int]
 	spec := s.post()
 	spec.Notification = []byte("note")
-	_, err := b.Post(spec, func(h *Handle[string, string, int]) error { got = h; h.Value = 42; return nil })
+	_, err := b.Post(spec, func(h *Handle[string, string, string, int]) error { got = h; h.Value = 42; return nil })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -378,7 +378,7 @@ func TestHandleLifecycle(t *testing.T) {
 	wantCode(t, "Release of a running handle", b.Release(id, nil), sdk.CodeBusy)
 	wantCode(t, "ReleaseDlist of a list a handle uses", b.ReleaseDlist(s.ld, nil), sdk.CodeBusy)
 	stops := 0
-	stop := func(*Handle[string, string, int]) { stops++ }
+	stop := func(*Handle[string, string, string, int]) { stops++ }
 	if err := b.Cancel(id, stop); err != nil || stops != 1 {
 		t.Fatalf("Cancel of a running handle: %v, stop ran %d times", err, stops)
 	}
@@ -406,7 +406,7 @@ func TestHandleLifecycle(t *testing.T) {
 		t.Errorf("Cancel of a terminal handle: %v, stop ran %d times; want OK and no stop", err, stops)
 	}
 	fail := sdk.Errorf(sdk.CodeBackend, "native release failed")
-	if err := b.Release(id, func(*Handle[string, string, int]) error { return fail }); err != fail || b.Poll(id).Err != nil {
+	if err := b.Release(id, func(*Handle[string, string, string, int]) error { return fail }); err != fail || b.Poll(id).Err != nil {
 		t.Fatalf("Release whose free fails: %v; want its error and the handle kept", err)
 	}
 	if err := b.Release(id, nil); err != nil {
@@ -472,7 +472,7 @@ func TestEventsBounded(t *testing.T) {
 }
 
 func TestInbox(t *testing.T) {
-	b := NewBook[string, string, int]("test", limits)
+	b := NewBook[string, string, string, int]("test", limits)
 	if b.Deliver("x", nil) {
 		t.Error("an agent not yet open took a notification")
 	}
@@ -493,15 +493,69 @@ func TestMisbehave(t *testing.T) {
 	b := opened(t)
 	s := prepared(t, b)
 	first, _ := b.Post(s.post(), nil)
+	h := b.Find(first)
 	b.SetMisbehave(Misbehave{ReleaseRunning: true, HandleID: func() (sdk.HandleID, bool) { return first, true }})
 	if err := b.Release(first, nil); err != nil {
 		t.Fatalf("Release of a running handle under ReleaseRunning: %v", err)
 	}
-	if r := b.Resources(); r.Handles != 0 || r.InFlight != 0 {
-		t.Errorf("Resources after a running handle was released: %+v", r)
+	// Its bytes still move: it is in flight, though no handle is live.
+	if r := b.Resources(); r.Handles != 0 || r.InFlight != 1 {
+		t.Errorf("Resources after a running handle was released: %+v, want no handle and 1 in flight", r)
+	}
+	if b.Complete(h, sdk.StateDone, nil) || len(b.Events(0)) != 0 {
+		t.Error("the end of a released transfer made an event")
+	}
+	if r := b.Resources(); r.InFlight != 0 {
+		t.Errorf("Resources once the released transfer ended: %+v, want none in flight", r)
+	}
+	if b.Complete(h, sdk.StateDone, nil); b.Resources().InFlight != 0 {
+		t.Error("a second report of the same end counted again")
 	}
 	again, _ := b.Post(s.post(), nil)
 	if again != first {
 		t.Errorf("HandleID chose %d, Post used %d", first, again)
+	}
+}
+
+// TestBatchPost covers what a transport that starts a batch of posts in
+// one native call uses: a dlist's own value set at Prepare, CheckPost
+// (checked, not recorded), AddHandle, Find, and the pairs' indices.
+func TestBatchPost(t *testing.T) {
+	b := opened(t)
+	s := prepared(t, b)
+	rd, err := b.Prepare(sdk.DlistSpec{Peer: s.peer, Descriptors: []sdk.Descriptor{{Region: 7, Length: 10}, {Region: 7, Offset: 30, Length: 10}}}, func(d *Dlist[string, string, string]) error {
+		d.Value = "resolved"
+		return nil
+	})
+	if err != nil || b.Dlist(rd).Value != "resolved" {
+		t.Fatalf("Prepare's accept set no value: %v, %+v", err, b.Dlist(rd))
+	}
+	spec := sdk.PostSpec{Op: sdk.OpWrite, Local: s.ld, LocalIndices: []uint32{1, 0}, Remote: rd, RemoteIndices: []uint32{0, 1}}
+	h, err := b.CheckPost(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := h.Pairs[0]; p.LocalIndex != 1 || p.RemoteIndex != 0 || p.Local.Offset != 10 || h.Pairs[1].RemoteIndex != 1 || h.Remote.Value != "resolved" {
+		t.Errorf("pairs %+v: indices or descriptors wrong", h.Pairs)
+	}
+	// Checked, not recorded: nothing is held or pinned, Find knows nothing.
+	if r := b.Resources(); r.Handles != 0 || r.InFlight != 0 || b.Find(h.ID) != nil {
+		t.Fatalf("an unadded handle is held: %+v", r)
+	}
+	wantCode(t, "Poll of an unadded handle", b.Poll(h.ID).Err, sdk.CodeNotFound)
+	skipped, err := b.CheckPost(spec)
+	if err != nil || skipped.ID == h.ID {
+		t.Fatalf("a second check reused id %d: %v", h.ID, err)
+	}
+	b.AddHandle(h)
+	if b.Find(h.ID) != h || b.Poll(h.ID).State != sdk.StateInProgress {
+		t.Fatalf("AddHandle did not record handle %d", h.ID)
+	}
+	if r := b.Resources(); r.Handles != 1 || r.InFlight != 1 {
+		t.Errorf("after AddHandle: %+v", r)
+	}
+	wantCode(t, "ReleaseDlist of a dlist an added handle uses", b.ReleaseDlist(rd, nil), sdk.CodeBusy)
+	if next, _ := b.CheckPost(spec); next.ID == skipped.ID || next.ID == h.ID {
+		t.Errorf("an id was handed out twice")
 	}
 }

@@ -8,33 +8,38 @@ import (
 
 // Dlist is a prepared descriptor list as a Book records it: local (Peer
 // nil) over this agent's regions, or remote over a loaded peer's.
-type Dlist[R, P any] struct {
+type Dlist[R, P, D any] struct {
 	ID    sdk.DlistID
 	Peer  *Peer[P] // nil for a local list
 	Descs []sdk.Descriptor
 	// Regions is, for a local list, each descriptor's region (index for
 	// index with Descs); nil for a remote list.
 	Regions []*Region[R]
-	users   int // unreleased handles that use the list
+	// Value is the transport's own state, set by Prepare's accept: the
+	// list resolved to native addresses and keys, say, so that a post
+	// finds them by index (Pair.LocalIndex, Pair.RemoteIndex).
+	Value D
+	users int // unreleased handles that use the list
 }
 
 // Local reports whether the list is local.
-func (d *Dlist[R, P]) Local() bool { return d.Peer == nil }
+func (d *Dlist[R, P, D]) Local() bool { return d.Peer == nil }
 
 // Prepare records a dlist after checking it against the tables and the
 // limits: no descriptors or more than Limits.MaxDescriptorsPerList, an
 // unknown peer, a region unknown here (local) or absent from the peer's
 // metadata (remote), a zero length, or a range outside its region are
-// INVALID_ARGUMENT. accept, when not nil, may still refuse the list (a
-// native preparation that failed); nothing is recorded then. A recorded
+// INVALID_ARGUMENT. accept, when not nil, may set the list's Value or
+// still refuse it (a native preparation that failed); nothing is recorded
+// then. A recorded
 // list pins its peer, or each distinct region it uses, until released.
-func (b *Book[R, P, H]) Prepare(spec sdk.DlistSpec, accept func(*Dlist[R, P]) error) (sdk.DlistID, error) {
+func (b *Book[R, P, D, H]) Prepare(spec sdk.DlistSpec, accept func(*Dlist[R, P, D]) error) (sdk.DlistID, error) {
 	n := len(spec.Descriptors)
 	max := b.limits.MaxDescriptorsPerList
 	if n == 0 || (max > 0 && n > int(max)) {
 		return 0, b.errorf(sdk.CodeInvalidArgument, "PrepareDescriptors: %d descriptors; give at least 1%s", n, atMost(max))
 	}
-	d := &Dlist[R, P]{Descs: append([]sdk.Descriptor(nil), spec.Descriptors...)}
+	d := &Dlist[R, P, D]{Descs: append([]sdk.Descriptor(nil), spec.Descriptors...)}
 	if spec.Peer != 0 {
 		p, ok := b.peers[spec.Peer]
 		if !ok {
@@ -76,7 +81,7 @@ func (b *Book[R, P, H]) Prepare(spec sdk.DlistSpec, accept func(*Dlist[R, P]) er
 
 // pin adds delta to the users of what d references: its peer, or each
 // distinct region once.
-func (d *Dlist[R, P]) pin(delta int) {
+func (d *Dlist[R, P, D]) pin(delta int) {
 	if d.Peer != nil {
 		d.Peer.users += delta
 		return
@@ -91,13 +96,13 @@ func (d *Dlist[R, P]) pin(delta int) {
 }
 
 // Dlist returns a prepared dlist, or nil.
-func (b *Book[R, P, H]) Dlist(id sdk.DlistID) *Dlist[R, P] { return b.dlists[id] }
+func (b *Book[R, P, D, H]) Dlist(id sdk.DlistID) *Dlist[R, P, D] { return b.dlists[id] }
 
 // ReleaseDlist removes a dlist: NOT_FOUND when unknown or already
 // released, BUSY while an unreleased handle (terminal or not) uses it.
 // free releases it natively; when it fails the dlist stays valid and its
 // error is the item's. free may be nil.
-func (b *Book[R, P, H]) ReleaseDlist(id sdk.DlistID, free func(*Dlist[R, P]) error) error {
+func (b *Book[R, P, D, H]) ReleaseDlist(id sdk.DlistID, free func(*Dlist[R, P, D]) error) error {
 	d, ok := b.dlists[id]
 	switch {
 	case !ok:

@@ -15,8 +15,11 @@
 // Book is the bookkeeping alone, for a transport with a concurrency model
 // of its own (a simulator whose engine shares its lock, a native library
 // driven from one thread). The transport serialises every call to it and
-// passes callbacks for the native work. The fake (plugins/fake) is built
-// this way.
+// passes callbacks for the native work. The fake (plugins/fake) and UCX
+// (plugins/ucx, whose Post starts a whole batch in one native call:
+// CheckPost, then AddHandle for each post that started) are built this
+// way; R, P, D and H are its values for a region, a peer, a dlist and a
+// handle.
 //
 // # What the kit guarantees
 //
@@ -33,17 +36,19 @@
 //     nothing and asks the backend to stop only a running handle.
 //   - Events: one per handle, when it turns terminal, each drained once.
 //     Notifications: each received message drained once, in arrival order.
-//   - The gate: every call but Describe, Open and Close is
-//     INVALID_ARGUMENT before Open and after Close; Open once with a
-//     non-empty name; Close is BUSY while anything is held, and OK without
-//     effect once closed.
+//   - The gate: every call but Describe, Open, Close and Resources is
+//     INVALID_ARGUMENT before Open and after Close (Resources then counts
+//     nothing); Open once with a non-empty name; Close is BUSY while
+//     anything is held, and OK without effect once closed.
 //   - Limits from Describe: a batch over MaxItemsPerCall is an error of
 //     the whole call (no item takes effect); empty dlists, empty or
 //     unequal index lists, zero-length or out-of-region descriptors, an
 //     index outside its dlist, an empty peer name, a notification or
 //     metadata over its limit are INVALID_ARGUMENT for the item.
 //   - Resources counts every unreleased region, peer, dlist and handle,
-//     and as InFlight the unreleased handles not yet terminal.
+//     and as InFlight every posted transfer the backend has not reported
+//     ended (sdk.Resources defines it): for a transport that keeps the
+//     contract, the live handles not yet terminal.
 //
 // Every refused or failed item changes nothing: a callback's error is the
 // item's error, and the Book records a change only after its callback

@@ -6,11 +6,11 @@ import (
 
 // Handle is a posted transfer as a Book records it. Its state starts
 // IN_PROGRESS and turns terminal exactly once, by Complete.
-type Handle[R, P, H any] struct {
+type Handle[R, P, D, H any] struct {
 	ID           sdk.HandleID
 	Op           sdk.Op
-	Local        *Dlist[R, P]
-	Remote       *Dlist[R, P]
+	Local        *Dlist[R, P, D]
+	Remote       *Dlist[R, P, D]
 	Pairs        []Pair[R]
 	Notification []byte // a copy of the post's, nil when none
 	Value        H      // the transport's own state: a native request
@@ -18,27 +18,32 @@ type Handle[R, P, H any] struct {
 	state    sdk.State
 	reason   error
 	released bool
+	one      [1]Pair[R] // Pairs of a one-pair post, without a second allocation
 }
 
 // Pair is one descriptor pair of a post: Local[i] moves to or from
 // Remote[i]. Region is the local descriptor's region; the remote
-// descriptor's region is the peer's (Handle.Remote.Peer).
+// descriptor's region is the peer's (Handle.Remote.Peer). LocalIndex and
+// RemoteIndex are the descriptors' indices in their dlists, by which a
+// transport finds what it resolved at Prepare (Dlist.Value).
 type Pair[R any] struct {
-	Local  sdk.Descriptor
-	Region *Region[R]
-	Remote sdk.Descriptor
+	Local       sdk.Descriptor
+	Region      *Region[R]
+	Remote      sdk.Descriptor
+	LocalIndex  uint32
+	RemoteIndex uint32
 }
 
 // State returns the handle's last state and the reason of a FAILED or
 // CANCELED one.
-func (h *Handle[R, P, H]) State() (sdk.State, error) { return h.state, h.reason }
+func (h *Handle[R, P, D, H]) State() (sdk.State, error) { return h.state, h.reason }
 
 // Released reports whether the handle was released (a running transfer of
 // a misbehaving transport can outlive its handle).
-func (h *Handle[R, P, H]) Released() bool { return h.released }
+func (h *Handle[R, P, D, H]) Released() bool { return h.released }
 
 // Bytes is the number of bytes the transfer moves.
-func (h *Handle[R, P, H]) Bytes() uint64 {
+func (h *Handle[R, P, D, H]) Bytes() uint64 {
 	var n uint64
 	for _, p := range h.Pairs {
 		n += p.Local.Length
@@ -46,38 +51,58 @@ func (h *Handle[R, P, H]) Bytes() uint64 {
 	return n
 }
 
-// Post checks a transfer and records its handle, IN_PROGRESS. An invalid
-// op; a local dlist that is unknown or remote, or a remote one that is
-// unknown or local; empty or unequal index lists; more pairs than
-// Limits.MaxDescriptorsPerPost; an index outside its dlist; pairs whose
-// lengths differ; more bytes than Limits.MaxTransferBytes; or a
-// notification over Limits.MaxNotificationBytes are INVALID_ARGUMENT.
+// Post checks a transfer (CheckPost), starts it and records its handle
+// (AddHandle), IN_PROGRESS.
 //
-// start then begins the transfer natively; it must not wait for bytes to
-// move. When it fails (a lost peer: REMOTE_DISCONNECT) nothing is recorded
-// and its error is the item's; the id it saw is never used again. A
-// recorded handle pins both dlists until it is released.
-func (b *Book[R, P, H]) Post(spec sdk.PostSpec, start func(*Handle[R, P, H]) error) (sdk.HandleID, error) {
-	h, err := b.checkPost(spec)
+// start begins the transfer natively; it must not wait for bytes to move.
+// When it fails (a lost peer: REMOTE_DISCONNECT) nothing is recorded and
+// its error is the item's; the id it saw is never used again. A recorded
+// handle pins both dlists until it is released.
+func (b *Book[R, P, D, H]) Post(spec sdk.PostSpec, start func(*Handle[R, P, D, H]) error) (sdk.HandleID, error) {
+	h, err := b.CheckPost(spec)
 	if err != nil {
 		return 0, err
 	}
-	h.ID = b.newHandleID()
 	if start != nil {
 		if err := start(h); err != nil {
 			return 0, err
 		}
 	}
+	b.AddHandle(h)
+	return h.ID, nil
+}
+
+// CheckPost checks a transfer and returns its handle under a fresh id,
+// not recorded yet: a transport that starts a whole batch of posts in one
+// native call checks each, starts the batch, then records with AddHandle
+// those that started. An invalid op; a local dlist that is unknown or
+// remote, or a remote one that is unknown or local; empty or unequal
+// index lists; more pairs than Limits.MaxDescriptorsPerPost; an index
+// outside its dlist; pairs whose lengths differ; more bytes than
+// Limits.MaxTransferBytes; or a notification over
+// Limits.MaxNotificationBytes are INVALID_ARGUMENT.
+func (b *Book[R, P, D, H]) CheckPost(spec sdk.PostSpec) (*Handle[R, P, D, H], error) {
+	h, err := b.checkPost(spec)
+	if err != nil {
+		return nil, err
+	}
+	h.ID = b.newHandleID()
+	return h, nil
+}
+
+// AddHandle records a handle CheckPost returned, IN_PROGRESS, pinning both
+// its dlists until it is released. A handle CheckPost returned and never
+// added is forgotten; its id is not used again.
+func (b *Book[R, P, D, H]) AddHandle(h *Handle[R, P, D, H]) {
 	h.state = sdk.StateInProgress
 	b.handles[h.ID] = h
 	b.running++
 	h.Local.users++
 	h.Remote.users++
-	return h.ID, nil
 }
 
-func (b *Book[R, P, H]) checkPost(spec sdk.PostSpec) (*Handle[R, P, H], error) {
-	bad := func(format string, args ...any) (*Handle[R, P, H], error) {
+func (b *Book[R, P, D, H]) checkPost(spec sdk.PostSpec) (*Handle[R, P, D, H], error) {
+	bad := func(format string, args ...any) (*Handle[R, P, D, H], error) {
 		return nil, b.errorf(sdk.CodeInvalidArgument, "Post: "+format, args...)
 	}
 	if !spec.Op.Valid() {
@@ -98,7 +123,12 @@ func (b *Book[R, P, H]) checkPost(spec sdk.PostSpec) (*Handle[R, P, H], error) {
 	case lim.MaxNotificationBytes > 0 && len(spec.Notification) > int(lim.MaxNotificationBytes):
 		return bad("notification of %d bytes exceeds the limit of %d", len(spec.Notification), lim.MaxNotificationBytes)
 	}
-	h := &Handle[R, P, H]{Op: spec.Op, Local: local, Remote: remote, Pairs: make([]Pair[R], n)}
+	h := &Handle[R, P, D, H]{Op: spec.Op, Local: local, Remote: remote}
+	if n == 1 {
+		h.Pairs = h.one[:]
+	} else {
+		h.Pairs = make([]Pair[R], n)
+	}
 	var total uint64
 	for i, li := range spec.LocalIndices {
 		ri := spec.RemoteIndices[i]
@@ -109,7 +139,7 @@ func (b *Book[R, P, H]) checkPost(spec sdk.PostSpec) (*Handle[R, P, H], error) {
 		if l.Length != r.Length {
 			return bad("pair %d: local descriptor %d has %d bytes, remote descriptor %d has %d", i, li, l.Length, ri, r.Length)
 		}
-		h.Pairs[i] = Pair[R]{Local: l, Region: local.Regions[li], Remote: r}
+		h.Pairs[i] = Pair[R]{Local: l, Region: local.Regions[li], Remote: r, LocalIndex: li, RemoteIndex: ri}
 		total += l.Length
 	}
 	if max := lim.MaxTransferBytes; max > 0 && total > max {
@@ -122,7 +152,7 @@ func (b *Book[R, P, H]) checkPost(spec sdk.PostSpec) (*Handle[R, P, H], error) {
 }
 
 // newHandleID draws a fresh id, unless a misbehaving owner picks one.
-func (b *Book[R, P, H]) newHandleID() sdk.HandleID {
+func (b *Book[R, P, D, H]) newHandleID() sdk.HandleID {
 	if f := b.misbehave.HandleID; f != nil {
 		if id, ok := f(); ok {
 			return id
@@ -131,8 +161,12 @@ func (b *Book[R, P, H]) newHandleID() sdk.HandleID {
 	return sdk.HandleID(NewID())
 }
 
+// Find returns a live (unreleased) handle, or nil. Unlike Handle it builds
+// no error: a transport routing native completions to handles calls it.
+func (b *Book[R, P, D, H]) Find(id sdk.HandleID) *Handle[R, P, D, H] { return b.handles[id] }
+
 // Handle returns a live (unreleased) handle, or NOT_FOUND naming call.
-func (b *Book[R, P, H]) Handle(call string, id sdk.HandleID) (*Handle[R, P, H], error) {
+func (b *Book[R, P, D, H]) Handle(call string, id sdk.HandleID) (*Handle[R, P, D, H], error) {
 	h, ok := b.handles[id]
 	if !ok {
 		return nil, b.errorf(sdk.CodeNotFound, "%s: handle %d unknown or already released", call, id)
@@ -142,7 +176,7 @@ func (b *Book[R, P, H]) Handle(call string, id sdk.HandleID) (*Handle[R, P, H], 
 
 // Poll returns a handle's status: its state, or NOT_FOUND (the state is
 // unknown, never terminal) when unknown or released.
-func (b *Book[R, P, H]) Poll(id sdk.HandleID) sdk.HandleStatus {
+func (b *Book[R, P, D, H]) Poll(id sdk.HandleID) sdk.HandleStatus {
 	h, err := b.Handle("Poll", id)
 	if err != nil {
 		return sdk.HandleStatus{Err: err}
@@ -152,11 +186,13 @@ func (b *Book[R, P, H]) Poll(id sdk.HandleID) sdk.HandleStatus {
 
 // Complete turns an IN_PROGRESS handle terminal, once: state must be DONE,
 // FAILED or CANCELED, and reason says why a FAILED or CANCELED one ended.
-// It queues the event. It reports false, changing nothing, when the handle
-// is already terminal or was released, or state is not terminal, so a
-// transport may report a completion twice without harm.
-func (b *Book[R, P, H]) Complete(h *Handle[R, P, H], state sdk.State, reason error) bool {
-	if h.released || h.state.Terminal() || !state.Terminal() {
+// It queues the event and reports true. It reports false, changing
+// nothing, when the handle is already terminal or state is not terminal,
+// so a transport may report a completion twice without harm. A handle
+// released while it ran (Misbehave.ReleaseRunning) stops counting as in
+// flight and reports false: it has no event, since no caller may see it.
+func (b *Book[R, P, D, H]) Complete(h *Handle[R, P, D, H], state sdk.State, reason error) bool {
+	if h.state.Terminal() || !state.Terminal() {
 		return false
 	}
 	if state == sdk.StateDone {
@@ -164,6 +200,9 @@ func (b *Book[R, P, H]) Complete(h *Handle[R, P, H], state sdk.State, reason err
 	}
 	h.state, h.reason = state, reason
 	b.running--
+	if h.released {
+		return false
+	}
 	b.event(sdk.Event{Handle: h.ID, State: state, Reason: reason})
 	return true
 }
@@ -172,7 +211,7 @@ func (b *Book[R, P, H]) Complete(h *Handle[R, P, H], state sdk.State, reason err
 // frees nothing. stop, which asks the backend to stop the transfer, runs
 // only while the handle is IN_PROGRESS: canceling a terminal handle is OK
 // and changes nothing. stop may be nil (CancelNone).
-func (b *Book[R, P, H]) Cancel(id sdk.HandleID, stop func(*Handle[R, P, H])) error {
+func (b *Book[R, P, D, H]) Cancel(id sdk.HandleID, stop func(*Handle[R, P, D, H])) error {
 	h, err := b.Handle("Cancel", id)
 	if err != nil {
 		return err
@@ -187,7 +226,7 @@ func (b *Book[R, P, H]) Cancel(id sdk.HandleID, stop func(*Handle[R, P, H])) err
 // when unknown or already released, BUSY (the handle stays valid) when it
 // is not terminal. free releases it natively; when it fails the handle
 // stays held and its error is the item's. free may be nil.
-func (b *Book[R, P, H]) Release(id sdk.HandleID, free func(*Handle[R, P, H]) error) error {
+func (b *Book[R, P, D, H]) Release(id sdk.HandleID, free func(*Handle[R, P, D, H]) error) error {
 	h, err := b.Handle("Release", id)
 	if err != nil {
 		return err
@@ -201,10 +240,7 @@ func (b *Book[R, P, H]) Release(id sdk.HandleID, free func(*Handle[R, P, H]) err
 		}
 	}
 	delete(b.handles, id)
-	h.released = true
-	if !h.state.Terminal() {
-		b.running--
-	}
+	h.released = true // one still running (misbehaving) stays in flight until Complete
 	h.Local.users--
 	h.Remote.users--
 	return nil

@@ -32,7 +32,7 @@ type Loaded[P any] struct {
 // metadata and reaches the peer natively (garbage metadata is its
 // INVALID_ARGUMENT, a dead peer its REMOTE_DISCONNECT). When load fails
 // nothing is recorded and its error is the item's.
-func (b *Book[R, P, H]) LoadPeer(spec sdk.PeerSpec, load func() (Loaded[P], error)) (sdk.PeerID, error) {
+func (b *Book[R, P, D, H]) LoadPeer(spec sdk.PeerSpec, load func() (Loaded[P], error)) (sdk.PeerID, error) {
 	if spec.Name == "" {
 		return 0, b.errorf(sdk.CodeInvalidArgument, "LoadPeers: peer name is empty; give the agent name the metadata came from")
 	}
@@ -52,16 +52,16 @@ func (b *Book[R, P, H]) LoadPeer(spec sdk.PeerSpec, load func() (Loaded[P], erro
 }
 
 // Peer returns a loaded peer, or nil.
-func (b *Book[R, P, H]) Peer(id sdk.PeerID) *Peer[P] { return b.peers[id] }
+func (b *Book[R, P, D, H]) Peer(id sdk.PeerID) *Peer[P] { return b.peers[id] }
 
 // Peers returns every loaded peer in id order.
-func (b *Book[R, P, H]) Peers() []*Peer[P] { return sorted(b.peers) }
+func (b *Book[R, P, D, H]) Peers() []*Peer[P] { return sorted(b.peers) }
 
 // UnloadPeer removes a peer: NOT_FOUND when unknown or already unloaded,
 // BUSY while a live dlist references it (or the transport holds it). free
 // releases it natively; when it fails the peer stays loaded and its error
 // is the item's. free may be nil.
-func (b *Book[R, P, H]) UnloadPeer(id sdk.PeerID, free func(*Peer[P]) error) error {
+func (b *Book[R, P, D, H]) UnloadPeer(id sdk.PeerID, free func(*Peer[P]) error) error {
 	p, ok := b.peers[id]
 	switch {
 	case !ok:
@@ -81,7 +81,7 @@ func (b *Book[R, P, H]) UnloadPeer(id sdk.PeerID, free func(*Peer[P]) error) err
 // CheckSend resolves a notification's peer and checks its size: an
 // unknown peer and a message over Limits.MaxNotificationBytes are
 // INVALID_ARGUMENT. An empty message is allowed.
-func (b *Book[R, P, H]) CheckSend(m sdk.OutboundNotification) (*Peer[P], error) {
+func (b *Book[R, P, D, H]) CheckSend(m sdk.OutboundNotification) (*Peer[P], error) {
 	p, ok := b.peers[m.Peer]
 	if !ok {
 		return nil, b.errorf(sdk.CodeInvalidArgument, "SendNotifications: peer %d unknown or unloaded; load it first", m.Peer)

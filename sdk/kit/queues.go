@@ -13,7 +13,7 @@ import (
 const MaxEvents = 1 << 16
 
 // event queues e for Events.
-func (b *Book[R, P, H]) event(e sdk.Event) {
+func (b *Book[R, P, D, H]) event(e sdk.Event) {
 	if len(b.events) >= MaxEvents {
 		b.events = slices.DeleteFunc(b.events, func(e sdk.Event) bool { return b.handles[e.Handle] == nil })
 	}
@@ -22,7 +22,7 @@ func (b *Book[R, P, H]) event(e sdk.Event) {
 
 // Events drains up to max events (all when max <= 0), oldest first: one
 // per handle, when it turns terminal, each delivered once.
-func (b *Book[R, P, H]) Events(max int) []sdk.Event {
+func (b *Book[R, P, D, H]) Events(max int) []sdk.Event {
 	out := drain(&b.events, max)
 	return out
 }
@@ -30,7 +30,7 @@ func (b *Book[R, P, H]) Events(max int) []sdk.Event {
 // Deliver puts a received notification in the inbox; from is the
 // sender's agent name from its Open. It reports false, dropping the
 // message, while the agent is not open.
-func (b *Book[R, P, H]) Deliver(from string, msg []byte) bool {
+func (b *Book[R, P, D, H]) Deliver(from string, msg []byte) bool {
 	if b.state != stateOpen {
 		return false
 	}
@@ -40,12 +40,12 @@ func (b *Book[R, P, H]) Deliver(from string, msg []byte) bool {
 
 // Notifications drains up to max received messages (all when max <= 0),
 // each once, in the order they were delivered.
-func (b *Book[R, P, H]) Notifications(max int) []sdk.Notification {
+func (b *Book[R, P, D, H]) Notifications(max int) []sdk.Notification {
 	return drain(&b.inbox, max)
 }
 
 // Inbox is how many received messages wait to be drained.
-func (b *Book[R, P, H]) Inbox() int { return len(b.inbox) }
+func (b *Book[R, P, D, H]) Inbox() int { return len(b.inbox) }
 
 // drain removes and returns up to max items from the front of q.
 func drain[T any](q *[]T, max int) []T {

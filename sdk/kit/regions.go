@@ -22,7 +22,7 @@ func (r *Region[R]) Unhold() { r.users-- }
 // that overflow, or a memory kind not in kinds (an empty Kind means
 // sdk.MemoryHost). Whether the file exists and is long enough is the
 // transport's to check when it maps it.
-func (b *Book[R, P, H]) CheckRegion(spec sdk.Region, kinds ...sdk.MemoryKind) error {
+func (b *Book[R, P, D, H]) CheckRegion(spec sdk.Region, kinds ...sdk.MemoryKind) error {
 	kind := spec.Kind
 	if kind == "" {
 		kind = sdk.MemoryHost
@@ -46,7 +46,7 @@ func (b *Book[R, P, H]) CheckRegion(spec sdk.Region, kinds ...sdk.MemoryKind) er
 // only): register maps and registers it natively and returns the
 // transport's value; when it fails nothing is recorded and its error is
 // the item's.
-func (b *Book[R, P, H]) Register(spec sdk.Region, register func() (R, error)) (sdk.RegionID, error) {
+func (b *Book[R, P, D, H]) Register(spec sdk.Region, register func() (R, error)) (sdk.RegionID, error) {
 	if err := b.CheckRegion(spec, sdk.MemoryHost); err != nil {
 		return 0, err
 	}
@@ -59,20 +59,20 @@ func (b *Book[R, P, H]) Register(spec sdk.Region, register func() (R, error)) (s
 
 // AddRegion records a region the transport registered after its own
 // checks, under a fresh id.
-func (b *Book[R, P, H]) AddRegion(spec sdk.Region, v R) *Region[R] {
+func (b *Book[R, P, D, H]) AddRegion(spec sdk.Region, v R) *Region[R] {
 	r := &Region[R]{ID: sdk.RegionID(NewID()), Spec: spec, Value: v}
 	b.regions[r.ID] = r
 	return r
 }
 
 // Regions returns every registered region in id order (for metadata).
-func (b *Book[R, P, H]) Regions() []*Region[R] { return sorted(b.regions) }
+func (b *Book[R, P, D, H]) Regions() []*Region[R] { return sorted(b.regions) }
 
 // Deregister removes a region: NOT_FOUND when unknown or already
 // deregistered, BUSY while a live dlist uses it (or the transport holds
 // it). free undoes the native registration; when it fails the region
 // stays registered and its error is the item's. free may be nil.
-func (b *Book[R, P, H]) Deregister(id sdk.RegionID, free func(*Region[R]) error) error {
+func (b *Book[R, P, D, H]) Deregister(id sdk.RegionID, free func(*Region[R]) error) error {
 	r, ok := b.regions[id]
 	switch {
 	case !ok:

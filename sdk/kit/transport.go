@@ -61,7 +61,7 @@ type Backend[R, P any] interface {
 }
 
 // Transfer is a checked transfer for Backend.Start.
-type Transfer[R, P any] = Handle[R, P, func()]
+type Transfer[R, P any] = Handle[R, P, struct{}, func()]
 
 // Reporter takes a backend's reports. Its methods never block and may be
 // called from any goroutine, a backend method included; they take effect
@@ -86,7 +86,7 @@ type Transport[R, P any] struct {
 	wake chan struct{}
 
 	mu   sync.Mutex
-	book *Book[R, P, func()]
+	book *Book[R, P, struct{}, func()]
 
 	repMu   sync.Mutex // guards what reports wait to apply
 	done    []report
@@ -111,12 +111,12 @@ func New[R, P any](b Backend[R, P]) *Transport[R, P] {
 	if d.ContractMajor == 0 {
 		d.ContractMajor, d.ContractMinor = sdk.ContractMajor, sdk.ContractMinor
 	}
-	return &Transport[R, P]{b: b, desc: d, wake: make(chan struct{}, 1), book: NewBook[R, P, func()](d.Name, d.Limits)}
+	return &Transport[R, P]{b: b, desc: d, wake: make(chan struct{}, 1), book: NewBook[R, P, struct{}, func()](d.Name, d.Limits)}
 }
 
 // Describe returns the backend's description.
 func (t *Transport[R, P]) Describe(ctx context.Context) (sdk.Description, error) {
-	if err := ctxError(t.desc.Name, ctx); err != nil {
+	if err := ContextError(ctx, t.desc.Name); err != nil {
 		return sdk.Description{}, err
 	}
 	return t.desc, nil
@@ -124,7 +124,7 @@ func (t *Transport[R, P]) Describe(ctx context.Context) (sdk.Description, error)
 
 // Open starts the agent once (see Book.Open), then the backend.
 func (t *Transport[R, P]) Open(ctx context.Context, req sdk.OpenRequest) error {
-	if err := ctxError(t.desc.Name, ctx); err != nil {
+	if err := ContextError(ctx, t.desc.Name); err != nil {
 		return err
 	}
 	t.mu.Lock()
@@ -134,7 +134,7 @@ func (t *Transport[R, P]) Open(ctx context.Context, req sdk.OpenRequest) error {
 
 // Close ends the agent: BUSY while anything is held (see Book.Close).
 func (t *Transport[R, P]) Close(ctx context.Context) error {
-	if err := ctxError(t.desc.Name, ctx); err != nil {
+	if err := ContextError(ctx, t.desc.Name); err != nil {
 		return err
 	}
 	t.mu.Lock()
@@ -147,7 +147,7 @@ func (t *Transport[R, P]) Close(ctx context.Context) error {
 // context, takes the lock, applies pending reports and checks the gate and
 // MaxItemsPerCall. On nil the caller holds t.mu.
 func (t *Transport[R, P]) call(ctx context.Context, name string, n int) error {
-	if err := ctxError(t.desc.Name, ctx); err != nil {
+	if err := ContextError(ctx, t.desc.Name); err != nil {
 		return err
 	}
 	t.mu.Lock()
@@ -302,7 +302,7 @@ func (t *Transport[R, P]) Events(ctx context.Context, max int) ([]sdk.Event, err
 
 // Resources counts what the agent holds; zero before Open and after Close.
 func (t *Transport[R, P]) Resources(ctx context.Context) (sdk.Resources, error) {
-	if err := ctxError(t.desc.Name, ctx); err != nil {
+	if err := ContextError(ctx, t.desc.Name); err != nil {
 		return sdk.Resources{}, err
 	}
 	t.mu.Lock()
@@ -354,10 +354,10 @@ func (r *reporter[R, P]) signal() {
 	}
 }
 
-// ctxError maps a context that ended before the call started to the
-// call's error: TIMEOUT for a passed deadline, CANCELED otherwise; nothing
-// changed.
-func ctxError(name string, ctx context.Context) error {
+// ContextError is the error of a call whose context ended before it
+// started, or nil while ctx is live: TIMEOUT for a passed deadline,
+// CANCELED otherwise; nothing changed. name opens the message.
+func ContextError(ctx context.Context, name string) error {
 	switch err := ctx.Err(); {
 	case err == nil:
 		return nil

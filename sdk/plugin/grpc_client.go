@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"context"
+	"os"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -25,6 +26,9 @@ type grpcClient struct {
 	timeout time.Duration
 	// name says which transport, in every error this client makes up.
 	name string
+	// exited says how the process ended, once it did (Plugin.ExitState);
+	// nil in tests without a process.
+	exited func() *os.ProcessState
 }
 
 var (
@@ -84,8 +88,13 @@ func (c *grpcClient) callError(ctx context.Context, method string, err error) er
 	return sdk.Errorf(sdk.CodeBackend, "%s: %s failed outside the contract (gRPC %s: %s)", method, c.name, st.Code(), st.Message())
 }
 
+// shutdown is the error of a call made once the process is gone.
 func (c *grpcClient) shutdown(method string) error {
-	return sdk.Errorf(sdk.CodePluginShutdown, "%s: %s exited; every transfer it initiated has stopped; launch it again under a new epoch", method, c.name)
+	x := &ExitError{Method: method, Transport: c.name}
+	if c.exited != nil {
+		x.State = c.exited()
+	}
+	return x
 }
 
 // count checks that a batched call answered once per item; a transport that

@@ -72,6 +72,11 @@ func requireAllShutdown(t *testing.T, p *plugin.Plugin) {
 	t.Helper()
 	for call, err := range allCalls(context.Background(), p) {
 		assert.ErrorIs(t, err, sdk.ErrPluginShutdown, call)
+		var x *plugin.ExitError
+		if assert.ErrorAs(t, err, &x, call) {
+			assert.Equal(t, call, x.Method)
+			assert.NotNil(t, x.State, "%s: how the process ended", call)
+		}
 	}
 }
 
@@ -103,7 +108,7 @@ func TestKillUnderPendingCall(t *testing.T) {
 	select {
 	case err := <-pending:
 		assert.ErrorIs(t, err, sdk.ErrPluginShutdown)
-		assert.Contains(t, sdk.MessageOf(err), "exited")
+		assert.Contains(t, sdk.MessageOf(err), "signal: killed", "the error says how the process ended")
 	case <-time.After(waitFor):
 		t.Fatal("the pending Poll did not return after its plugin was killed")
 	}
@@ -193,6 +198,12 @@ func testCrashDuringCall(t *testing.T) {
 	assert.ErrorIs(t, err, sdk.ErrPluginShutdown)
 	requireExited(t, rg.p)
 	assert.Equal(t, 3, rg.p.ExitState().ExitCode(), "the fake's crash exit code")
+	// The call that found the process gone says how it ended.
+	var x *plugin.ExitError
+	require.ErrorAs(t, err, &x)
+	require.NotNil(t, x.State)
+	assert.Equal(t, 3, x.State.ExitCode())
+	assert.Contains(t, err.Error(), "exit status 3")
 	requireAllShutdown(t, rg.p)
 }
 

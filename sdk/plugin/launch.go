@@ -188,6 +188,7 @@ func Launch(ctx context.Context, path string, opts LaunchOptions) (*Plugin, erro
 	p := &Plugin{grpcClient: raw.(*grpcClient), client: client, cmd: cmd, proc: cmd.Process, life: life,
 		ringState: ringState{noRings: opts.DisableRings, log: opts.Logger, wake: make(chan struct{}, 1)}}
 	p.kill = p.Kill
+	p.exited = p.ExitState
 	if p.desc, err = p.grpcClient.Describe(ctx); err != nil {
 		abort()
 		return nil, fmt.Errorf("launch %s: %w", binding.name, err)

@@ -474,7 +474,9 @@ func (r *ringHost) fenced(method string) error {
 	case <-r.c.done.Done():
 	case <-time.After(killWait):
 	}
-	return sdk.Errorf(sdk.CodePluginShutdown, "%s: %s was fenced (killed) because its rings broke the protocol (%v); every transfer it initiated has stopped; launch it again under a new epoch", method, r.c.name, broken)
+	x := r.c.shutdown(method).(*ExitError)
+	x.Fence = broken
+	return x
 }
 
 // gone is the error of any call once the rings fenced the transport or the
