@@ -261,7 +261,7 @@ func (t *Transport) finish(x *transfer, state sdk.State, reason error) {
 // fault, among the delayed ones).
 func (t *Transport) report(x *transfer, state sdk.State, reason error) {
 	if t.book.Complete(x.h, state, reason) {
-		t.signal()
+		t.signalFor(true, false)
 	}
 	if state != sdk.StateDone || len(x.note) == 0 || x.noteDrop {
 		return

@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -87,6 +88,9 @@ type Transport struct {
 
 	// woken is Wake's channel (waker.go): made by New, never closed.
 	woken chan struct{}
+	// wokeStates and wokeNotes are the reasons of what woken holds
+	// (WakeReasons).
+	wokeStates, wokeNotes atomic.Bool
 }
 
 var (

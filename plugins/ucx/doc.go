@@ -34,6 +34,17 @@
 //   - Release, Cancel and the rest only touch the agent's own state, or
 //     make their UCX call on the caller's thread under the worker's lock.
 //
+// The transport is an sdk.Waker (waker.go): every change a call could
+// see (a completion queued, a notification received or lost, an endpoint
+// failed) bumps a counter in the shim, and, when a Go waiter armed
+// itself, the shim writes an eventfd once. One goroutine per agent blocks
+// on that eventfd in Go's poller and turns each write into a send on
+// Wake's channel, so a host or ring pump sleeps until then instead of
+// polling, and an idle agent wakes nobody. The goroutine ends at Close.
+// It is an sdk.WakeReasoner too: the goroutine tells completions (and
+// endpoint failures) from notifications by the shim's own counters, so
+// that a ring pump drains notifications only when one came.
+//
 // The submission and completion entries are laid out as a ring's would
 // be (cu_sub, cu_seg and cu_done in shim.h), so that the progress thread
 // could take submissions from a shared-memory ring itself, by the same
