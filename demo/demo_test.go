@@ -35,6 +35,27 @@ func TestDemoWithEveryFaultFindsNoCorruptionAndNoLeak(t *testing.T) {
 	assert.GreaterOrEqual(t, s.Fences, uint64(1), "the transport crash was fenced")
 }
 
+// TestRanksDemo: over two engines of two ranks each, with every rank-level
+// fault, no byte is wrong, every rank agrees, a block quarantined on one
+// rank poisons its pool on both and new requests there are refused, the
+// rank with another block size is refused at startup, and the leak audit
+// finds nothing.
+func TestRanksDemo(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	s, err := RunRanks(ctx, Options{Custody: custodyBin, Requests: 12, BlockSize: 4096, Dir: logsOnFailure(t)})
+	require.NoError(t, err)
+	t.Logf("%+v", s)
+	assert.True(t, s.Clean(), "summary: %+v", s)
+	assert.Equal(t, 12, s.OK+s.Failed)
+	assert.Positive(t, s.UnionFailed, "dec-1's failures failed requests that succeeded on dec-0")
+	assert.Equal(t, 2, s.PoisonedPools)
+	assert.Equal(t, 2, s.PoisonRefused)
+	assert.Equal(t, []string{"kv"}, s.Poisoned["psn-1"], "the rank that quarantined nothing has the pool poisoned too")
+	assert.Empty(t, s.Poisoned["dec-0"])
+	assert.Empty(t, s.Leaks)
+}
+
 // The negative control: with the seeds' old behaviour the same checks must
 // find corruption, or they prove nothing.
 func TestDemoUnsafeEagerReleaseIsCaughtCorrupting(t *testing.T) {
@@ -80,4 +101,20 @@ func logsOnFailure(t *testing.T) string {
 		}
 	})
 	return dir
+}
+
+// A short soak, as `make soak` runs a long one: faults fire all along, two
+// transports are killed from outside, and the verdict holds (but for the
+// rarer fault kinds, which a run this short may miss).
+func TestSoakShort(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	s, err := Run(ctx, Options{Custody: custodyBin, Soak: true, Requests: 300, Kills: 2, Dir: logsOnFailure(t)})
+	require.NoError(t, err)
+	line, err := s.SoakVerdict(2, false)
+	require.NoError(t, err)
+	t.Logf("%s; fault kinds that did not fire: %v", line, s.MissingFaults())
+	assert.Less(t, len(s.MissingFaults()), len(faultKinds)/2, "most fault kinds fired")
+	assert.Equal(t, 2, s.Kills)
+	assert.GreaterOrEqual(t, s.Restarts, uint64(2), "each killed transport was restarted")
 }

@@ -135,6 +135,7 @@ func startHost(ctx context.Context, s hostSpec) (*hostProc, error) {
 		select {
 		case werr := <-h.exited:
 			h.exited <- werr
+			h.c.Close()
 			return nil, fmt.Errorf("host %s exited at start (%v); see %s", s.name, werr, logf.Name())
 		default:
 		}

@@ -8,11 +8,16 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
+	"sort"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	enginev1 "github.com/custody-dev/custody/api/engine/v1"
 	"github.com/custody-dev/custody/client"
 )
 
@@ -33,8 +38,17 @@ type RanksSummary struct {
 	// Refused says how a rank started with another block size was refused
 	// ("" when it was not: a failure of the run).
 	Refused string
-	// Poisoned lists each decode rank's poisoned pools at the end.
+	// Poisoned lists each rank's poisoned pools at the end (only the
+	// poison engine's ranks may have any).
 	Poisoned map[string][]string
+	// PoisonedPools counts the pools poisoned, summed over the poison
+	// engine's ranks (2: one pool, poisoned on both, though only rank 0
+	// quarantined a block); PoisonRefused the new requests on it refused
+	// with FailedPrecondition (one per rank).
+	PoisonedPools, PoisonRefused int
+	// Leaks lists what a live host still held once every request was
+	// reported, or a host that did not stop cleanly.
+	Leaks []string
 	// Faults are the rank-level faults injected.
 	Faults  []string
 	Bytes   int64
@@ -43,7 +57,8 @@ type RanksSummary struct {
 
 // Clean reports whether every check passed.
 func (s *RanksSummary) Clean() bool {
-	return s.Disagreed == 0 && s.Corrupted == 0 && s.InvalidMissing == 0 && s.Refused != ""
+	return s.Disagreed == 0 && s.Corrupted == 0 && s.InvalidMissing == 0 && s.Refused != "" &&
+		s.PoisonedPools == 2 && s.PoisonRefused == 2 && len(s.Leaks) == 0
 }
 
 // Print writes the summary.
@@ -54,10 +69,20 @@ func (s *RanksSummary) Print(w io.Writer) {
 	for _, f := range s.Faults {
 		fmt.Fprintf(w, "  fault: %s\n", f)
 	}
-	for name, p := range s.Poisoned {
-		fmt.Fprintf(w, "  poisoned pools on %s: %v\n", name, p)
+	names := make([]string, 0, len(s.Poisoned))
+	for name := range s.Poisoned {
+		names = append(names, name)
 	}
+	sort.Strings(names)
+	for _, name := range names {
+		fmt.Fprintf(w, "  poisoned pools on %s: %v\n", name, s.Poisoned[name])
+	}
+	fmt.Fprintf(w, "  poisoned pools (summed over the poison engine's 2 ranks): %d; new requests on them refused with FailedPrecondition: %d\n", s.PoisonedPools, s.PoisonRefused)
 	fmt.Fprintf(w, "  rank with another block size: %s\n", orNot(s.Refused))
+	fmt.Fprintf(w, "  leaked resources %d\n", len(s.Leaks))
+	for _, l := range s.Leaks {
+		fmt.Fprintf(w, "    %s\n", l)
+	}
 }
 
 func orNot(s string) string {
@@ -73,8 +98,13 @@ func orNot(s string) string {
 // rank 0. Each decode rank pulls its share of a request from both prefill
 // ranks (heterogeneous TP). Rank-level faults: decode rank 1 fails some
 // transfers while rank 0 succeeds; decode rank 0 stalls one until the hold
-// cap; decode rank 1 is killed mid-request at the end; and a third engine
-// whose rank 1 has another block size must be refused at startup.
+// cap; decode rank 1 is killed mid-request at the end; a third engine
+// whose rank 1 has another block size must be refused at startup; and on a
+// fourth engine, rank 0 holds a push receive whose producer never writes,
+// which nothing can prove stopped (its fence reaches only the transfers it
+// initiated): the block is quarantined there, and the pool is poisoned on
+// both ranks. At the end every live host must hold nothing (the leak
+// audit) and stop cleanly.
 func RunRanks(ctx context.Context, o Options) (*RanksSummary, error) {
 	if err := o.defaults(); err != nil {
 		return nil, err
@@ -173,12 +203,129 @@ func RunRanks(ctx context.Context, o Options) (*RanksSummary, error) {
 		}
 	}
 	s.Elapsed = time.Since(start)
-	for _, d := range dec[:1] {
-		if st, err := d.c.Status(ctx); err == nil {
-			s.Poisoned[d.name] = st.GetPoisonedPools()
+
+	// A block no rank can prove safe poisons its pool on every rank.
+	pspec := func(rank int) hostSpec {
+		sp := spec("psn", rank, 8, o.BlockSize, "")
+		sp.params["fence"] = "initiated"
+		return sp
+	}
+	psn, errs := startEngine(pspec(0), pspec(1))
+	if err := started(psn, errs); err != nil {
+		return s, fmt.Errorf("poison engine: %w", err)
+	}
+	if err := runPoison(ctx, s, psn); err != nil {
+		return s, err
+	}
+
+	// The leak audit: once every live host has reported what it was
+	// given, none holds anything; then each stops cleanly.
+	live := []*hostProc{pre[0], pre[1], dec[0], psn[0], psn[1]}
+	for _, h := range live {
+		st, err := drained(ctx, h)
+		if err != nil {
+			return s, err
+		}
+		s.Poisoned[h.name] = st.GetPoisonedPools()
+		if n := st.GetRequests() + st.GetInFlight() + st.GetRetained() + st.GetRetired() + st.GetJournal() + st.GetNativeHandles() + st.GetGroupHeld(); n > 0 {
+			s.Leaks = append(s.Leaks, fmt.Sprintf("%s: %d requests, %d handles (%d retained), %d retired peers, %d journal entries, %d native handles, %d requests held for the other ranks",
+				h.name, st.GetRequests(), st.GetInFlight(), st.GetRetained(), st.GetRetired(), st.GetJournal(), st.GetNativeHandles(), st.GetGroupHeld()))
+		}
+	}
+	// Stopped in reverse order of start: the rank running etcd last.
+	for i := len(live) - 1; i >= 0; i-- {
+		if err := live[i].stop(); err != nil {
+			s.Leaks = append(s.Leaks, err.Error())
 		}
 	}
 	return s, nil
+}
+
+// drainWait bounds the wait for a host to report everything it was given:
+// a request of the killed rank ends on the prefill ranks only when its
+// lease (5 s) and the hold cap (1 s) have passed.
+const drainWait = 30 * time.Second
+
+// drained waits until h holds no request, handle or held report, or
+// drainWait passed, and returns its last Status. It reads the reports it
+// has not handed out yet, as an engine does each step.
+func drained(ctx context.Context, h *hostProc) (*enginev1.StatusResponse, error) {
+	deadline := time.Now().Add(drainWait)
+	for {
+		if _, err := h.c.GetFinished(ctx); err != nil {
+			return nil, fmt.Errorf("%s: finished: %w", h.name, err)
+		}
+		st, err := h.c.Status(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("%s: status: %w", h.name, err)
+		}
+		if st.GetRequests()+st.GetInFlight()+st.GetGroupHeld() == 0 || time.Now().After(deadline) {
+			return st, nil
+		}
+		time.Sleep(10 * time.Millisecond) // pacing between polls, as an engine step does
+	}
+}
+
+// runPoison makes rank 0 of the poison engine quarantine a block: a push
+// receive from the prefill engine, whose ranks never write it. Its lease
+// ends, and with a fence that reaches only the transfers it initiated
+// nothing proves the producer stopped: at the hold cap the blocks are
+// quarantined, and the pool is poisoned on both ranks. Then a new request
+// on the pool, on each rank, must be refused with FailedPrecondition.
+func runPoison(ctx context.Context, s *RanksSummary, psn []*hostProc) error {
+	for _, h := range psn {
+		if err := h.c.ConnectPeer(ctx, "prefill", client.RemoteRank{Address: "engine:pre", Pool: "kv"}); err != nil {
+			return fmt.Errorf("%s: connect prefill by name: %w", h.name, err)
+		}
+	}
+	h := psn[0]
+	b, err := h.c.Alloc(ctx, h.poolID, 2)
+	if err != nil {
+		return fmt.Errorf("%s: alloc: %w", h.name, err)
+	}
+	const id = "poison-0"
+	token := client.NewToken()
+	for deadline := time.Now().Add(drainWait); ; {
+		err := h.c.ExpectReceive(ctx, id, token, "prefill", h.poolID, b, 1, 100*time.Millisecond)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, client.ErrUnavailable) || time.Now().After(deadline) { // Unavailable: the peer's handshake runs
+			return fmt.Errorf("%s: expect receive %s: %w", h.name, id, err)
+		}
+		time.Sleep(time.Millisecond) // pacing while the handshake runs
+	}
+	f, err := waitReport(ctx, h, id)
+	if err != nil {
+		return err
+	}
+	if len(f.Failed) == 0 || len(f.Quarantined) != len(b) {
+		return fmt.Errorf("%s: %s was reported %+v, not failed with its %d blocks quarantined", h.name, id, f, len(b))
+	}
+	s.Faults = append(s.Faults, fmt.Sprintf("%s: push receive %s never written, its fence cannot reach it: %d blocks quarantined at the hold cap", h.name, id, len(f.Quarantined)))
+	for _, h := range psn {
+		// Rank 1 learns of the poison through its watch of the group.
+		deadline := time.Now().Add(drainWait)
+		var pools []string
+		for len(pools) == 0 && time.Now().Before(deadline) {
+			st, err := h.c.Status(ctx)
+			if err != nil {
+				return fmt.Errorf("%s: status: %w", h.name, err)
+			}
+			if pools = st.GetPoisonedPools(); len(pools) == 0 {
+				time.Sleep(10 * time.Millisecond) // pacing between polls
+			}
+		}
+		s.PoisonedPools += len(pools)
+		_, aerr := h.c.Alloc(ctx, h.poolID, 1)
+		serr := h.c.ExpectSend(ctx, "after-poison", client.NewToken(), "", h.poolID, []uint32{7}, 1, time.Second)
+		if status.Code(aerr) == codes.FailedPrecondition && status.Code(serr) == codes.FailedPrecondition {
+			s.PoisonRefused++
+		} else {
+			s.Faults = append(s.Faults, fmt.Sprintf("%s: new requests on the poisoned pool were answered %v and %v, not FailedPrecondition", h.name, aerr, serr))
+		}
+	}
+	return nil
 }
 
 func firstLine(raw []byte, want string) string {

@@ -25,6 +25,10 @@ type RankSetOptions struct {
 	Coordinated bool
 	// Blocks per pool (default 256) of BlockSize bytes (default 16 KiB).
 	Blocks, BlockSize int
+	// LeaseTTL is each rank's membership lease (default 10 s; no rank of a
+	// rank set is killed, so a short one only risks a rank starved of CPU
+	// for that long being counted lost).
+	LeaseTTL time.Duration
 }
 
 // RankSet is a prefill engine and a decode engine of two ranks each, on
@@ -48,6 +52,9 @@ func StartRankSet(ctx context.Context, o RankSetOptions) (*RankSet, error) {
 	}
 	if o.BlockSize == 0 {
 		o.BlockSize = 16 << 10
+	}
+	if o.LeaseTTL == 0 {
+		o.LeaseTTL = 10 * time.Second
 	}
 	if err := os.MkdirAll(o.Dir, 0o700); err != nil {
 		return nil, err
@@ -79,7 +86,7 @@ func StartRankSet(ctx context.Context, o RankSetOptions) (*RankSet, error) {
 			coord = map[string]any{"embedded": map[string]any{"listen": rs.Etcd}}
 		}
 		s.group = map[string]any{"engine": engine, "rank": rank, "size": 2, "coordinator": coord,
-			"timeouts": map[string]any{"lease_ttl": "2s", "join": "20s"}}
+			"timeouts": map[string]any{"lease_ttl": o.LeaseTTL.String(), "join": "20s"}}
 		return s
 	}
 	// The ranks of an engine start together: a group's Join waits for all.

@@ -226,6 +226,7 @@ func (s *engineServer) Status(ctx context.Context, _ *enginev1.StatusRequest) (*
 	}
 	if g := st.Group; g != nil {
 		resp.PoisonedPools, resp.UnionFailed, resp.GroupHeld = g.Poisoned, g.UnionFailed, g.Held
+		resp.GroupWrites, resp.GroupReads, resp.GroupExpired = g.Writes, g.Reads, g.Expired
 	}
 	return resp, nil
 }

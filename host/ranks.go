@@ -80,18 +80,17 @@ type heldReq struct {
 	blocks               []core.BlockRef
 	at                   time.Time
 	accepted             bool
+	// capAt is when this rank ends its wait for the other ranks (at plus
+	// the hold cap; later when an expiry failed; zero once one was
+	// written, and the watch brings the outcome).
+	capAt time.Time
 }
 
-// Bounds of the sync goroutine's waits between reads of the group while
-// requests are pending: the wait doubles from minResolveBackoff after each
-// read that resolved nothing, and a new finished request ends it at once.
-const (
-	minResolveBackoff = 100 * time.Microsecond
-	maxResolveBackoff = 5 * time.Millisecond
-	// collectEvery paces the reads that collect resolved requests' keys
-	// once nothing is pending.
-	collectEvery = 50 * time.Millisecond
-)
+// collectEvery bounds how long this rank's acknowledgements of resolved
+// requests, and the deletion of requests every rank resolved, wait for a
+// round's terminal states to ride along with: while requests finish they
+// cost no write of their own.
+const collectEvery = 50 * time.Millisecond
 
 func newRankSync(h *Host) *rankSync {
 	return &rankSync{
@@ -175,22 +174,36 @@ func (r *rankSync) isPoisoned(pool string) (string, bool) {
 		return why, true
 	}
 	if rec, ok := r.g.IsPoisoned(pool); ok {
-		return fmt.Sprintf("rank %d: %s", rec.Rank, rec.Reason), true
+		return r.stick(rec), true
 	}
 	return "", false
 }
 
+// stick records a pool the group poisoned as poisoned on this rank until
+// restart (rule 11: poison is sticky, even once an operator cleared the
+// record), and returns the reason kept.
+func (r *rankSync) stick(rec group.PoisonRecord) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	why, ok := r.poisoned[rec.Pool]
+	if !ok {
+		why = fmt.Sprintf("rank %d: %s", rec.Rank, rec.Reason)
+		r.poisoned[rec.Pool] = why
+	}
+	return why
+}
+
 // Poisoned lists the pools poisoned on this rank: its own and every rank's.
 func (r *rankSync) Poisoned() []string {
+	for _, rec := range r.g.Poisoned() {
+		r.stick(rec)
+	}
 	set := map[string]bool{}
 	r.mu.Lock()
 	for p := range r.poisoned {
 		set[p] = true
 	}
 	r.mu.Unlock()
-	for _, rec := range r.g.Poisoned() {
-		set[rec.Pool] = true
-	}
 	out := make([]string, 0, len(set))
 	for p := range set {
 		out = append(out, p)
@@ -199,24 +212,38 @@ func (r *rankSync) Poisoned() []string {
 	return out
 }
 
+// run is the sync goroutine. It makes no etcd read: the group's watch
+// wakes it (Changed) when another rank's state, ack or loss arrives, the
+// owner (kick) when requests finish here; a timer only for the hold cap of
+// what is held and for the acknowledgements still to be written.
 func (r *rankSync) run(ctx context.Context) {
 	t := time.NewTimer(time.Hour)
 	defer t.Stop()
-	backoff := time.Duration(0)
+	lastFlush := time.Now()
 	for {
-		progress := r.step(ctx)
-		if progress {
-			backoff = 0
-		} else {
-			backoff = min(max(2*backoff, minResolveBackoff), maxResolveBackoff)
+		now := time.Now()
+		since := now.Sub(lastFlush)
+		flushed := r.step(ctx, since >= collectEvery)
+		if flushed {
+			lastFlush = now
 		}
 		wait := time.Duration(-1)
-		switch {
-		case len(r.held) > 0:
-			wait = backoff
-		case r.g.Stats().InFlight > 0:
-			wait = collectEvery
+		at := func(d time.Duration) {
+			if d = max(d, 0); wait < 0 || d < wait {
+				wait = d
+			}
 		}
+		if d, ok := r.nextHoldCap(now); ok {
+			at(d)
+		}
+		if r.g.Stats().Unwritten > 0 {
+			at(collectEvery - time.Since(lastFlush))
+		}
+		r.mu.Lock()
+		if len(r.toPoison) > 0 {
+			at(collectEvery)
+		}
+		r.mu.Unlock()
 		if wait >= 0 {
 			t.Reset(wait)
 		}
@@ -236,9 +263,26 @@ func (r *rankSync) run(ctx context.Context) {
 	}
 }
 
-// step publishes poison and new terminal states, resolves what is held and
-// reports what resolved; it says whether anything resolved or arrived.
-func (r *rankSync) step(ctx context.Context) bool {
+// nextHoldCap is how long until the first held request passes the hold
+// cap (0 if one has), if any is held.
+func (r *rankSync) nextHoldCap(now time.Time) (time.Duration, bool) {
+	first := time.Time{}
+	for _, hr := range r.held {
+		if hr.accepted && !hr.capAt.IsZero() && (first.IsZero() || hr.capAt.Before(first)) {
+			first = hr.capAt
+		}
+	}
+	if first.IsZero() {
+		return 0, false
+	}
+	return max(first.Sub(now), 0), true
+}
+
+// step publishes poison and new terminal states (with the acknowledgements
+// and deletions due, in one write), resolves what is held from the group's
+// watched view and reports what resolved. With no new state it writes only
+// when flush is set. It says whether it wrote.
+func (r *rankSync) step(ctx context.Context, flush bool) bool {
 	r.mu.Lock()
 	in := r.in
 	r.in = nil
@@ -246,6 +290,10 @@ func (r *rankSync) step(ctx context.Context) bool {
 	r.toPoison = map[string]string{}
 	r.mu.Unlock()
 
+	// Poison is sticky on a running rank (rule 11).
+	for _, rec := range r.g.Poisoned() {
+		r.stick(rec)
+	}
 	for pool, why := range poison {
 		if err := r.g.Poison(ctx, pool, why); err != nil {
 			r.log.Error("publishing poison failed; retrying", "failure_type", "group_poison_failed", "pool", pool, "error", err.Error())
@@ -264,11 +312,16 @@ func (r *rankSync) step(ctx context.Context) bool {
 			hr.emitLocal(&rd, fmt.Errorf("request %q: issued again before its earlier use resolved on every rank: request ids must be unique: %w", hr.id, group.ErrAlreadyReported))
 			continue
 		}
+		hr.capAt = hr.at.Add(r.holdCap)
 		r.held[hr.id] = hr
 		fresh = append(fresh, hr)
 		terms = append(terms, hr.terminal())
 	}
-	err := r.g.Report(ctx, terms)
+	var err error
+	wrote := len(terms) > 0 || flush
+	if wrote {
+		err = r.g.Report(ctx, terms)
+	}
 	switch {
 	case err == nil || errors.Is(err, group.ErrCoordinator) || errors.Is(err, group.ErrMalformed):
 		// Accepted (published now, or with the next Report).
@@ -282,7 +335,7 @@ func (r *rankSync) step(ctx context.Context) bool {
 		r.failAll(&rd, err)
 		r.out.add(rd)
 		r.pending.Store(0)
-		return true
+		return wrote
 	default:
 		// Refused whole: find the ones refused, one at a time.
 		for _, hr := range fresh {
@@ -294,7 +347,6 @@ func (r *rankSync) step(ctx context.Context) bool {
 			hr.accepted = true
 		}
 	}
-	progress := len(in) > 0
 	var ids []core.RequestID
 	for id, hr := range r.held {
 		if hr.accepted {
@@ -314,9 +366,9 @@ func (r *rankSync) step(ctx context.Context) bool {
 		for _, o := range outs {
 			hr := r.held[o.Request]
 			if !o.Resolved {
-				if w := now.Sub(hr.at); w >= r.holdCap {
+				if !hr.capAt.IsZero() && !now.Before(hr.capAt) {
 					late = append(late, o.Request)
-					waited = max(waited, w)
+					waited = max(waited, now.Sub(hr.at))
 				}
 				continue
 			}
@@ -327,21 +379,27 @@ func (r *rankSync) step(ctx context.Context) bool {
 			if o.State != group.Succeeded && hr.state == group.Succeeded {
 				r.unionFailed.Add(1)
 			}
-			progress = true
 		}
 		if len(late) > 0 {
-			if err := r.g.Expire(ctx, late, waited); err != nil {
+			err := r.g.Expire(ctx, late, waited)
+			for _, id := range late {
+				if err != nil {
+					r.held[id].capAt = now.Add(collectEvery) // try again
+				} else {
+					r.held[id].capAt = time.Time{} // the watch brings the outcome
+				}
+			}
+			if err != nil {
 				r.log.Warn("expiring requests past the hold cap", "failure_type", "group_expire_failed", "error", err.Error())
 			} else {
 				r.expired.Add(uint64(len(late)))
-				progress = true
 			}
 		}
 	}
 	r.out.add(rd)
 	r.pending.Store(int64(len(r.held)))
 	r.metrics.PoisonedPools.Set(float64(len(r.Poisoned())))
-	return progress
+	return wrote
 }
 
 // failAll fails every held request: this rank is no longer a member, so it

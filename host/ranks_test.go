@@ -93,6 +93,12 @@ func TestRule10RanksFailTogether(t *testing.T) {
 		}
 		f := d[0].groupStatus()
 		assert.Equal(t, uint64(1), f.UnionFailed, "rank 0 succeeded and failed in the union")
+		// The engine API's Status shows the group's counters.
+		st, err := d[0].c.Status(d[0].ctx())
+		require.NoError(t, err)
+		assert.Equal(t, uint64(1), st.GetUnionFailed())
+		assert.Positive(t, st.GetGroupWrites(), "r1's terminal state was written to etcd")
+		assert.Empty(t, st.GetPoisonedPools())
 	})
 
 	t.Run("held until every rank is terminal", func(t *testing.T) {
@@ -118,6 +124,9 @@ func TestRule10RanksFailTogether(t *testing.T) {
 		assert.Contains(t, f.Failed[0].Reason, "past its hold cap for ranks [1]")
 		assert.ElementsMatch(t, refsOf(d[0].poolID, dst[0]), f.InvalidBlocks)
 		assert.Equal(t, uint64(1), d[0].groupStatus().Expired)
+		st, err := d[0].c.Status(d[0].ctx())
+		require.NoError(t, err)
+		assert.Equal(t, uint64(1), st.GetGroupExpired())
 		// Rank 1 finishes it late, with a success: the timeout wins.
 		dst[1] = readRank(t, d[1], "r3", pb[2:])
 		f = d[1].waitFinished("r3")
@@ -175,6 +184,20 @@ func TestRule11PoisonIsTopologyWide(t *testing.T) {
 	f := d[0].waitFinished("w1")
 	require.Equal(t, []string{"w1"}, failedIDs(f))
 	assert.ElementsMatch(t, refsOf(d[0].poolID, b), f.Quarantined)
+
+	// An operator clears the record: the running ranks keep refusing the
+	// pool until they restart (poison is sticky).
+	op, err := group.Dial("dec", group.CoordinatorConfig{Endpoints: []string{rg.etcd}}, 0)
+	require.NoError(t, err)
+	defer op.Close()
+	_, err = op.ClearPoison(d[1].ctx(), "kv")
+	require.NoError(t, err)
+	for r, h := range d {
+		require.Eventually(t, func() bool { _, ok := h.h.group.IsPoisoned("kv"); return !ok }, 20*time.Second, time.Millisecond,
+			"rank %d's watch never saw the record cleared", r)
+		_, err := h.c.Alloc(h.ctx(), h.poolID, 1)
+		require.Equal(t, codes.FailedPrecondition, status.Code(err), "rank %d refused the pool no more once the record was cleared: %v", r, err)
+	}
 }
 
 // TestRule12TeardownOnConstructorFailure: a rank whose host fails after its

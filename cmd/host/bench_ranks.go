@@ -21,7 +21,7 @@ import (
 
 // ranksBenchRounds is how many times each mode is measured, interleaved
 // (coordinated, independent, coordinated, ...); the median of each is kept.
-const ranksBenchRounds = 2
+const ranksBenchRounds = 5
 
 // ranksSeqPulls is the sequential pulls measured per round, for latency.
 const ranksSeqPulls = 100
@@ -122,7 +122,7 @@ func runE2ERanks(ctx context.Context, out io.Writer, cfg e2eConfig) (err error) 
 	if v := os.Getenv("CUSTODY_TRANSPORT_RINGS"); v != "" {
 		fmt.Fprintf(out, "rings: CUSTODY_TRANSPORT_RINGS=%s in the transports' environment\n", v)
 	}
-	fmt.Fprintf(out, "method: a prefill and a decode engine of two ranks each, one `custody serve` host and one fake transport process per rank. A pull is one logical request: ExpectSend of two blocks (one per decode rank) on each prefill rank, then on each decode rank a Read of one block from each prefill rank (notify_producer); it is timed from the first Read until the last decode rank's finished report, and ends once both prefill ranks reported it too. Coordinated: each engine's ranks are a rank group agreeing through an etcd embedded in prefill rank 0 (as `custody demo --ranks 2`); independent: the same four hosts with no group section. Both sets run side by side; %d warm-up pulls each, then %d rounds of each interleaved (coordinated first), each round %d sequential pulls then %d pulls kept in flight for %v; the median round of each is reported. etcd writes are the transactions seen on a watch of the engines' keys during the throughput run, counted per rank by the rank in their keys.\n",
+	fmt.Fprintf(out, "method: a prefill and a decode engine of two ranks each, one `custody serve` host and one fake transport process per rank. A pull is one logical request: ExpectSend of two blocks (one per decode rank) on each prefill rank, then on each decode rank a Read of one block from each prefill rank (notify_producer); it is timed from the first Read until the last decode rank's finished report, and ends once both prefill ranks reported it too. Coordinated: each engine's ranks are a rank group agreeing through an etcd embedded in prefill rank 0 (as `custody demo --ranks 2`); independent: the same four hosts with no group section. Both sets run side by side; %d warm-up pulls each, then %d rounds of each interleaved (coordinated first), each round %d sequential pulls then %d pulls kept in flight for %v; the median round of each is reported. etcd writes are each rank's write transactions during the throughput run, from the hosts' Status (group_writes).\n",
 		e2eWarmup, ranksBenchRounds, ranksSeqPulls, cfg.concurrency, cfg.duration)
 	for i, rs := range rounds {
 		var rates []string
@@ -328,79 +328,45 @@ func (m *rankMode) round(ctx context.Context, cfg e2eConfig) (ranksRound, error)
 	return r, nil
 }
 
-// countWrites starts watching custody's keys from the etcd's current
-// revision; the function it returns stops at the revision current then and
-// returns the write transactions seen per "engine/rank" (a transaction
-// counts once for each rank whose keys it wrote) and the revisions passed.
+// countWrites reads every ranked host's count of etcd write transactions
+// (Status group_writes) and etcd's revision; the function it returns reads
+// them again and returns the writes made since per "engine/rank" and the
+// revisions passed. Nothing watches etcd for it: a watch of every key would
+// cost the coordinated hosts' etcd what it measures.
 func (m *rankMode) countWrites(ctx context.Context) (func() (map[string]int, int64, error), error) {
-	const prefix, enginesPrefix = "/custody/", "/custody/engines/"
-	resp, err := m.etcd.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
-	if err != nil {
-		return nil, fmt.Errorf("etcd: current revision: %w", err)
-	}
-	from := resp.Header.Revision
-	wctx, cancel := context.WithCancel(ctx)
-	wch := m.etcd.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(from+1))
-	type seen struct {
-		key string
-		rev int64
-	}
-	txns := map[seen]bool{}
-	var last int64
-	return func() (map[string]int, int64, error) {
-		defer cancel()
-		resp, err := m.etcd.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	read := func() (map[string]uint64, int64, error) {
+		n := map[string]uint64{}
+		for _, hs := range []struct {
+			engine string
+			hosts  []*demo.Host
+		}{{"pre", m.set.Prefill}, {"dec", m.set.Decode}} {
+			for r, h := range hs.hosts {
+				st, err := h.Client.Status(ctx)
+				if err != nil {
+					return nil, 0, fmt.Errorf("%s: status: %w", h.Name, err)
+				}
+				n[hs.engine+"/"+strconv.Itoa(r)] = st.GetGroupWrites()
+			}
+		}
+		resp, err := m.etcd.Get(ctx, "/custody/", clientv3.WithPrefix(), clientv3.WithCountOnly())
 		if err != nil {
 			return nil, 0, fmt.Errorf("etcd: current revision: %w", err)
 		}
-		to := resp.Header.Revision
-		// A progress notice carries the revision the watch has reached,
-		// even when the last revisions changed nothing it watches.
-		if err := m.etcd.RequestProgress(wctx); err != nil {
-			return nil, 0, fmt.Errorf("etcd: watch progress: %w", err)
-		}
-		timeout := time.After(30 * time.Second)
-		for last < to {
-			var wr clientv3.WatchResponse
-			var ok bool
-			select {
-			case wr, ok = <-wch:
-			case <-timeout:
-				return nil, 0, fmt.Errorf("etcd: watch of %s reached revision %d, not %d, within 30s", prefix, last, to)
-			}
-			if !ok {
-				return nil, 0, fmt.Errorf("etcd: watch of %s closed at revision %d of %d", prefix, last, to)
-			}
-			if err := wr.Err(); err != nil {
-				return nil, 0, fmt.Errorf("etcd: watch of %s: %w", prefix, err)
-			}
-			for _, ev := range wr.Events {
-				if rev := ev.Kv.ModRevision; rev <= to && strings.HasPrefix(string(ev.Kv.Key), enginesPrefix) {
-					if k := rankOfKey(strings.TrimPrefix(string(ev.Kv.Key), enginesPrefix)); k != "" {
-						txns[seen{k, rev}] = true
-					}
-				}
-			}
-			last = max(last, wr.Header.Revision)
+		return n, resp.Header.Revision, nil
+	}
+	before, from, err := read()
+	if err != nil {
+		return nil, err
+	}
+	return func() (map[string]int, int64, error) {
+		after, to, err := read()
+		if err != nil {
+			return nil, 0, err
 		}
 		out := map[string]int{}
-		for s := range txns {
-			out[s.key]++
+		for k, v := range after {
+			out[k] = int(v - before[k])
 		}
 		return out, to - from, nil
 	}, nil
-}
-
-// rankOfKey names the writer of an engine key below /custody/engines/,
-// "engine/rank", or "" for a key no one rank owns (a poisoned pool).
-func rankOfKey(k string) string {
-	seg := strings.Split(k, "/")
-	if len(seg) < 3 {
-		return ""
-	}
-	last := seg[len(seg)-1]
-	if _, err := strconv.Atoi(last); err != nil {
-		return ""
-	}
-	return seg[0] + "/" + last
 }

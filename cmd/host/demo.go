@@ -49,10 +49,10 @@ func init() {
 					return err
 				}
 				if !s.Clean() {
-					return fmt.Errorf("ranks demo: %d outcomes differed between ranks, %d corrupted blocks, %d failures without their invalid blocks; rank with another block size: %s",
-						s.Disagreed, s.Corrupted, s.InvalidMissing, s.Refused)
+					return fmt.Errorf("ranks demo: %d outcomes differed between ranks, %d corrupted blocks, %d failures without their invalid blocks, %d leaks; poisoned pools %d of 2, refused on them %d of 2; rank with another block size: %s",
+						s.Disagreed, s.Corrupted, s.InvalidMissing, len(s.Leaks), s.PoisonedPools, s.PoisonRefused, orNotRefused(s.Refused))
 				}
-				fmt.Fprintln(cmd.OutOrStdout(), "ranks demo: every byte verified, every rank agreed")
+				fmt.Fprintln(cmd.OutOrStdout(), "ranks demo: every byte verified, every rank agreed, the poisoned pool refused on every rank, no leak")
 				return nil
 			default:
 				return fmt.Errorf("--ranks %d: want 1 or 2", ranks)
@@ -82,4 +82,11 @@ func init() {
 	f.IntVar(&ranks, "ranks", 1, "ranks per engine: 2 runs a prefill and a decode engine of two ranks each, agreeing through an embedded etcd, with rank-level faults")
 	f.StringVar(&o.Dir, "dir", "", "keep configs, logs and pools here (default: a temporary directory)")
 	rootCmd.AddCommand(cmd)
+}
+
+func orNotRefused(s string) string {
+	if s == "" {
+		return "NOT refused"
+	}
+	return "refused"
 }

@@ -41,8 +41,8 @@ type CoordinatorConfig struct {
 	// MaxTxnOps is the etcd's limit on operations per transaction
 	// (--max-txn-ops): DefaultMaxTxnOps for a cluster, EmbeddedMaxTxnOps
 	// for the embedded etcd, which is started with it. A round's writes
-	// go in one transaction while they fit (a state, an ack and a deletion
-	// per request), in more otherwise.
+	// go in one transaction while they fit (a state and a deletion per
+	// request), in more otherwise.
 	MaxTxnOps int `yaml:"max_txn_ops"`
 }
 

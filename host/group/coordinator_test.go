@@ -35,8 +35,8 @@ func TestCoordinatorUnreachableAtStartup(t *testing.T) {
 	assert.Contains(t, err.Error(), cfg.Coordinator.Endpoints[0])
 }
 
-// TestCoordinatorLostMidRun: when etcd stops answering, every call returns
-// within its bound with ErrCoordinator; a terminal state accepted meanwhile
+// TestCoordinatorLostMidRun: when etcd stops answering, every call that
+// needs it returns within its bound with ErrCoordinator; a terminal state accepted meanwhile
 // is not lost: it is published once etcd is back.
 func TestCoordinatorLostMidRun(t *testing.T) {
 	c := newCluster(t, 2)
@@ -48,7 +48,13 @@ func TestCoordinatorLostMidRun(t *testing.T) {
 
 	err := g1.Report(context.Background(), []Terminal{{Request: "kept", State: Failed, Reason: "r"}})
 	require.ErrorIs(t, err, ErrCoordinator)
-	_, err = g1.Resolve(context.Background(), []core.RequestID{"kept"})
+	// Resolve reads only the watched view: it answers, and the request
+	// stays pending (nothing lets a block go early); Outcome, which first
+	// syncs with etcd, says etcd is gone.
+	out, err := g1.Resolve(context.Background(), []core.RequestID{"kept"})
+	require.NoError(t, err)
+	assert.False(t, out[0].Resolved, "resolved without etcd: %+v", out[0])
+	_, err = g1.Outcome(context.Background(), "kept")
 	require.ErrorIs(t, err, ErrCoordinator)
 	require.ErrorIs(t, g1.Poison(context.Background(), "kv", "r"), ErrCoordinator)
 	_, ok := g1.IsPoisoned("kv")

@@ -5,8 +5,10 @@
 //
 // etcd holds, under /custody/engines/<engine>/: each rank's member record
 // (its effective mode) under the rank's lease; each request's per-rank
-// terminal states and acknowledgements, written once per round per rank in
-// one transaction; and each poisoned pool, durably. Peer addresses live
+// terminal states, written once per round per rank in one transaction and
+// deleted by the lowest live rank once every rank's is in; and each
+// poisoned pool, durably. Each rank follows the engine's keys with one
+// watch and resolves requests from what it saw, reading no etcd per round. Peer addresses live
 // under /custody/peers/<name>. A group of size 1 has no coordinator and
 // every call is a local passthrough.
 //
@@ -23,7 +25,9 @@
 //  3. Each round, after core's Poll: Report the requests core finished
 //     (Succeeded), failed (Failed) or escalated past the hold cap (TimedOut)
 //     in that round, then Resolve every request reported and not yet
-//     resolved. Tell the engine about a request only once Resolve returns it
+//     resolved; Resolve again whenever Changed signals (the watch saw
+//     another rank's state, or a loss), and Report with no states within
+//     a bounded time when Stats says writes are waiting (deletions). Tell the engine about a request only once Resolve returns it
 //     Resolved, with the union State: a Failed or TimedOut union fails the
 //     request on this rank even where this rank succeeded, and the invalid
 //     blocks reported with it are this rank's own.

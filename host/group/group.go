@@ -48,8 +48,10 @@ type Group struct {
 	peers    map[string]PeerAddress // size 1 only
 	changed  chan struct{}
 
+	// Lock order: reqMu, then rv.mu, then mu.
 	reqMu sync.Mutex
 	reqs  requests
+	rv    reqView
 }
 
 // Open connects this rank to its group's coordinator (starting the embedded
@@ -75,6 +77,7 @@ func Open(ctx context.Context, cfg Config, log hclog.Logger) (*Group, error) {
 		peers:   map[string]PeerAddress{},
 		changed: make(chan struct{}, 1),
 		reqs:    newRequests(),
+		rv:      newReqView(),
 	}
 	g.ctx, g.cancel = context.WithCancel(context.Background())
 	if cfg.Solo() {

@@ -70,11 +70,11 @@ func TestRule9StartupConsensus(t *testing.T) {
 	t.Run("mixed group protocol", func(t *testing.T) {
 		c := newCluster(t, 2)
 		// Rank 1 is a custody of another version: its record says so.
-		_, err := c.client().Put(ctxT(t), c.ranks[0].keys.member(1), `{"proto":2,"rank":1,"member":"future"}`)
+		_, err := c.client().Put(ctxT(t), c.ranks[0].keys.member(1), `{"proto":9,"rank":1,"member":"future"}`)
 		require.NoError(t, err)
 		err = c.ranks[0].Join(ctxT(t), testMode())
 		require.ErrorIs(t, err, ErrMixedContract)
-		assert.Contains(t, err.Error(), "rank 1 speaks group protocol 2")
+		assert.Contains(t, err.Error(), "rank 1 speaks group protocol 9")
 	})
 	t.Run("rank never arrives", func(t *testing.T) {
 		c := newCluster(t, 3)

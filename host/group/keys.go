@@ -11,8 +11,9 @@ import (
 // /custody/engines/<engine>/:
 //
 //	members/<rank>            member record (mode), under the rank's lease
-//	req/<id>/s/<rank>         a rank's local terminal state of a request (durable)
-//	req/<id>/a/<rank>         a rank has resolved the request (ack, durable)
+//	req/<id>/s/<rank>         a rank's local terminal state of a request (durable;
+//	                          the lowest live rank deletes req/<id>/ once every
+//	                          rank's state is in)
 //	req/<id>/t/<rank>         a rank ended the wait past the hold cap (expire.go)
 //	poison/<pool>             a poisoned pool (durable, cleared by an operator)
 //
@@ -35,7 +36,6 @@ func (k keys) member(rank int) string        { return k.members() + strconv.Itoa
 func (k keys) requests() string              { return k.base + "req/" }
 func (k keys) request(id string) string      { return k.requests() + url.PathEscape(id) + "/" }
 func (k keys) state(id string, r int) string { return k.request(id) + "s/" + strconv.Itoa(r) }
-func (k keys) ack(id string, r int) string   { return k.request(id) + "a/" + strconv.Itoa(r) }
 func (k keys) expiry(id string, r int) string {
 	return k.request(id) + "t/" + strconv.Itoa(r)
 }
@@ -55,10 +55,10 @@ func parseRank(s string, n int) (int, error) {
 }
 
 // parseRequestKey splits the part of a request key after req/<id>/ into its
-// kind ('s', 'a' or 't') and rank.
+// kind ('s' or 't') and rank.
 func parseRequestKey(rest string, n int) (kind byte, rank int, err error) {
 	k, r, ok := strings.Cut(rest, "/")
-	if !ok || (k != "s" && k != "a" && k != "t") {
+	if !ok || (k != "s" && k != "t") {
 		return 0, 0, fmt.Errorf("unexpected key suffix %q", rest)
 	}
 	rank, err = parseRank(r, n)

@@ -2,11 +2,9 @@ package group
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
-	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -14,7 +12,7 @@ import (
 
 // groupProto is the version of the records a group writes. A rank whose
 // records carry another version is refused like a mixed contract.
-const groupProto = 1
+const groupProto = 2
 
 // maxMemberRecord bounds a member record read from etcd.
 const maxMemberRecord = 64 << 10
@@ -71,69 +69,6 @@ func decodeMember(raw []byte, rank int) (memberRecord, error) {
 		return rec, fmt.Errorf("rank %d's member record names rank %d member %q: %w", rank, rec.Rank, rec.Member, ErrMalformed)
 	}
 	return rec, nil
-}
-
-// startWatch loads membership and poison at one revision, then follows both
-// from the next one in two goroutines that stop at Close.
-func (g *Group) startWatch(ctx context.Context) error {
-	resp, err := g.cli.Txn(ctx).Then(
-		clientv3.OpGet(g.keys.members(), clientv3.WithPrefix()),
-		clientv3.OpGet(g.keys.poisons(), clientv3.WithPrefix()),
-	).Commit()
-	if err != nil {
-		return g.wrap("loading membership and poison", err)
-	}
-	rev := resp.Header.Revision
-	g.mu.Lock()
-	g.resyncMembers(resp.Responses[0].GetResponseRange().Kvs, rev)
-	g.resyncPoison(resp.Responses[1].GetResponseRange().Kvs)
-	g.mu.Unlock()
-	g.wg.Add(2)
-	go g.follow(g.keys.members(), rev, g.applyMember, g.resyncMembers)
-	go g.follow(g.keys.poisons(), rev, func(ev *clientv3.Event) { g.applyPoison(ev) }, func(kvs []*mvccpb.KeyValue, _ int64) { g.resyncPoison(kvs) })
-	return nil
-}
-
-// follow watches prefix from rev+1 until Close, applying each event under
-// g.mu. When the watch breaks (compaction, a lost connection), it reloads
-// the prefix and resyncs, then watches on from there.
-func (g *Group) follow(prefix string, rev int64, apply func(*clientv3.Event), resync func([]*mvccpb.KeyValue, int64)) {
-	defer g.wg.Done()
-	backoff := 50 * time.Millisecond
-	for g.ctx.Err() == nil {
-		wch := g.cli.Watch(clientv3.WithRequireLeader(g.ctx), prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1))
-		for wr := range wch {
-			if err := wr.Err(); err != nil {
-				break
-			}
-			g.mu.Lock()
-			for _, ev := range wr.Events {
-				apply(ev)
-				rev = ev.Kv.ModRevision
-			}
-			g.mu.Unlock()
-		}
-		for g.ctx.Err() == nil {
-			ctx, cancel := g.opCtx(g.ctx)
-			resp, err := g.cli.Get(ctx, prefix, clientv3.WithPrefix())
-			cancel()
-			if err == nil {
-				rev = resp.Header.Revision
-				g.mu.Lock()
-				resync(resp.Kvs, rev)
-				g.mu.Unlock()
-				break
-			}
-			g.log.Warn("group_watch_resync_failed", "prefix", prefix, "error", err)
-			t := time.NewTimer(backoff)
-			select {
-			case <-t.C:
-			case <-g.ctx.Done():
-				t.Stop()
-			}
-			backoff = min(2*backoff, 2*time.Second)
-		}
-	}
 }
 
 // applyMember applies one membership event. Called with g.mu held.

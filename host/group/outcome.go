@@ -6,7 +6,6 @@ import (
 	"strings"
 	"sync/atomic"
 
-	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/custody-dev/custody/core"
@@ -38,19 +37,28 @@ type request struct {
 	snap    []string
 	mine    Terminal
 	written bool
-	out     *Outcome
-	last    Outcome
-	acked   bool
-	del     bool
+	// stateRev is the revision of the transaction that wrote mine.
+	stateRev int64
+	out      *Outcome
+	last     Outcome
+	// returned: Resolve has returned out; del: this rank deletes the
+	// request's keys (every rank's state is in, and it is the lowest live
+	// rank) with the next Report; deleted: it did.
+	returned, del, deleted bool
 }
 
 type requests struct {
 	m map[core.RequestID]*request
+	// fresh lists the requests whose own side changed (reported, written)
+	// since Resolve last folded them.
+	fresh map[core.RequestID]*request
 	// writes and reads count etcd transactions, for Stats.
 	writes, reads atomic.Uint64
 }
 
-func newRequests() requests { return requests{m: map[core.RequestID]*request{}} }
+func newRequests() requests {
+	return requests{m: map[core.RequestID]*request{}, fresh: map[core.RequestID]*request{}}
+}
 
 // Stats counts the etcd transactions Report and Resolve made.
 type Stats struct {
@@ -58,18 +66,29 @@ type Stats struct {
 	ReadTxns  uint64
 	// InFlight is the number of request ids this rank still tracks.
 	InFlight int
+	// Unwritten is the number of writes (states, acknowledgements,
+	// deletions) waiting for the next Report.
+	Unwritten int
 }
 
 // Stats returns the counters since Open.
 func (g *Group) Stats() Stats {
 	g.reqMu.Lock()
 	defer g.reqMu.Unlock()
-	return Stats{WriteTxns: g.reqs.writes.Load(), ReadTxns: g.reqs.reads.Load(), InFlight: len(g.reqs.m)}
+	st := Stats{WriteTxns: g.reqs.writes.Load(), ReadTxns: g.reqs.reads.Load(), InFlight: len(g.reqs.m)}
+	if !g.cfg.Solo() {
+		for _, r := range g.reqs.m {
+			if !r.written || r.del {
+				st.Unwritten++
+			}
+		}
+	}
+	return st
 }
 
 // Report records this rank's local terminal states and publishes them, with
-// this rank's acknowledgements of requests Resolve has resolved and the
-// deletion of requests every rank has resolved, in one etcd transaction
+// the deletion of the requests whose keys this rank collects (every rank's
+// state is in, and it is the lowest live rank), in one etcd transaction
 // (more only past etcd's 128 operations per transaction). Call it once per
 // round, with the round's new terminal states (possibly none).
 //
@@ -108,7 +127,11 @@ func (g *Group) Report(ctx context.Context, terminals []Terminal) error {
 			continue
 		}
 		t.Reason = truncate(t.Reason)
-		g.reqs.m[t.Request] = &request{snap: snap, mine: t, written: g.cfg.Solo()}
+		r := &request{snap: snap, mine: t, written: g.cfg.Solo()}
+		g.reqs.m[t.Request] = r
+		if !g.cfg.Solo() {
+			g.reqs.fresh[t.Request] = r
+		}
 	}
 	if g.cfg.Solo() {
 		// Nothing to publish; forget what Resolve has returned.
@@ -126,7 +149,7 @@ func (g *Group) Report(ctx context.Context, terminals []Terminal) error {
 type op struct {
 	id   core.RequestID
 	r    *request
-	kind byte // 's' state, 'a' ack, 'd' delete
+	kind byte // 's' state, 'd' delete
 }
 
 // flush writes every pending state, ack and delete, in as few transactions
@@ -139,8 +162,6 @@ func (g *Group) flush(ctx context.Context) error {
 		switch {
 		case !r.written:
 			ops = append(ops, op{id, r, 's'})
-		case r.out != nil && !r.acked:
-			ops = append(ops, op{id, r, 'a'})
 		case r.del:
 			ops = append(ops, op{id, r, 'd'})
 		}
@@ -167,8 +188,6 @@ func (g *Group) flush(ctx context.Context) error {
 				key := g.keys.state(id, g.cfg.Rank)
 				ifs = append(ifs, clientv3.Compare(clientv3.CreateRevision(key), "=", 0))
 				thens = append(thens, clientv3.OpPut(key, encodeState(g.cfg.Rank, g.member, o.r.mine)))
-			case 'a':
-				thens = append(thens, clientv3.OpPut(g.keys.ack(id, g.cfg.Rank), g.member))
 			case 'd':
 				thens = append(thens, clientv3.OpDelete(g.keys.request(id), clientv3.WithPrefix()))
 			}
@@ -200,13 +219,13 @@ func (g *Group) flush(ctx context.Context) error {
 			continue
 		}
 		for _, o := range chunk {
+			g.reqs.fresh[o.id] = o.r
 			switch o.kind {
 			case 's':
-				o.r.written = true
-			case 'a':
-				o.r.acked = true
+				o.r.written, o.r.stateRev = true, resp.Header.Revision
 			case 'd':
-				delete(g.reqs.m, o.id)
+				// The view sees the keys go, and forgets the request then.
+				o.r.del, o.r.deleted = false, true
 			}
 		}
 		ops = ops[n:]
@@ -263,8 +282,11 @@ func (g *Group) reconcile(ctx context.Context, chunk []op) ([]string, error) {
 	return conflicts, nil
 }
 
-// Outcome resolves one request; see Resolve.
+// Outcome resolves one request as of now: it Syncs, then Resolves.
 func (g *Group) Outcome(ctx context.Context, id core.RequestID) (Outcome, error) {
+	if err := g.Sync(ctx); err != nil {
+		return Outcome{}, err
+	}
 	out, err := g.Resolve(ctx, []core.RequestID{id})
 	if err != nil {
 		return Outcome{}, err
@@ -272,9 +294,10 @@ func (g *Group) Outcome(ctx context.Context, id core.RequestID) (Outcome, error)
 	return out[0], nil
 }
 
-// Resolve returns the union outcome of each request, in order, reading every
-// rank's state in one etcd transaction (more only past 128 requests). A
-// request is Resolved once every rank has reported it terminal or is lost
+// Resolve returns the union outcome of each request, in order, as this
+// rank's watch of the group has seen every rank's state: it reads no etcd
+// (call Sync first to see every state reported before the call; a host
+// waits on Changed instead, which the watch signals). A request is Resolved once every rank has reported it terminal or is lost
 // (its lease gone, or its member replaced, since this rank reported it);
 // until then it is pending. A resolved outcome is final: Resolve returns it
 // again unchanged, and the acknowledgement that lets the group delete the
@@ -303,52 +326,67 @@ func (g *Group) Resolve(ctx context.Context, ids []core.RequestID) ([]Outcome, e
 			if r.out == nil {
 				o := union(id, []State{r.mine.State}, []string{r.mine.Reason})
 				r.out = &o
-				r.acked, r.del = true, true
 			}
 			out[i] = *r.out
 		}
 		return out, nil
 	}
-	// Read what is unresolved, and what this rank acknowledged and waits
-	// to see deleted.
-	var read []core.RequestID
-	for _, id := range ids {
-		if g.reqs.m[id].out == nil {
-			read = append(read, id)
+	// Fold what the watch has seen into what is unresolved, and into what
+	// this rank may collect: only the requests whose keys changed since, or
+	// all of them when membership changed. The membership read under the
+	// view's lock is the one the view was applied with.
+	g.rv.mu.Lock()
+	defer g.rv.mu.Unlock()
+	now := g.members()
+	fold := func(id core.RequestID, r *request) {
+		if r.out == nil || !r.del {
+			g.apply(id, r, g.rv.reqs[id], now)
 		}
 	}
-	for id, r := range g.reqs.m {
-		if r.acked && !r.del {
-			read = append(read, id)
+	if g.rv.allDirty {
+		for id, r := range g.reqs.m {
+			fold(id, r)
+		}
+	} else {
+		for id := range g.rv.dirty {
+			if r := g.reqs.m[id]; r != nil {
+				fold(id, r)
+			}
+		}
+		for id, r := range g.reqs.fresh {
+			if g.reqs.m[id] == r {
+				fold(id, r)
+			}
 		}
 	}
-	now := g.members() // before the read: a loss seen here is in the read
-	for len(read) > 0 {
-		chunk := read[:min(len(read), g.cfg.Coordinator.MaxTxnOps)]
-		read = read[len(chunk):]
-		gets := make([]clientv3.Op, len(chunk))
-		for i, id := range chunk {
-			gets[i] = clientv3.OpGet(g.keys.request(string(id)), clientv3.WithPrefix())
-		}
-		octx, cancel := g.opCtx(ctx)
-		resp, err := g.cli.Txn(octx).Then(gets...).Commit()
-		cancel()
-		g.reqs.reads.Add(1)
-		if err != nil {
-			return nil, g.wrap(fmt.Sprintf("reading the states of %d requests", len(chunk)), err)
-		}
-		for i, id := range chunk {
-			g.apply(id, g.reqs.m[id], resp.Responses[i].GetResponseRange().Kvs, now)
-		}
-	}
+	clear(g.rv.dirty)
+	clear(g.reqs.fresh)
+	g.rv.allDirty = false
 	out := make([]Outcome, len(ids))
 	for i, id := range ids {
 		r := g.reqs.m[id]
 		if r.out != nil {
 			out[i] = *r.out
+			r.returned = true
 		} else {
 			out[i] = r.last
 		}
+	}
+	// Forget what was deleted: the keys the view kept for a request until
+	// this rank folded them, and the request once Resolve returned it.
+	for id := range g.rv.gone {
+		e := g.rv.reqs[id]
+		r := g.reqs.m[id]
+		if r != nil && (r.out == nil || !r.returned || (e != nil && !e.gone)) {
+			continue
+		}
+		if r != nil {
+			delete(g.reqs.m, id)
+		}
+		if e != nil && e.gone {
+			delete(g.rv.reqs, id)
+		}
+		delete(g.rv.gone, id)
 	}
 	return out, nil
 }
@@ -357,16 +395,20 @@ func (g *Group) Resolve(ctx context.Context, ids []core.RequestID) ([]Outcome, e
 type rankView struct {
 	state  State
 	reason string
-	acked  bool
+	// stored: the rank's state key is there (lost is false).
+	stored bool
 }
 
 // apply folds one request's keys into its local record: its outcome once
-// every rank is terminal, and its deletion once every rank acknowledged it.
-func (g *Group) apply(id core.RequestID, r *request, kvs []*mvccpb.KeyValue, now []string) {
-	if r.acked && len(kvs) == 0 {
-		// Another rank deleted the keys: every rank has resolved it.
-		delete(g.reqs.m, id)
-		return
+// every rank is terminal; and whether this rank deletes the keys: once
+// every rank's state is in (or the rank is lost), by the lowest live rank,
+// so that no rank that has yet to report finds them gone. A rank that
+// reported finds its keys kept in its view until it folded them (view.go).
+// Called with reqMu and rv.mu held.
+func (g *Group) apply(id core.RequestID, r *request, e *viewEntry, now []string) {
+	var kvs map[string]*viewKey
+	if e != nil {
+		kvs = e.keys
 	}
 	ranks, exp := g.readRanks(id, r, kvs, now)
 	if r.out == nil {
@@ -383,53 +425,51 @@ func (g *Group) apply(id core.RequestID, r *request, kvs []*mvccpb.KeyValue, now
 			o.State, o.Rank, o.Reason = TimedOut, exp.rank, exp.reason
 		}
 		r.last = o
-		if o.Resolved {
-			r.out = &o
-			g.log.Debug("group_request_resolved", "request", id, "state", o.State, "rank", o.Rank)
-		}
-		return
-	}
-	if !r.acked {
-		return
-	}
-	for rank, v := range ranks {
-		if !v.acked && !lostFor(r, rank, now) {
+		if !o.Resolved {
 			return
 		}
+		r.out = &o
+		g.log.Debug("group_request_resolved", "request", id, "state", o.State, "rank", o.Rank)
 	}
-	r.del = true
+	if r.deleted || (e != nil && e.gone) {
+		return // deleted already
+	}
+	collector := -1
+	for rank, v := range ranks {
+		lost := lostFor(r, rank, now)
+		if !v.stored && !lost {
+			return // a live rank has yet to write its state
+		}
+		if collector < 0 && !lost {
+			collector = rank
+		}
+	}
+	r.del = collector == g.cfg.Rank
 }
 
 // readRanks reads each rank's state and ack of one request, and the
 // expiry with the lowest rank, if any rank wrote one (expire.go).
-func (g *Group) readRanks(id core.RequestID, r *request, kvs []*mvccpb.KeyValue, now []string) ([]rankView, *expiry) {
+func (g *Group) readRanks(id core.RequestID, r *request, kvs map[string]*viewKey, now []string) ([]rankView, *expiry) {
 	ranks := make([]rankView, g.cfg.Size)
 	var exp *expiry
-	prefix := g.keys.request(string(id))
-	for _, kv := range kvs {
-		kind, rank, err := parseRequestKey(strings.TrimPrefix(string(kv.Key), prefix), g.cfg.Size)
-		if err != nil {
-			g.log.Error("group_malformed_key", "request", id, "key", fmt.Sprintf("%.200q", kv.Key), "error", err)
-			continue
-		}
-		switch kind {
+	for _, k := range kvs {
+		rank := k.rank
+		switch k.kind {
 		case 't':
-			if e := decodeExpiry(id, kv.Value, rank); exp == nil || e.rank < exp.rank {
+			if exp == nil || k.exp.rank < exp.rank {
+				e := k.exp
 				exp = &e
 			}
-		case 'a':
-			ranks[rank].acked = string(kv.Value) == r.snap[rank] && r.snap[rank] != ""
 		case 's':
-			rec, st, err := decodeState(kv.Value, rank)
+			ranks[rank].stored = rank != g.cfg.Rank
 			switch {
-			case err != nil:
-				ranks[rank].state, ranks[rank].reason = Failed, fmt.Sprintf("request %q: %v", id, err)
-				g.log.Error("group_malformed_state", "request", id, "rank", rank, "error", err)
-			case rec.Member != r.snap[rank]:
+			case k.err != nil:
+				ranks[rank].state, ranks[rank].reason = Failed, fmt.Sprintf("request %q: %v", id, k.err)
+			case k.rec.Member != r.snap[rank]:
 				ranks[rank].state = Failed
-				ranks[rank].reason = fmt.Sprintf("request %q: rank %d's state was written by member %s, not by member %q that held the rank when this rank reported the request", id, rank, rec.Member, r.snap[rank])
+				ranks[rank].reason = fmt.Sprintf("request %q: rank %d's state was written by member %s, not by member %q that held the rank when this rank reported the request", id, rank, k.rec.Member, r.snap[rank])
 			default:
-				ranks[rank].state, ranks[rank].reason = st, rec.Reason
+				ranks[rank].state, ranks[rank].reason = k.state, k.rec.Reason
 			}
 		}
 	}
@@ -439,6 +479,7 @@ func (g *Group) readRanks(id core.RequestID, r *request, kvs []*mvccpb.KeyValue,
 	ranks[g.cfg.Rank].state, ranks[g.cfg.Rank].reason = 0, ""
 	if r.written {
 		ranks[g.cfg.Rank].state, ranks[g.cfg.Rank].reason = r.mine.State, r.mine.Reason
+		ranks[g.cfg.Rank].stored = true
 	}
 	for rank := range ranks {
 		if ranks[rank].state == 0 && lostFor(r, rank, now) {

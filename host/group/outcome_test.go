@@ -88,6 +88,7 @@ func TestRule10ResolvedIsFinalAndCollected(t *testing.T) {
 		for _, g := range c.ranks {
 			require.NoError(t, g.Report(ctxT(t), nil))
 			if g.Stats().InFlight > 0 {
+				require.NoError(t, g.Sync(ctxT(t)))
 				_, err := g.Resolve(ctxT(t), nil)
 				require.NoError(t, err)
 			}
@@ -179,10 +180,10 @@ func TestRule10MalformedPayloads(t *testing.T) {
 		name, value, want string
 	}{
 		{"not json", "\x00\x01garbage", "does not decode"},
-		{"oversized", `{"v":1,"rank":1,"member":"` + m1 + `","state":"succeeded","reason":"` + strings.Repeat("x", 2000) + `"}`, "over the 1024 limit"},
-		{"unknown state", `{"v":1,"rank":1,"member":"` + m1 + `","state":"great"}`, "unknown state"},
-		{"names another rank", `{"v":1,"rank":0,"member":"` + m1 + `","state":"succeeded"}`, "names rank 0"},
-		{"unknown field", `{"v":1,"rank":1,"member":"` + m1 + `","state":"succeeded","extra":1}`, "does not decode"},
+		{"oversized", `{"v":2,"rank":1,"member":"` + m1 + `","state":"succeeded","reason":"` + strings.Repeat("x", 2000) + `"}`, "over the 1024 limit"},
+		{"unknown state", `{"v":2,"rank":1,"member":"` + m1 + `","state":"great"}`, "unknown state"},
+		{"names another rank", `{"v":2,"rank":0,"member":"` + m1 + `","state":"succeeded"}`, "names rank 0"},
+		{"unknown field", `{"v":2,"rank":1,"member":"` + m1 + `","state":"succeeded","extra":1}`, "does not decode"},
 		{"trailing data", valid + `{}`, "trailing data"},
 		{"other version", `{"v":9,"rank":1,"member":"` + m1 + `","state":"succeeded"}`, "version 9"},
 		{"another member", encodeState(1, "impostor", Terminal{State: Succeeded}), "written by member impostor"},
@@ -307,13 +308,15 @@ func TestOneWritePerRound(t *testing.T) {
 		assert.EqualValues(t, 1, round(g, ts), "rank %d: 64 states", r)
 	}
 	for _, g := range c.ranks {
+		require.NoError(t, g.Sync(ctxT(t)))
 		out, err := g.Resolve(ctxT(t), ids)
 		require.NoError(t, err)
 		require.True(t, out[63].Resolved)
 	}
-	for r, g := range c.ranks {
-		assert.EqualValues(t, 1, round(g, nil), "rank %d: 64 acks", r)
-	}
+	// The lowest live rank collects the 64 requests' keys in one write;
+	// the other has nothing to write.
+	assert.EqualValues(t, 1, round(c.ranks[0], nil), "rank 0: 64 deletions")
+	assert.EqualValues(t, 0, round(c.ranks[1], nil), "rank 1: nothing")
 	// Past the limit: several transactions, every state published.
 	for _, g := range c.ranks {
 		g.cfg.Coordinator.MaxTxnOps = 4
@@ -365,4 +368,35 @@ func TestRule10RankRestartedMidRequest(t *testing.T) {
 	assert.Contains(t, o.Reason, "not by member \""+old+"\"")
 	require.Len(t, g0.LostRanks(), 1)
 	assert.Equal(t, old, g0.LostRanks()[0].Member)
+}
+
+// TestRule10CollectedBeforeFolded: the lowest live rank deletes a request's
+// keys as soon as every rank's state is in; a rank whose view applied the
+// deletion before it resolved the request still resolves it from the keys
+// it saw, the same as every other rank, and then forgets it.
+func TestRule10CollectedBeforeFolded(t *testing.T) {
+	c := newCluster(t, 2)
+	c.mustJoin()
+	report(t, c.ranks[0], "r", Succeeded, "")
+	report(t, c.ranks[1], "r", Failed, "rank 1 failed")
+	o := resolve(t, c.ranks[0], "r")
+	require.True(t, o.Resolved)
+	require.NoError(t, c.ranks[0].Report(ctxT(t), nil)) // rank 0 collects
+	resp, err := c.client().Get(ctxT(t), c.ranks[0].keys.request("r"), clientPrefix())
+	require.NoError(t, err)
+	require.Empty(t, resp.Kvs, "rank 0 deleted the request's keys")
+	// Rank 1 has not resolved yet; its view has applied the deletion.
+	g1 := c.ranks[1]
+	require.NoError(t, g1.Sync(ctxT(t)))
+	out, err := g1.Resolve(ctxT(t), []core.RequestID{"r"})
+	require.NoError(t, err)
+	require.True(t, out[0].Resolved, "the keys went before rank 1 folded them: %+v", out[0])
+	assert.Equal(t, o.State, out[0].State)
+	assert.Equal(t, 1, out[0].Rank)
+	// Returned once, it is forgotten, and so are the keys its view kept.
+	_, err = g1.Resolve(ctxT(t), []core.RequestID{"r"})
+	require.ErrorIs(t, err, ErrUnknownRequest)
+	g1.rv.mu.Lock()
+	assert.Empty(t, g1.rv.reqs, "rank 1's view still holds the deleted keys")
+	g1.rv.mu.Unlock()
 }

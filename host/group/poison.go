@@ -61,6 +61,7 @@ func (g *Group) Poison(ctx context.Context, pool, reason string) error {
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
 		Then(clientv3.OpPut(key, string(raw))).
 		Commit()
+	g.reqs.writes.Add(1)
 	if err != nil {
 		return g.wrap(fmt.Sprintf("publishing the poison of pool %q (it stays poisoned on this rank; call Poison again)", pool), err)
 	}
@@ -109,7 +110,9 @@ func (g *Group) ClearPoison(ctx context.Context, pool string) error {
 	}
 	octx, cancel := g.opCtx(ctx)
 	defer cancel()
-	if _, err := g.cli.Delete(octx, g.keys.poison(pool)); err != nil {
+	_, err := g.cli.Delete(octx, g.keys.poison(pool))
+	g.reqs.writes.Add(1)
+	if err != nil {
 		return g.wrap(fmt.Sprintf("clearing the poison of pool %q", pool), err)
 	}
 	return nil
@@ -117,10 +120,7 @@ func (g *Group) ClearPoison(ctx context.Context, pool string) error {
 
 // applyPoison applies one poison event. Called with g.mu held.
 func (g *Group) applyPoison(ev *clientv3.Event) {
-	pool, err := url.PathUnescape(strings.TrimPrefix(string(ev.Kv.Key), g.keys.poisons()))
-	if err != nil {
-		pool = string(ev.Kv.Key)
-	}
+	pool := poolOfKey(g.keys, string(ev.Kv.Key))
 	if ev.Type == clientv3.EventTypeDelete {
 		delete(g.poison, pool)
 	} else {
@@ -133,14 +133,21 @@ func (g *Group) applyPoison(ev *clientv3.Event) {
 func (g *Group) resyncPoison(kvs []*mvccpb.KeyValue) {
 	next := map[string]PoisonRecord{}
 	for _, kv := range kvs {
-		pool, err := url.PathUnescape(strings.TrimPrefix(string(kv.Key), g.keys.poisons()))
-		if err != nil {
-			pool = string(kv.Key)
-		}
+		pool := poolOfKey(g.keys, string(kv.Key))
 		next[pool] = decodePoison(pool, kv.Value)
 	}
 	g.poison = next
 	g.notify()
+}
+
+// poolOfKey is the pool a poison key names (the key itself if it does not
+// unescape).
+func poolOfKey(k keys, key string) string {
+	pool, err := url.PathUnescape(strings.TrimPrefix(key, k.poisons()))
+	if err != nil {
+		return key
+	}
+	return pool
 }
 
 // decodePoison reads a poison record. A malformed one still poisons its

@@ -3,6 +3,7 @@ package fake
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"time"
 
@@ -31,6 +32,7 @@ type params struct {
 	dir        string
 	peerDirs   []string // nil: defaultPeerDirs(dir)
 	faults     []rule
+	faultLog   string // file each firing of a fault rule is appended to
 	misbehave  misbehave
 }
 
@@ -106,6 +108,11 @@ func (p *params) set(k, v string) error {
 			return err
 		}
 		p.faults = rules
+	case "fault_log":
+		if !filepath.IsAbs(v) {
+			return fmt.Errorf("want an absolute file path")
+		}
+		p.faultLog = v
 	case "misbehave":
 		m, err := parseMisbehave(v)
 		if err != nil {
@@ -113,7 +120,7 @@ func (p *params) set(k, v string) error {
 		}
 		p.misbehave = m
 	default:
-		return fmt.Errorf("unknown key; known: seed, chunk, chunk_delay, fence, cancel, dir, peer_dirs, fault, misbehave")
+		return fmt.Errorf("unknown key; known: seed, chunk, chunk_delay, fence, cancel, dir, peer_dirs, fault, fault_log, misbehave")
 	}
 	return nil
 }

@@ -1314,6 +1314,12 @@ type StatusResponse struct {
 	PoisonedPools []string `protobuf:"bytes,18,rep,name=poisoned_pools,json=poisonedPools,proto3" json:"poisoned_pools,omitempty"`
 	UnionFailed   uint64   `protobuf:"varint,19,opt,name=union_failed,json=unionFailed,proto3" json:"union_failed,omitempty"`
 	GroupHeld     uint64   `protobuf:"varint,20,opt,name=group_held,json=groupHeld,proto3" json:"group_held,omitempty"`
+	// The etcd transactions this rank made since it started: writes (terminal
+	// states, acknowledgements, deletions, expiries, poison) and reads (Sync,
+	// conflicts); the requests it expired past the hold cap.
+	GroupWrites   uint64 `protobuf:"varint,21,opt,name=group_writes,json=groupWrites,proto3" json:"group_writes,omitempty"`
+	GroupReads    uint64 `protobuf:"varint,22,opt,name=group_reads,json=groupReads,proto3" json:"group_reads,omitempty"`
+	GroupExpired  uint64 `protobuf:"varint,23,opt,name=group_expired,json=groupExpired,proto3" json:"group_expired,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1488,6 +1494,27 @@ func (x *StatusResponse) GetGroupHeld() uint64 {
 	return 0
 }
 
+func (x *StatusResponse) GetGroupWrites() uint64 {
+	if x != nil {
+		return x.GroupWrites
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetGroupReads() uint64 {
+	if x != nil {
+		return x.GroupReads
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetGroupExpired() uint64 {
+	if x != nil {
+		return x.GroupExpired
+	}
+	return 0
+}
+
 var File_api_engine_v1_engine_proto protoreflect.FileDescriptor
 
 const file_api_engine_v1_engine_proto_rawDesc = "" +
@@ -1579,7 +1606,7 @@ const file_api_engine_v1_engine_proto_rawDesc = "" +
 	"\x06cursor\x18\x06 \x01(\x04R\x06cursor\x12\x12\n" +
 	"\x04next\x18\a \x01(\x04R\x04next\x12\x12\n" +
 	"\x04more\x18\b \x01(\bR\x04more\"\x0f\n" +
-	"\rStatusRequest\"\x91\x05\n" +
+	"\rStatusRequest\"\xfa\x05\n" +
 	"\x0eStatusResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1c\n" +
 	"\ttransport\x18\x02 \x01(\tR\ttransport\x12\x14\n" +
@@ -1602,7 +1629,11 @@ const file_api_engine_v1_engine_proto_rawDesc = "" +
 	"\x0epoisoned_pools\x18\x12 \x03(\tR\rpoisonedPools\x12!\n" +
 	"\funion_failed\x18\x13 \x01(\x04R\vunionFailed\x12\x1d\n" +
 	"\n" +
-	"group_held\x18\x14 \x01(\x04R\tgroupHeld2\xba\a\n" +
+	"group_held\x18\x14 \x01(\x04R\tgroupHeld\x12!\n" +
+	"\fgroup_writes\x18\x15 \x01(\x04R\vgroupWrites\x12\x1f\n" +
+	"\vgroup_reads\x18\x16 \x01(\x04R\n" +
+	"groupReads\x12#\n" +
+	"\rgroup_expired\x18\x17 \x01(\x04R\fgroupExpired2\xba\a\n" +
 	"\x06Engine\x12_\n" +
 	"\fRegisterPool\x12&.custody.engine.v1.RegisterPoolRequest\x1a'.custody.engine.v1.RegisterPoolResponse\x12J\n" +
 	"\x05Alloc\x12\x1f.custody.engine.v1.AllocRequest\x1a .custody.engine.v1.AllocResponse\x12@\n" +
