@@ -134,11 +134,12 @@
 //	              environment
 //	progress_delay=D  how long NIXL's progress thread waits for the
 //	              worker's events between rounds (nixlAgentConfig
-//	              pthrDelay, rounded up to whole ms by NIXL). Default 0,
-//	              NIXL's: the thread spins, a core per agent even when
-//	              idle. 1ms suits tcp (events wake it); over posix, sysv
-//	              and cma UCX 1.13 raises no event for incoming data, and a
-//	              peer's transfers into the agent then move once per wait
+//	              pthrDelay, rounded up to whole ms by NIXL). Default 1ms,
+//	              where the worker's events wake it at once (tcp); over
+//	              posix, sysv and cma UCX 1.13 raises no event for incoming
+//	              data, a peer's transfers into the agent would move once
+//	              per wait, and the default is NIXL's own, 0: the thread
+//	              spins, a core per agent even when idle
 //	KEY=VALUE     any parameter the backend plugin lists (getPluginParams)
 //	              and, for UCX, engine_config: passed to createBackend
 //	              unchanged. UCX: ucx_error_handling_mode (peer or none;

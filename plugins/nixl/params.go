@@ -23,12 +23,13 @@ const defaultTLS = "tcp"
 // ("peer" or "none").
 const errModeKey = "ucx_error_handling_mode"
 
-// defaultProgressDelay is NIXL's own default wait of its progress thread
-// between rounds: none, so the thread spins (a core per agent, idle or
-// not). Over tcp a wait (1ms) costs little, since the worker's events wake
-// the thread; over posix, sysv and cma with UCX 1.13 they do not, and a
-// peer's transfers into the agent then move once per wait.
-const defaultProgressDelay = 0
+// progressDelayTCP is the progress thread's default wait when no
+// shared-memory transport is selected: over tcp the worker's events wake
+// the thread at once, so a wait costs no latency and an idle agent no CPU.
+// Over posix, sysv and cma UCX 1.13 raises no event for incoming data, and
+// a peer's transfers into the agent would move once per wait: there the
+// default is NIXL's own, 0, a thread that spins (a core per agent).
+const progressDelayTCP = time.Millisecond
 
 // extraBackendKeys are backend parameters NIXL's UCX backend reads but its
 // plugin does not list among its parameters (getPluginParams).
@@ -58,7 +59,7 @@ type config struct {
 //	backend=NAME  the NIXL backend plugin (default UCX)
 //	tls=LIST      UCX_TLS of this process (default: $UCX_TLS, else tcp)
 //	progress_delay=D  the longest wait of NIXL's progress thread between
-//	              rounds (default 0, NIXL's: it spins)
+//	              rounds (default 1ms, or 0, NIXL's own, over shared memory)
 //	KEY=VALUE     any parameter the backend plugin lists (getPluginParams;
 //	              for UCX also engine_config), passed to createBackend
 //
@@ -66,7 +67,7 @@ type config struct {
 // known. Over shared-memory UCX transports ucx_error_handling_mode defaults
 // to none, which UCX 1.13 needs there. An unknown key is INVALID_ARGUMENT.
 func parseParams(p map[string]string, known func(backend string) ([]string, error)) (config, error) {
-	c := config{backend: defaultBackend, tls: envTLS(), params: map[string]string{}, progressDelay: defaultProgressDelay}
+	c := config{backend: defaultBackend, tls: envTLS(), params: map[string]string{}}
 	if v, ok := p["backend"]; ok {
 		if strings.TrimSpace(v) == "" {
 			return config{}, sdk.Errorf(sdk.CodeInvalidArgument, "nixl: parameter backend is empty; name a NIXL backend plugin, e.g. backend=UCX")
@@ -78,6 +79,9 @@ func parseParams(p map[string]string, known func(backend string) ([]string, erro
 			return config{}, sdk.Errorf(sdk.CodeInvalidArgument, "nixl: parameter tls is empty; name UCX transports, e.g. tls=tcp or tls=posix,sysv,cma")
 		}
 		c.tls = v
+	}
+	if !usesShm(c.tls) {
+		c.progressDelay = progressDelayTCP
 	}
 	if v, ok := p["progress_delay"]; ok {
 		d, err := time.ParseDuration(v)

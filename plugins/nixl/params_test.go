@@ -15,19 +15,19 @@ func ucxParams(string) ([]string, error) {
 func TestParams(t *testing.T) {
 	t.Setenv("UCX_TLS", "")
 	c, err := parseParams(map[string]string{}, ucxParams)
-	if err != nil || c.backend != "UCX" || c.tls != "tcp" || c.errNone || len(c.params) != 0 {
+	if err != nil || c.backend != "UCX" || c.tls != "tcp" || c.errNone || len(c.params) != 0 || c.progressDelay != time.Millisecond {
 		t.Fatalf("defaults: %+v, %v", c, err)
 	}
 	c, err = parseParams(map[string]string{"tls": "posix,sysv,cma"}, ucxParams)
-	if err != nil || !c.errNone || c.params[errModeKey] != "none" {
-		t.Fatalf("shared memory must default to error handling none: %+v, %v", c, err)
+	if err != nil || !c.errNone || c.params[errModeKey] != "none" || c.progressDelay != 0 {
+		t.Fatalf("shared memory must default to error handling none and a spinning progress thread: %+v, %v", c, err)
 	}
 	c, err = parseParams(map[string]string{"backend": "UCX", errModeKey: "peer", "num_workers": "1", "engine_config": "RNDV_THRESH=8k"}, ucxParams)
 	if err != nil || c.errNone || len(c.params) != 3 {
 		t.Fatalf("backend params pass through: %+v, %v", c, err)
 	}
-	c, err = parseParams(map[string]string{"progress_delay": "1ms"}, ucxParams)
-	if err != nil || c.progressDelay != time.Millisecond || len(c.params) != 0 {
+	c, err = parseParams(map[string]string{"progress_delay": "0s"}, ucxParams)
+	if err != nil || c.progressDelay != 0 || len(c.params) != 0 {
 		t.Fatalf("progress_delay is the transport's, not the backend's: %+v, %v", c, err)
 	}
 	c, err = parseParams(map[string]string{errModeKey: "none"}, ucxParams)
