@@ -25,7 +25,8 @@ import (
 type Options struct {
 	// Custody is the custody binary to run hosts with (required).
 	Custody string
-	// Transport is "fake" (default) or "ucx".
+	// Transport is "fake" (default), "ucx" or "nixl" (custody-transport-NAME
+	// next to the custody binary).
 	Transport string
 	// Params are extra transport parameters for both hosts.
 	Params map[string]string
@@ -101,8 +102,10 @@ func (o *Options) defaults() error {
 	if o.Transport == "" {
 		o.Transport = "fake"
 	}
-	if o.Transport != "fake" && o.Transport != "ucx" {
-		return fmt.Errorf("demo: transport %q: want fake or ucx", o.Transport)
+	switch o.Transport {
+	case "fake", "ucx", "nixl":
+	default:
+		return fmt.Errorf("demo: transport %q: want fake, ucx or nixl", o.Transport)
 	}
 	if o.Requests == 0 {
 		o.Requests = 160
