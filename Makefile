@@ -9,7 +9,7 @@ GREMLINS_VERSION := v0.6.0
 GOBIN_TOOLS := $(CURDIR)/.tools
 PROTO := sdk/plugin/proto/custody/transport/v1/transport.proto api/engine/v1/engine.proto
 
-.PHONY: all build test demo proto bench lint deps clean mutate
+.PHONY: all build test test-nixl demo soak proto bench lint deps clean mutate
 
 all: build
 
@@ -24,12 +24,28 @@ build: deps
 	$(GO) build -o $(BIN)/custody-transport-fake ./plugins/fake/cmd/custody-transport-fake
 	$(GO) build -o $(BIN)/custody-transport-ucx ./plugins/ucx/cmd/custody-transport-ucx
 	$(GO) build -o $(BIN)/custody-transport-memcopy ./examples/memcopy/cmd/custody-transport-memcopy
+	@./scripts/nixl.sh build $(GO) $(BIN)
 
 test: build lint
 	CUSTODY_BIN=$(BIN) $(GO) test -race -count=1 -timeout 20m ./...
 
+# test-nixl runs the NIXL transport's tests against an installed NIXL
+# (NIXL_PREFIX, or pkg-config's nixl): the conformance suite over UCX tcp
+# and shared memory, in process and as the plugin binary.
+test-nixl: build
+	@eval "$$(./scripts/nixl.sh env)" && CUSTODY_BIN=$(BIN) $(GO) test -tags nixl -race -count=1 -timeout 20m ./plugins/nixl/...
+
 demo: build
 	$(BIN)/custody demo
+
+# soak runs the demo long (custody soak): 10,000 requests with every fault
+# kind firing all along and 20 transport processes killed, and fails unless
+# nothing was corrupted, leaked or lost. It takes about ten minutes, so
+# make test runs only a short one (demo's TestSoakShort).
+SOAK_REQUESTS ?= 10000
+SOAK_KILLS ?= 20
+soak: build
+	nice -n 10 $(BIN)/custody soak --requests $(SOAK_REQUESTS) --kills $(SOAK_KILLS)
 
 bench: build
 	$(GO) test -run '^$$' -bench . -benchmem ./...

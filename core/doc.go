@@ -86,8 +86,12 @@
 // A consumer tells its producer that it holds a request's bytes with the
 // message ConsumedMessage(id, token) ("custody/2 consumed " + 16 hex digits
 // of the token + " " + id). A Read with NotifyProducer sends it to each rank
-// read from once every part is DONE and released, never after a failure. A
-// producer counts them against its sends.
+// read from once every part is DONE and released, never after a failure.
+// The message of a one-part read rides with its transfer instead
+// (sdk.PostSpec.Notification: the transport delivers it once the read is
+// DONE, never if it fails), saving a call per read, once a notification to
+// that rank went through on its own: the first to a rank never rides, since
+// rule 15 watches its outcome. A producer counts them against its sends.
 //
 // The token (Token) tells registrations of one id apart. The engine draws
 // one per request and passes it with the request id to both sides (in

@@ -27,6 +27,11 @@ type double struct {
 	dlists  map[sdk.DlistID]bool
 	inbox   []sdk.Notification
 	sent    []sdk.OutboundNotification
+	// riding are the notifications posted with a transfer, by handle;
+	// carried are those delivered, each once its transfer turned DONE.
+	riding  map[sdk.HandleID][]byte
+	carried [][]byte
+	rides   int // posts that carried a notification
 	// cancelTo is the state Cancel moves a running handle to; zero: Cancel
 	// changes nothing (UCX's put and get).
 	cancelTo sdk.State
@@ -54,7 +59,7 @@ func newDouble() *double {
 			Capabilities: sdk.Capabilities{Remote: true, Notifications: true, Cancel: true},
 			FenceScope:   sdk.FenceInitiatedAndIncoming,
 		},
-		handles: map[sdk.HandleID]sdk.State{}, reasons: map[sdk.HandleID]error{},
+		handles: map[sdk.HandleID]sdk.State{}, reasons: map[sdk.HandleID]error{}, riding: map[sdk.HandleID][]byte{},
 		regions: map[sdk.RegionID]bool{}, peers: map[sdk.PeerID]string{}, dlists: map[sdk.DlistID]bool{},
 	}
 }
@@ -98,6 +103,12 @@ func (d *double) set(h sdk.HandleID, st sdk.State, reason error) {
 		panic(fmt.Sprintf("double: no handle %d", h))
 	}
 	d.handles[h], d.reasons[h] = st, reason
+	if msg, ok := d.riding[h]; ok && st.Terminal() {
+		delete(d.riding, h)
+		if st == sdk.StateDone {
+			d.carried = append(d.carried, msg)
+		}
+	}
 	if d.desc.Capabilities.Events {
 		d.events = append(d.events, sdk.Event{Handle: h, State: st, Reason: reason})
 	}
@@ -140,6 +151,10 @@ func (d *double) exec(w Work) (Result, error) {
 			}
 			h := sdk.HandleID(d.id())
 			d.handles[h] = sdk.StateInProgress
+			if m := w.Posts[k].Notification; len(m) > 0 {
+				d.riding[h] = m
+				d.rides++
+			}
 			res.Posts = append(res.Posts, sdk.PostResult{ID: h})
 		}
 	case WorkPoll:

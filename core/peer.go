@@ -51,6 +51,7 @@ type rank struct {
 	// go to it, while the dlist keeps naming id.
 	notify    sdk.PeerID
 	sent      bool   // a notification to the rank was handed out
+	proven    bool   // a notification to id was sent OK: one may ride with a transfer on dlist (rides)
 	stale     bool   // reload before the next notification
 	reloading bool   // the reload's LoadPeers is outstanding
 	held      []note // notifications waiting for the reload

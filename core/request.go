@@ -400,11 +400,19 @@ func (c *Core) bind(r *request, p *peer) {
 	if r.kind == kindWrite {
 		op = sdk.OpWrite
 	}
+	// The consumed notification of a one-part read rides with its transfer
+	// when the rank allows it: the transport delivers it once the read is
+	// DONE, and never if it fails, which is when core would send it.
+	var ride []byte
+	if r.flags&rNotify != 0 && len(r.xs) == 1 && p.ranks[r.xs[0].rank].rides() {
+		ride = ConsumedMessage(r.id, r.token)
+		r.flags &^= rNotify
+	}
 	each(len(r.xs), c.batch, func(lo, hi int) {
 		posts := make([]sdk.PostSpec, hi-lo)
 		for i := lo; i < hi; i++ {
 			x := &r.xs[i]
-			posts[i-lo] = sdk.PostSpec{Op: op, Local: c.pool(x.pool).local, LocalIndices: x.local(), Remote: p.ranks[x.rank].dlist, RemoteIndices: x.remote()}
+			posts[i-lo] = sdk.PostSpec{Op: op, Local: c.pool(x.pool).local, LocalIndices: x.local(), Remote: p.ranks[x.rank].dlist, RemoteIndices: x.remote(), Notification: ride}
 		}
 		r.pending += int32(hi - lo)
 		p.refs += hi - lo

@@ -83,6 +83,9 @@ func (c *Core) sendNotes(p *peer, notes []note) {
 			for k, n := range batch {
 				e := itemErr(res.Errs, k, err)
 				if e == nil {
+					if rk := &p.ranks[n.rank]; n.to == rk.id && rk.id != 0 {
+						rk.proven = true
+					}
 					continue
 				}
 				c.alert(Alert{Level: AlertWarn, Kind: n.kind, Peer: p.name, Request: n.id, Err: e})
@@ -92,6 +95,18 @@ func (c *Core) sendNotes(p *peer, notes []note) {
 			}
 		})
 	})
+}
+
+// rides reports whether a notification to r may ride with a transfer on
+// r's dlist (sdk.PostSpec.Notification, which goes to the dlist's peer id)
+// instead of a SendNotifications call of its own: once one sent to that id
+// went through, while no reload is due (stale, which a reload in progress
+// is too) and none replaced the id for notifications (notify). A ride's
+// failure is invisible to core (the transport delivers the notification
+// once the transfer is DONE, and never otherwise), so the first
+// notification to a rank, whose failure rule 15 watches for, never rides.
+func (r *rank) rides() bool {
+	return r.proven && r.notify == 0 && !r.stale
 }
 
 // connected reports whether p is published in the attached epoch.

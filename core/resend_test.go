@@ -118,10 +118,14 @@ func TestNotificationFailureWithoutReload(t *testing.T) {
 		s := newSrig(t, Config{}, nil)
 		s.connect(peerSpec("p", 1))
 		s.finish("a", s.readNotify("a"))
+		// A later notification that travels on its own (a one-part read's
+		// would ride with its transfer) fails.
 		s.d.failItem(WorkSendNotifications, 0, sdk.Errorf(sdk.CodeRemoteDisconnect, "double: lost"), 1)
-		s.finish("b", s.readNotify("b"))
+		require.NoError(t, s.c.NotifyConsumed("p", "b", tok("b")))
+		s.settle()
 		from := len(s.d.calls)
-		s.finish("c", s.readNotify("c"))
+		require.NoError(t, s.c.NotifyConsumed("p", "c", tok("c")))
+		s.settle()
 		assert.NotContains(t, s.d.callsSince(from), "LoadPeers [p0]")
 		require.Len(t, s.d.sent, 2)
 		assert.Equal(t, s.d.sent[0].Peer, s.d.sent[1].Peer)

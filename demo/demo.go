@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -23,7 +25,8 @@ import (
 type Options struct {
 	// Custody is the custody binary to run hosts with (required).
 	Custody string
-	// Transport is "fake" (default) or "ucx".
+	// Transport is "fake" (default), "ucx" or "nixl" (custody-transport-NAME
+	// next to the custody binary).
 	Transport string
 	// Params are extra transport parameters for both hosts.
 	Params map[string]string
@@ -40,6 +43,19 @@ type Options struct {
 	// Dir keeps the hosts' configs, logs and pools (default: a temporary
 	// directory, removed afterwards).
 	Dir string
+	// Kills is how many times a transport process is killed from outside
+	// (SIGKILL), spread evenly over the run, alternating between the decode
+	// and the prefill host. Zero means none for the fake, which crashes by
+	// its fault rules, and one per host for other transports.
+	Kills int
+	// Soak runs long: the fake gets rules of every fault kind that fire
+	// all along the run (not once per process), and blocks that passed
+	// their check are audited again and freed once Window later requests
+	// were checked, so that the pools stay small however many requests run.
+	Soak bool
+	// Window is how many checked requests keep their blocks for the
+	// audit under Soak (default 64).
+	Window int
 }
 
 // Summary is what a run found.
@@ -60,6 +76,13 @@ type Summary struct {
 	InvalidMissing int
 	// Duplicates counts requests reported more than once.
 	Duplicates int
+	// Lost counts requests with no report within a minute.
+	Lost int
+	// Kills counts transport processes killed from outside (SIGKILL).
+	Kills int
+	// Fired counts, per host and fault kind, how often the fake's fault
+	// rules fired (from its fault_log), crashes included.
+	Fired map[string]map[string]int
 	// Quarantined blocks, never handed back.
 	Quarantined int
 	// Leaks lists what a host still held at the end.
@@ -69,7 +92,7 @@ type Summary struct {
 // Clean reports whether the run found no corruption, no missing invalid
 // report, no duplicate report and no leak.
 func (s *Summary) Clean() bool {
-	return s.Corrupted == 0 && s.InvalidMissing == 0 && s.Duplicates == 0 && len(s.Leaks) == 0
+	return s.Corrupted == 0 && s.InvalidMissing == 0 && s.Duplicates == 0 && s.Lost == 0 && len(s.Leaks) == 0
 }
 
 func (o *Options) defaults() error {
@@ -79,8 +102,10 @@ func (o *Options) defaults() error {
 	if o.Transport == "" {
 		o.Transport = "fake"
 	}
-	if o.Transport != "fake" && o.Transport != "ucx" {
-		return fmt.Errorf("demo: transport %q: want fake or ucx", o.Transport)
+	switch o.Transport {
+	case "fake", "ucx", "nixl":
+	default:
+		return fmt.Errorf("demo: transport %q: want fake, ucx or nixl", o.Transport)
 	}
 	if o.Requests == 0 {
 		o.Requests = 160
@@ -94,8 +119,17 @@ func (o *Options) defaults() error {
 	if o.Seed == 0 {
 		o.Seed = 1
 	}
-	if o.Requests < 0 || o.Concurrency < 0 || o.BlockSize < 0 {
-		return errors.New("demo: requests, concurrency and block size must be positive")
+	if o.Window == 0 {
+		o.Window = 64
+	}
+	if o.Requests < 0 || o.Concurrency < 0 || o.BlockSize < 0 || o.Kills < 0 || o.Window < 0 {
+		return errors.New("demo: requests, concurrency, block size, kills and window must be positive")
+	}
+	if o.Kills == 0 && o.Transport != "fake" {
+		o.Kills = 2 // the fake crashes by its fault rules; others are killed, once each host
+	}
+	if o.Kills > o.Requests {
+		return fmt.Errorf("demo: %d kills for %d requests: at most one kill per request", o.Kills, o.Requests)
 	}
 	return nil
 }
@@ -156,7 +190,12 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 		if o.Transport == "fake" {
 			p["seed"] = fmt.Sprint(o.Seed)
 			p["dir"] = dir
-			if f := faults(o.UnsafeEagerRelease)[name]; len(f) > 0 {
+			p["fault_log"] = filepath.Join(dir, name+".faults")
+			f := faults(o.UnsafeEagerRelease)[name]
+			if o.Soak {
+				f = soakFaults()[name]
+			}
+			if len(f) > 0 {
 				p["fault"] = faultParam(f...)
 				s.Faults[name] = f
 			}
@@ -172,7 +211,12 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 		return nil, err
 	}
 	defer prefill.stop()
-	decode, err := startHost(ctx, spec("decode", o.Requests*perReq+o.Concurrency*perReq))
+	keep := o.Requests // requests whose blocks stay for the final audit
+	if o.Soak {
+		keep = o.Window
+	}
+	// Quarantined blocks never come back: a soak leaves room for some.
+	decode, err := startHost(ctx, spec("decode", keep*perReq+o.Concurrency*perReq*2))
 	if err != nil {
 		return nil, err
 	}
@@ -201,6 +245,11 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 		return s, err
 	}
 	r.audit()
+	if o.Transport == "fake" {
+		if s.Fired, err = firedFaults(dir); err != nil {
+			return s, err
+		}
+	}
 	s.Duplicates = r.pd.duplicates() + r.dd.duplicates()
 	s.Quarantined = r.pd.quar + r.dd.quar
 	for _, h := range []*hostProc{prefill, decode} {
@@ -277,36 +326,57 @@ feed:
 // one runs request i: a pull two times in three, else a push, of 1 to 6
 // blocks in 1 to 3 parts.
 func (r *runner) one(ctx context.Context, i int) error {
-	if r.o.Transport != "fake" {
-		// The fake crashes by its fault rules; other transports are killed
-		// from outside, once each host, a third and two thirds in.
-		switch i {
-		case r.o.Requests / 3:
-			r.killTransport(ctx, r.decode, i)
-		case 2 * r.o.Requests / 3:
-			r.killTransport(ctx, r.prefill, i)
+	// Kills land at even intervals, alternating decode and prefill: with
+	// two, a third and two thirds in.
+	for k := 0; k < r.o.Kills; k++ {
+		if i == (k+1)*r.o.Requests/(r.o.Kills+1) {
+			h := r.decode
+			if k%2 == 1 {
+				h = r.prefill
+			}
+			r.killTransport(ctx, h, i)
 		}
 	}
 	rng := rand.New(rand.NewPCG(r.o.Seed, uint64(i)))
 	n := 1 + rng.IntN(6)
 	parts := 1 + rng.IntN(min(3, n))
 	id := fmt.Sprintf("req-%04d", i)
+	var err error
 	if i%3 != 2 {
-		return r.pull(ctx, id, n, parts, rng)
+		err = r.pull(ctx, id, n, parts, rng)
+	} else {
+		err = r.push(ctx, id, n, parts, rng)
 	}
-	return r.push(ctx, id, n, parts, rng)
+	if errors.Is(err, errLost) {
+		// Counted, not fatal: the run goes on and reports how many.
+		r.count(func(s *Summary) { s.Lost++ })
+		return nil
+	}
+	return err
 }
 
 // killTransport sends SIGKILL to h's transport process: the crash fault for
 // transports that cannot inject one themselves.
+// A host between two transport processes (restarting after a crash) has
+// none to kill: the kill waits, up to 10 s, for the next one.
 func (r *runner) killTransport(ctx context.Context, h *hostProc, i int) {
-	st, err := h.c.Status(ctx)
-	if err != nil || st.GetTransportPid() == 0 {
+	var pid int64
+	for deadline := time.Now().Add(10 * time.Second); pid == 0 && time.Now().Before(deadline); {
+		if st, err := h.c.Status(ctx); err == nil && st.GetTransportPid() != 0 {
+			pid = st.GetTransportPid()
+			break
+		}
+		time.Sleep(10 * time.Millisecond) // a transport restarts in milliseconds
+	}
+	if pid == 0 {
 		return
 	}
-	if syscall.Kill(int(st.GetTransportPid()), syscall.SIGKILL) == nil {
+	if syscall.Kill(int(pid), syscall.SIGKILL) == nil {
 		r.count(func(s *Summary) {
-			s.Faults[h.name] = append(s.Faults[h.name], fmt.Sprintf("transport killed (SIGKILL) at request %d", i))
+			s.Kills++
+			if !r.o.Soak {
+				s.Faults[h.name] = append(s.Faults[h.name], fmt.Sprintf("transport killed (SIGKILL) at request %d", i))
+			}
 		})
 	}
 }
@@ -447,7 +517,7 @@ func (r *runner) finishReceive(ctx context.Context, id string, h *hostProc, bloc
 		return err
 	}
 	if o.ok {
-		return r.check(id, h, blocks, data)
+		return r.check(ctx, id, h, blocks, data)
 	}
 	r.failed(o.reason)
 	if !o.invalidOK {
@@ -466,7 +536,7 @@ func (r *runner) finishReceive(ctx context.Context, id string, h *hostProc, bloc
 }
 
 // check verifies a finished request's blocks and keeps them for the audit.
-func (r *runner) check(id string, h *hostProc, blocks []uint32, data [][]byte) error {
+func (r *runner) check(ctx context.Context, id string, h *hostProc, blocks []uint32, data [][]byte) error {
 	got, err := h.readBlocks(blocks, r.o.BlockSize)
 	if err != nil {
 		return err
@@ -484,7 +554,22 @@ func (r *runner) check(id string, h *hostProc, blocks []uint32, data [][]byte) e
 	})
 	r.mu.Lock()
 	r.kept = append(r.kept, kept{id: id, blocks: blocks, data: data})
+	var old []kept
+	if r.o.Soak && len(r.kept) > r.o.Window {
+		old = slices.Clone(r.kept[:len(r.kept)-r.o.Window])
+		r.kept = slices.Delete(r.kept, 0, len(old))
+	}
 	r.mu.Unlock()
+	// Under Soak, blocks checked Window requests ago are audited once more
+	// and go back to the engine for reuse.
+	for _, k := range old {
+		if bad := r.auditOne(k); bad > 0 {
+			r.count(func(s *Summary) { s.Corrupted += bad })
+		}
+		if err := r.free(ctx, r.decode, k.blocks); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -492,17 +577,23 @@ func (r *runner) check(id string, h *hostProc, blocks []uint32, data [][]byte) e
 // written into it after its request was checked.
 func (r *runner) audit() {
 	for _, k := range r.kept {
-		got, err := r.decode.readBlocks(k.blocks, r.o.BlockSize)
-		if err != nil {
-			r.s.Corrupted += len(k.blocks)
-			continue
-		}
-		for i := range k.data {
-			if !bytes.Equal(got[i], k.data[i]) {
-				r.s.Corrupted++
-			}
+		r.s.Corrupted += r.auditOne(k)
+	}
+}
+
+// auditOne reads k's blocks again and counts those that changed.
+func (r *runner) auditOne(k kept) int {
+	got, err := r.decode.readBlocks(k.blocks, r.o.BlockSize)
+	if err != nil {
+		return len(k.blocks)
+	}
+	bad := 0
+	for i := range k.data {
+		if !bytes.Equal(got[i], k.data[i]) {
+			bad++
 		}
 	}
+	return bad
 }
 
 func (r *runner) free(ctx context.Context, h *hostProc, blocks []uint32) error {
@@ -522,12 +613,15 @@ func (r *runner) count(f func(*Summary)) {
 	r.mu.Unlock()
 }
 
+// errLost is a request's report that never came.
+var errLost = errors.New("no report within 60s")
+
 func wait(ctx context.Context, id string, ch <-chan outcome) (outcome, error) {
 	select {
 	case o := <-ch:
 		return o, nil
 	case <-time.After(60 * time.Second):
-		return outcome{}, fmt.Errorf("%s: no report within 60s", id)
+		return outcome{}, fmt.Errorf("%s: %w", id, errLost)
 	case <-ctx.Done():
 		return outcome{}, ctx.Err()
 	}
@@ -560,6 +654,18 @@ func (s *Summary) Print(w interface{ Write([]byte) (int, error) }) {
 			fmt.Fprintf(w, "fault      %-8s %s\n", h, f)
 		}
 	}
+	for _, h := range []string{"prefill", "decode"} {
+		if len(s.Fired[h]) == 0 {
+			continue
+		}
+		var kinds []string
+		for k, n := range s.Fired[h] {
+			kinds = append(kinds, fmt.Sprintf("%s=%d", k, n))
+		}
+		sort.Strings(kinds)
+		fmt.Fprintf(w, "fired      %-8s %s\n", h, strings.Join(kinds, " "))
+	}
+	fmt.Fprintf(w, "kills      %d (SIGKILL from outside)\n", s.Kills)
 	fmt.Fprintf(w, "fences     %d (transport restarts %d)\n", s.Fences, s.Restarts)
 	mbs := float64(s.Bytes) / s.Elapsed.Seconds() / 1e6
 	fmt.Fprintf(w, "bytes      %d verified in %v (%.1f MB/s)\n", s.Bytes, s.Elapsed.Round(time.Millisecond), mbs)
@@ -567,6 +673,7 @@ func (s *Summary) Print(w interface{ Write([]byte) (int, error) }) {
 	fmt.Fprintf(w, "corrupted blocks   %d\n", s.Corrupted)
 	fmt.Fprintf(w, "missing invalid    %d\n", s.InvalidMissing)
 	fmt.Fprintf(w, "duplicate reports  %d\n", s.Duplicates)
+	fmt.Fprintf(w, "lost reports       %d\n", s.Lost)
 	fmt.Fprintf(w, "leaked resources   %d\n", len(s.Leaks))
 	for _, l := range s.Leaks {
 		fmt.Fprintf(w, "  %s\n", l)

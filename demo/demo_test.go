@@ -102,3 +102,19 @@ func logsOnFailure(t *testing.T) string {
 	})
 	return dir
 }
+
+// A short soak, as `make soak` runs a long one: faults fire all along, two
+// transports are killed from outside, and the verdict holds (but for the
+// rarer fault kinds, which a run this short may miss).
+func TestSoakShort(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	s, err := Run(ctx, Options{Custody: custodyBin, Soak: true, Requests: 300, Kills: 2, Dir: logsOnFailure(t)})
+	require.NoError(t, err)
+	line, err := s.SoakVerdict(2, false)
+	require.NoError(t, err)
+	t.Logf("%s; fault kinds that did not fire: %v", line, s.MissingFaults())
+	assert.Less(t, len(s.MissingFaults()), len(faultKinds)/2, "most fault kinds fired")
+	assert.Equal(t, 2, s.Kills)
+	assert.GreaterOrEqual(t, s.Restarts, uint64(2), "each killed transport was restarted")
+}

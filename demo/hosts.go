@@ -48,6 +48,17 @@ type hostSpec struct {
 	peers []map[string]any
 }
 
+// transportConfig is the host's transport section. The fake and UCX are
+// built-in names; other transports (nixl) are the plugin binary of that
+// name next to the custody binary, by path.
+func transportConfig(s hostSpec) map[string]any {
+	t := map[string]any{"name": s.transport, "params": s.params, "call_timeout": "5s"}
+	if s.transport != "fake" && s.transport != "ucx" {
+		t = map[string]any{"path": filepath.Join(filepath.Dir(s.custody), "custody-transport-"+s.transport), "params": s.params, "call_timeout": "5s"}
+	}
+	return t
+}
+
 // freePort returns a loopback port free right now.
 func freePort() (string, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -75,7 +86,7 @@ func startHost(ctx context.Context, s hostSpec) (*hostProc, error) {
 	}
 	cfg := map[string]any{
 		"name":       s.name,
-		"transport":  map[string]any{"name": s.transport, "params": s.params, "call_timeout": "5s"},
+		"transport":  transportConfig(s),
 		"metadata":   map[string]any{"listen": meta},
 		"escalation": map[string]any{"cap": s.cap.String(), "policy": s.policy},
 		"engine":     map[string]any{"socket": h.socket},

@@ -13,7 +13,8 @@ import (
 type PairOptions struct {
 	// Custody is the custody binary to run hosts with (required).
 	Custody string
-	// Transport is "fake" (default) or "ucx"; Params are its parameters.
+	// Transport is "fake" (default), "ucx" or "nixl"; Params are its
+	// parameters.
 	Transport string
 	Params    map[string]string
 	// Dir holds the hosts' configs, logs, sockets and pools (required).

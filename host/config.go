@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -203,15 +204,15 @@ func (c *Config) Validate() error {
 	}
 	switch {
 	case c.Transport.Name == "" && c.Transport.Path == "":
-		bad("transport", "required: set transport.name (fake, ucx) or transport.path")
+		bad("transport", "required: set transport.name (fake, ucx, nixl) or transport.path")
 	case c.Transport.Path != "":
 		if st, err := os.Stat(c.Transport.Path); err != nil {
 			bad("transport.path", "%v", err)
 		} else if !st.Mode().IsRegular() || st.Mode().Perm()&0o111 == 0 {
 			bad("transport.path", "%s is not an executable file", c.Transport.Path)
 		}
-	case c.Transport.Name != "fake" && c.Transport.Name != "ucx":
-		bad("transport.name", "%.256q is not a built-in transport (fake, ucx); set transport.path for another", c.Transport.Name)
+	case !slices.Contains(builtinTransports, c.Transport.Name):
+		bad("transport.name", "%.256q is not a built-in transport (fake, ucx, nixl); set transport.path for another", c.Transport.Name)
 	}
 	if s := c.Transport.SHA256; s != "" {
 		if b, err := hex.DecodeString(s); err != nil || len(b) != 32 {

@@ -76,3 +76,16 @@ func TestExampleConfigsAreValid(t *testing.T) {
 		assert.NoError(t, err, name)
 	}
 }
+
+// nixl is a built-in name; where its binary was not built (no NIXL
+// installed), resolving it says how to get it.
+func TestNixlIsABuiltinTransport(t *testing.T) {
+	c, err := ParseConfig([]byte("name: a\nengine: {socket: /s}\ntransport: {name: nixl}"))
+	require.NoError(t, err)
+	t.Setenv("PATH", t.TempDir())
+	_, err = PluginPath(c.Transport)
+	if err == nil {
+		t.Skip("custody-transport-nixl is installed next to the test binary")
+	}
+	assert.ErrorContains(t, err, "NIXL_PREFIX")
+}

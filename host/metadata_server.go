@@ -106,11 +106,8 @@ func FetchPeerInfo(ctx context.Context, addr, name string, tc *tls.Config) (Peer
 	if len(body) > maxPeerInfoBytes {
 		return PeerInfo{}, fmt.Errorf("peer metadata at %s: larger than %d bytes", addr, maxPeerInfoBytes)
 	}
-	var pi PeerInfo
-	if err := json.Unmarshal(body, &pi); err != nil {
-		return PeerInfo{}, fmt.Errorf("peer metadata at %s: %w", addr, err)
-	}
-	if err := pi.validate(); err != nil {
+	pi, err := decodePeerInfo(body)
+	if err != nil {
 		return PeerInfo{}, fmt.Errorf("peer metadata at %s: %w", addr, err)
 	}
 	if pi.Name != name {

@@ -3,6 +3,7 @@ package host
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"sort"
 )
@@ -80,4 +81,17 @@ func (p PeerInfo) validate() error {
 		}
 	}
 	return nil
+}
+
+// decodePeerInfo decodes and validates the body a peer's metadata
+// endpoint served: nothing of it is used before it passed validate.
+func decodePeerInfo(body []byte) (PeerInfo, error) {
+	var pi PeerInfo
+	if err := json.Unmarshal(body, &pi); err != nil {
+		return PeerInfo{}, err
+	}
+	if err := pi.validate(); err != nil {
+		return PeerInfo{}, err
+	}
+	return pi, nil
 }

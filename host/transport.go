@@ -14,6 +14,11 @@ import (
 	"github.com/custody-dev/custody/sdk/plugin"
 )
 
+// builtinTransports are the transports transport.name may name: the
+// project builds custody-transport-NAME for each (nixl only where NIXL is
+// installed).
+var builtinTransports = []string{"fake", "ucx", "nixl"}
+
 // PluginPath resolves the transport binary of a TransportConfig: its Path,
 // else custody-transport-NAME next to the running executable, else on PATH.
 func PluginPath(tc TransportConfig) (string, error) {
@@ -29,7 +34,11 @@ func PluginPath(tc TransportConfig) (string, error) {
 	}
 	p, err := exec.LookPath(bin)
 	if err != nil {
-		return "", fmt.Errorf("config: transport.name %q: %s is neither next to this binary nor on PATH; run make build or set transport.path", tc.Name, bin)
+		hint := "run make build or set transport.path"
+		if tc.Name == "nixl" {
+			hint = "make build builds it only where NIXL is installed (set NIXL_PREFIX; README, section NIXL), or set transport.path"
+		}
+		return "", fmt.Errorf("config: transport.name %q: %s is neither next to this binary nor on PATH; %s", tc.Name, bin, hint)
 	}
 	return p, nil
 }

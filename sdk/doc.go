@@ -153,6 +153,14 @@
 // EventSource: state changes pushed by the transport, so the host touches
 // only handles that changed. Fallback: Poll every live handle each round.
 //
+// Waker: a channel that receives a value whenever something may have
+// changed, so the host sleeps instead of polling on a timer. Fallback:
+// poll while anything is in flight or awaited.
+//
+// WakeReasoner: a Waker that says what a wake-up was for (state changes,
+// notifications), so a consumer asks only for what may have changed.
+// Fallback: take every wake-up as both.
+//
 // # Evolution
 //
 // The contract grows by adding optional interfaces and fields, never by

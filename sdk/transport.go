@@ -105,6 +105,23 @@ type Waker interface {
 	Wake() <-chan struct{}
 }
 
+// WakeReasoner is implemented by a Waker that can say what its wake-ups
+// were for, so that a consumer asks the transport only for what may have
+// changed: its events after a completion, its notifications after a
+// notification, rather than both at every wake-up. Its fallback, when a
+// Waker lacks it, is to take every wake-up as both.
+type WakeReasoner interface {
+	Waker
+	// WakeReasons reports what may have changed since its previous call:
+	// states (a handle may have changed state, an event may be ready, the
+	// agent may have ended) and notifications (a notification may have
+	// arrived or been lost). Call it after a receive from Wake; a change
+	// it does not report is followed by another wake-up. Both may be true,
+	// or neither (a spurious wake-up). It has one consumer: a second
+	// caller takes reasons the first would have seen.
+	WakeReasons() (states, notifications bool)
+}
+
 // OpenRequest starts an agent.
 type OpenRequest struct {
 	// Agent names this agent among its peers; non-empty. Peers load this

@@ -33,6 +33,8 @@ func init() {
 		sdkMode    bool
 		idle       time.Duration
 		ranks      int
+		nixlRef    string
+		nixlUCX    string
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -41,7 +43,10 @@ func init() {
 measures WRITE and READ bandwidth between them at each size. In the same run
 it measures ucx_perftest -t ucp_put_bw with the same UCX_TLS (the tls
 parameter) and size, prints a table, and for each size and op a line
-  ratio size=<bytes> op=<write|read> value=<ours/perftest>`,
+  ratio size=<bytes> op=<write|read> value=<ours/perftest>
+For the NIXL transport the reference is NIXL driven directly
+(custody-nixl-reference), custody over UCX is measured beside it, and the
+4 KiB Post to DONE latency of each is printed too (bench_nixl.go).`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			p, err := parseParams(params)
 			if err != nil {
@@ -84,7 +89,14 @@ parameter) and size, prints a table, and for each size and op a line
 			if sdkMode {
 				return runSDKBench(ctx, cmd.OutOrStdout(), sdkBenchConfig{plugin: pluginPath, params: p, minTime: minTime, repeat: repeat, idle: idle})
 			}
-			return runBench(ctx, cmd.OutOrStdout(), benchConfig{plugin: pluginPath, params: p, sizes: sizes, perftest: perftest, minTime: minTime, repeat: repeat})
+			bc := benchConfig{plugin: pluginPath, params: p, sizes: sizes, perftest: perftest, minTime: minTime, repeat: repeat}
+			if isNIXL(ctx, pluginPath) {
+				if nixlRef == "" {
+					nixlRef = filepath.Join(filepath.Dir(pluginPath), "custody-nixl-reference")
+				}
+				return runNIXLBench(ctx, cmd.OutOrStdout(), nixlBenchConfig{benchConfig: bc, reference: nixlRef, ucx: nixlUCX})
+			}
+			return runBench(ctx, cmd.OutOrStdout(), bc)
 		},
 	}
 	cmd.Flags().StringVar(&pluginPath, "plugin", defaultPlugin("ucx"), "transport plugin binary")
@@ -103,6 +115,8 @@ parameter) and size, prints a table, and for each size and op a line
 	cmd.Flags().DurationVar(&e2e.poll, "poll", 0, "--e2e: poll GetFinished at this interval instead of watching the stream (the old way, for comparison)")
 	cmd.Flags().IntVar(&ranks, "ranks", 1, "--e2e: 2 measures engines of two ranks each, coordinated through a rank group (embedded etcd) against independent hosts (bench_ranks.go)")
 	cmd.Flags().DurationVar(&idle, "idle", 0, "with --sdk: also measure, over this long, the CPU an idle transport process and this host use with the rings attached and nothing in flight")
+	cmd.Flags().StringVar(&nixlRef, "nixl-reference", "", "with the NIXL transport: the NIXL-direct reference program (default: custody-nixl-reference next to the plugin)")
+	cmd.Flags().StringVar(&nixlUCX, "nixl-ucx", defaultPlugin("ucx"), "with the NIXL transport: the UCX transport measured beside it (empty skips it)")
 	cmd.Flags().BoolVar(&sdkMode, "sdk", false, "measure the process boundary instead (bench_sdk.go): Post to DONE latency and completions per second of the transport in this process, through the rings, and over gRPC")
 	rootCmd.AddCommand(cmd)
 }

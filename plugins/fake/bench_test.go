@@ -7,10 +7,18 @@ import (
 )
 
 // BenchmarkFakeWrite measures 1 MiB WRITEs between two in-process agents:
-// post, poll until DONE, release, one at a time.
+// post, poll until DONE, release, one at a time; under fence=incoming the
+// target copies each chunk (incoming.go), under fence=initiated the
+// initiator does.
 func BenchmarkFakeWrite(b *testing.B) {
+	for _, fence := range []string{fenceIncoming, fenceInitiated} {
+		b.Run(fence, func(b *testing.B) { benchWrite(b, map[string]string{"fence": fence}) })
+	}
+}
+
+func benchWrite(b *testing.B, params map[string]string) {
 	const size = 1 << 20
-	p := newPair(b, size, nil, nil)
+	p := newPair(b, size, params, params)
 	spec := []sdk.PostSpec{p.whole(sdk.OpWrite, nil)}
 	b.SetBytes(size)
 	b.ResetTimer()

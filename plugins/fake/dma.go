@@ -145,12 +145,18 @@ func (t *Transport) step() (copied, again bool, wait time.Duration) {
 	t.next = (slices.Index(t.active, x) + 1) % len(t.active)
 	t.mu.Unlock()
 
-	for _, p := range pieces {
-		copy(p[0], p[1])
+	if t.moveHook != nil {
+		t.moveHook()
 	}
+	err := x.move(pieces)
 
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if err != nil {
+		t.finish(x, sdk.StateFailed, sdk.Errorf(sdk.CodeRemoteDisconnect,
+			"fake: handle %d: the remote agent did not copy the chunk (%v): it deregistered the region or died", x.h.ID, err))
+		return false, true, wait
+	}
 	x.chunks++
 	switch {
 	case last:
@@ -182,14 +188,17 @@ func (t *Transport) peerLost(x *transfer, now time.Time) bool {
 	return !x.peer.alive()
 }
 
-// chunk returns the destination and source slices of x's next chunk of at
-// most size bytes, and the position after it.
-func (x *transfer) chunk(size int) (pieces [][2][]byte, seg, off int) {
+// piece is the part of one segment a chunk moves: n bytes from off.
+type piece struct{ seg, off, n int }
+
+// chunk returns the pieces of x's next chunk of at most size bytes, and
+// the position after it.
+func (x *transfer) chunk(size int) (pieces []piece, seg, off int) {
 	seg, off = x.seg, x.off
 	for size > 0 && seg < len(x.segs) {
 		s := x.segs[seg]
 		n := min(size, len(s.dst)-off)
-		pieces = append(pieces, [2][]byte{s.dst[off : off+n], s.src[off : off+n]})
+		pieces = append(pieces, piece{seg: seg, off: off, n: n})
 		off += n
 		size -= n
 		if off == len(s.dst) {
@@ -197,6 +206,29 @@ func (x *transfer) chunk(size int) (pieces [][2][]byte, seg, off int) {
 		}
 	}
 	return pieces, seg, off
+}
+
+// move moves a chunk's bytes: through this agent's mapping, or, when the
+// remote agent copies into and out of its memory itself, by asking it to.
+// It stops at the first piece the remote agent did not copy.
+func (x *transfer) move(pieces []piece) error {
+	for _, p := range pieces {
+		s := x.segs[p.seg]
+		dst, src := s.dst[p.off:p.off+p.n], s.src[p.off:p.off+p.n]
+		switch {
+		case s.via == nil:
+			copy(dst, src)
+		case s.write:
+			if err := s.via.do(incomingWrite, s.region, s.roff+uint64(p.off), src); err != nil {
+				return err
+			}
+		default:
+			if err := s.via.do(incomingRead, s.region, s.roff+uint64(p.off), dst); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // leasesHeld reports whether the remote regions of segments [from, to) are
@@ -247,7 +279,7 @@ func (t *Transport) finish(x *transfer, state sdk.State, reason error) {
 // fault, among the delayed ones).
 func (t *Transport) report(x *transfer, state sdk.State, reason error) {
 	if t.book.Complete(x.h, state, reason) {
-		t.signal()
+		t.signalFor(true, false)
 		if state == sdk.StateDone && t.misbehaves(misbehaveTerminalFlip) {
 			x.h.Value.lie, x.h.Value.lieAt = sdk.StateFailed, time.Now().Add(flipAfter)
 		}

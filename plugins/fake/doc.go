@@ -27,16 +27,17 @@
 // an agent stops transfers its peers initiated into or out of its memory:
 //
 //   - fence=incoming (default, FenceScope initiated-and-incoming):
-//     registration is the grant of remote access, as on RDMA. Before each
-//     chunk, and every few milliseconds for a stalled transfer, the DMA
-//     engine probes the remote region's lease; once the owner deregistered
-//     the region or died, no further chunk moves and the transfer ends
-//     FAILED with REMOTE_DISCONNECT. Known limit: the probe and the copy
-//     are not atomic, so the one chunk whose probe passed just before the
-//     owner died can land after its death, up to chunk bytes (the
-//     conformance check fence/incoming allows one chunk of 64 KiB at most).
-//     A hardware fence has no such window; keep chunk small where it
-//     matters.
+//     registration is the grant of remote access, as on RDMA, and the
+//     owner's process is what moves bytes into and out of its memory, as
+//     its NIC would: a peer's DMA engine hands each chunk to the owner over
+//     the owner's incoming socket (named in its metadata), and the owner
+//     copies it under its lock only while the region is registered and the
+//     agent lives. So once the owner died (its process, the only writer,
+//     is gone) or deregistered the region (it refuses the chunk), not one
+//     byte more moves, not even a chunk that passed its checks just before,
+//     and the transfer ends FAILED with REMOTE_DISCONNECT. A stalled
+//     transfer probes the remote region's lease every few milliseconds, so
+//     it ends so too while no chunk moves.
 //   - fence=initiated (FenceScope initiated): the initiator maps the peer's
 //     memory directly, as UCX's shared-memory transports do, so neither a
 //     deregistration nor the owner's death revokes anything: chunks keep
@@ -134,6 +135,10 @@
 //	                    that is not a fake's, with INVALID_ARGUMENT
 //	fault=RULE[;RULE...]
 //	                    faults to inject, below
+//	fault_log=PATH      append each firing of a fault rule, as a line
+//	                    naming its kind, to the file at PATH (absolute),
+//	                    so a run across processes can count what it
+//	                    injected (a crash is logged before the exit)
 //	misbehave=MODE      break the contract on purpose, below
 //
 // A fault rule is KIND followed by optional ",key=value" settings; a rule

@@ -246,3 +246,12 @@ func contains(list []string, s string) bool {
 	}
 	return false
 }
+
+// faultFired appends r's kind to the fault_log file, one line per firing,
+// in one write, so that agents sharing the file never interleave their
+// lines. A crash is logged before the process exits.
+func (t *Transport) faultFired(r *rule) {
+	if t.faultLog != nil {
+		_, _ = t.faultLog.Write([]byte(string(r.kind) + "\n"))
+	}
+}

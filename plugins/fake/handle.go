@@ -67,11 +67,12 @@ func (t *Transport) start(h *handle, now time.Time) error {
 	x := &transfer{h: h, failAfter: -1, to: p.notify, peer: p, watched: now, note: h.Notification}
 	for _, pair := range h.Pairs {
 		local, remote, lm, rm := pairBytes(h, pair)
+		s := segment{dst: local, src: remote, dstMap: lm, srcMap: rm, probe: rm.probe}
 		if h.Op == sdk.OpWrite {
-			x.segs = append(x.segs, segment{dst: remote, src: local, dstMap: rm, srcMap: lm, probe: rm.probe})
-		} else {
-			x.segs = append(x.segs, segment{dst: local, src: remote, dstMap: lm, srcMap: rm, probe: rm.probe})
+			s = segment{dst: remote, src: local, dstMap: rm, srcMap: lm, probe: rm.probe, write: true}
 		}
+		s.via, s.region, s.roff = p.in, pair.Remote.Region, pair.Remote.Offset
+		x.segs = append(x.segs, s)
 	}
 	p.hold()
 	t.applyFaults(x, p.name, now)

@@ -5,6 +5,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -59,7 +60,11 @@ func newGatedPair(t *testing.T, size, chunk int, aParams map[string]string, setu
 		f(a)
 	}
 	require.NoError(t, a.Open(ctx, sdk.OpenRequest{Agent: "a", Params: aParams}))
-	b := open(t, "b", nil)
+	var bParams map[string]string
+	if f, ok := aParams["fence"]; ok {
+		bParams = map[string]string{"fence": f} // the owner's fence decides who copies into its memory
+	}
+	b := open(t, "b", bParams)
 	p := &pair{a: a, b: b, size: size}
 	p.aPath, p.bPath = regionFile(t, size, 1), regionFile(t, size, 2)
 	p.aRegion = register(t, a, sdk.Region{Path: p.aPath, Length: uint64(size)})
@@ -204,4 +209,65 @@ func killLeases(a *Transport) {
 	for _, r := range a.book.Regions() {
 		r.Value.lease.close()
 	}
+}
+
+// TestFenceIncomingNothingAfterDeath: under fence=incoming no byte moves
+// into or out of an agent's memory once it died, not even the chunk that
+// passed every check just before the death: the owner's process is the one
+// that copies it, and a dead owner copies nothing. The owner dies here in
+// the one place a window could be, between a chunk's checks and its bytes
+// moving; its memory (WRITE) or the initiator's (READ) must not change from
+// then on, and the transfer must fail, not end DONE on bytes read from
+// memory the dead owner's host may already reuse. Both ways to the owner
+// are held to it: the direct call to an owner in this process, and the
+// socket that agents in two processes use.
+func TestFenceIncomingNothingAfterDeath(t *testing.T) {
+	for _, socket := range []bool{false, true} {
+		for _, op := range []sdk.Op{sdk.OpWrite, sdk.OpRead} {
+			name := op.String() + "/in-process"
+			if socket {
+				name = op.String() + "/socket"
+			}
+			t.Run(name, func(t *testing.T) { fenceIncomingNothingAfterDeath(t, op, socket) })
+		}
+	}
+}
+
+func fenceIncomingNothingAfterDeath(t *testing.T, op sdk.Op, socket bool) {
+	viaSocket = socket
+	t.Cleanup(func() { viaSocket = false })
+	var g *gatedPair
+	var moves atomic.Int32
+	var snap []byte
+	g = newGatedPair(t, 64<<10, 4096, nil, func(a *Transport) {
+		a.moveHook = func() {
+			if moves.Add(1) != 3 {
+				return
+			}
+			g.b.Kill() // two chunks landed; the third passed its checks
+			if op == sdk.OpWrite {
+				snap = readFile(t, g.bPath)
+			} else {
+				snap = readFile(t, g.aPath)
+			}
+		}
+	})
+	h := postOne(t, g.a, g.whole(op, nil))
+	g.open()
+	st := terminal(t, g.a, h)
+	require.GreaterOrEqual(t, moves.Load(), int32(3), "the transfer reached its third chunk")
+	require.Equal(t, sdk.StateFailed, st.State, "a transfer whose peer died midway cannot be DONE")
+	require.ErrorIs(t, st.Reason, sdk.ErrRemoteDisconnect)
+	after := readFile(t, g.bPath)
+	if op == sdk.OpRead {
+		after = readFile(t, g.aPath)
+	}
+	require.True(t, bytes.Equal(snap, after), "bytes moved after the owner died: the chunk checked before the death landed after it")
+	src := readFile(t, g.aPath)
+	if op == sdk.OpRead {
+		src = readFile(t, g.bPath)
+	}
+	dst := after
+	require.True(t, bytes.Equal(dst[:2*4096], src[:2*4096]), "the two chunks before the death landed")
+	release(t, g.a, h)
 }

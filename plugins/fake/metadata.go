@@ -21,11 +21,15 @@ const (
 // notification socket, its life lease file (held while the agent lives),
 // and every registered region with its lease file.
 type metadata struct {
-	Agent   string       `json:"agent"`
-	PID     int          `json:"pid"`
-	Notify  string       `json:"notify"`
-	Life    string       `json:"life"`
-	Regions []metaRegion `json:"regions"`
+	Agent  string `json:"agent"`
+	PID    int    `json:"pid"`
+	Notify string `json:"notify"`
+	Life   string `json:"life"`
+	// Incoming is the socket through which peers' chunks into and out of
+	// this agent's regions are copied by this agent (fence=incoming);
+	// empty under fence=initiated, where peers copy themselves.
+	Incoming string       `json:"incoming,omitempty"`
+	Regions  []metaRegion `json:"regions"`
 }
 
 // metaRegion is one registered region as a peer sees it.
@@ -45,6 +49,9 @@ func (t *Transport) LocalMetadata(ctx context.Context) ([]byte, error) {
 		return nil, err
 	}
 	md := metadata{Agent: t.agent, PID: pid, Notify: t.addr, Life: t.life.path(), Regions: []metaRegion{}}
+	if t.in != nil {
+		md.Incoming = t.in.addr
+	}
 	for _, r := range t.book.Regions() {
 		md.Regions = append(md.Regions, metaRegion{ID: uint64(r.ID), Path: r.Spec.Path, Offset: r.Spec.Offset, Length: r.Spec.Length, Lease: r.Value.lease.path()})
 	}

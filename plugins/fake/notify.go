@@ -86,7 +86,7 @@ func (t *Transport) receive(conn *net.UnixConn) {
 		}
 		t.mu.Lock()
 		if !t.crashed && t.book.Deliver(from, msg) {
-			t.signal()
+			t.signalFor(false, true)
 		}
 		t.mu.Unlock()
 	}

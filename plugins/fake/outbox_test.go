@@ -43,7 +43,9 @@ func TestPostNotificationKeptWhenSendFails(t *testing.T) {
 // order, after what filled the queue.
 func TestPostNotificationWaitsForRoom(t *testing.T) {
 	blocked := make(chan struct{})
-	g := newGatedPair(t, 4096, 4096, nil, func(a *Transport) {
+	// fence=initiated: a copies into b's memory itself, so b's lock, held
+	// below to keep b's queue full, does not hold the bytes back too.
+	g := newGatedPair(t, 4096, 4096, map[string]string{"fence": "initiated"}, func(a *Transport) {
 		a.sendRetryHook = sync.OnceFunc(func() { close(blocked) })
 	})
 	g.open()

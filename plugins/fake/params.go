@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"time"
 
@@ -32,6 +33,7 @@ type params struct {
 	dir        string
 	peerDirs   []string // nil: defaultPeerDirs(dir)
 	faults     []rule
+	faultLog   string // file each firing of a fault rule is appended to
 	misbehave  misbehave
 	misbehaveP float64 // the chance misbehave breaks its rule at each occasion
 }
@@ -124,6 +126,11 @@ func (p *params) set(k, v string) error {
 			return err
 		}
 		p.faults = rules
+	case "fault_log":
+		if !filepath.IsAbs(v) {
+			return fmt.Errorf("want an absolute file path")
+		}
+		p.faultLog = v
 	case "misbehave":
 		m, prob, err := parseMisbehave(v)
 		if err != nil {
@@ -131,7 +138,7 @@ func (p *params) set(k, v string) error {
 		}
 		p.misbehave, p.misbehaveP = m, prob
 	default:
-		return fmt.Errorf("%w; known: seed, chunk, chunk_delay, fence, cancel, dir, peer_dirs, fault, misbehave", errUnknownKey)
+		return fmt.Errorf("%w; known: seed, chunk, chunk_delay, fence, cancel, dir, peer_dirs, fault, fault_log, misbehave", errUnknownKey)
 	}
 	return nil
 }

@@ -17,6 +17,10 @@ type peer struct {
 	life    *lease // probe of the agent's life lease: held while it lives
 	regions map[sdk.RegionID]*mapping
 	refs    int // holders of the life probe: the peer table and transfers
+	// in is the connection to the peer's incoming socket, when the peer
+	// copies chunks into its memory itself (fence=incoming there); nil
+	// when this agent copies through its own mapping.
+	in *incomingConn
 }
 
 // alive reports whether the peer agent still lives (it has neither closed
@@ -31,6 +35,15 @@ func (p *peer) drop() {
 	p.refs--
 	if p.refs == 0 {
 		p.life.close()
+		p.hangUp()
+	}
+}
+
+// hangUp closes the connection to the peer's incoming socket, if any: a
+// chunk waiting on it fails at once.
+func (p *peer) hangUp() {
+	if p.in != nil {
+		p.in.close()
 	}
 }
 
@@ -78,6 +91,12 @@ func (t *Transport) loadPeer(spec sdk.PeerSpec) (kit.Loaded[*peer], error) {
 		life.close()
 		return none, sdk.Errorf(sdk.CodeRemoteDisconnect, "fake: LoadPeers %q: its life lease is not held; the peer closed or died, fetch fresh metadata", md.Agent)
 	}
+	if md.Incoming != "" {
+		if p.in, err = dialIncoming(md.Incoming); err != nil {
+			life.close()
+			return none, sdk.Errorf(sdk.CodeRemoteDisconnect, "fake: LoadPeers %q: incoming socket: %v; the peer closed or died, fetch fresh metadata", md.Agent, err)
+		}
+	}
 	lengths := map[sdk.RegionID]uint64{}
 	for _, r := range md.Regions {
 		m, err := t.mapPeerRegion(md.Agent, r)
@@ -86,6 +105,7 @@ func (t *Transport) loadPeer(spec sdk.PeerSpec) (kit.Loaded[*peer], error) {
 				m.unmap()
 			}
 			life.close()
+			p.hangUp()
 			return none, err
 		}
 		p.regions[sdk.RegionID(r.ID)] = m

@@ -17,8 +17,12 @@ import (
 // shmDir is where regions in RAM live.
 const shmDir = "/dev/shm"
 
-// notifyPrefix opens every fake's notification socket name.
-const notifyPrefix = "@custody-fake/"
+// notifyPrefix opens every fake's notification socket name, incomingPrefix
+// every incoming socket's (incoming.go).
+const (
+	notifyPrefix   = "@custody-fake/"
+	incomingPrefix = "@custody-fake-dma/"
+)
 
 // defaultPeerDirs are the directories peers' files may lie in unless
 // peer_dirs says otherwise.
@@ -49,6 +53,9 @@ func parsePeerDirs(v string) ([]string, error) {
 func checkPeerPaths(md metadata, dirs []string) error {
 	if !strings.HasPrefix(md.Notify, notifyPrefix) {
 		return fmt.Errorf("notification socket %.256q is not a fake's (%s...)", md.Notify, notifyPrefix)
+	}
+	if md.Incoming != "" && !strings.HasPrefix(md.Incoming, incomingPrefix) {
+		return fmt.Errorf("incoming socket %.256q is not a fake's (%s...)", md.Incoming, incomingPrefix)
 	}
 	if err := allowedPath("life lease", md.Life, dirs); err != nil {
 		return err

@@ -15,8 +15,16 @@ import (
 
 // BenchmarkFakeWriteProcesses measures 1 MiB WRITEs between two fake
 // transport processes, as a host drives them: batches of posts in one call,
-// polled and released in one call each.
+// polled and released in one call each; under fence=incoming the target's
+// process copies each chunk it is handed over its incoming socket, under
+// fence=initiated the initiator copies into its own mapping.
 func BenchmarkFakeWriteProcesses(b *testing.B) {
+	for _, fence := range []string{"incoming", "initiated"} {
+		b.Run(fence, func(b *testing.B) { benchWriteProcesses(b, fence) })
+	}
+}
+
+func benchWriteProcesses(b *testing.B, fence string) {
 	const (
 		size  = 1 << 20
 		slots = 64
@@ -40,7 +48,7 @@ func BenchmarkFakeWriteProcesses(b *testing.B) {
 			b.Fatal(err)
 		}
 		defer pl.Stop()
-		if err := pl.Open(ctx, sdk.OpenRequest{Agent: []string{"bench-a", "bench-b"}[i], Params: map[string]string{"dir": b.TempDir(), "peer_dirs": os.TempDir()}}); err != nil {
+		if err := pl.Open(ctx, sdk.OpenRequest{Agent: []string{"bench-a", "bench-b"}[i], Params: map[string]string{"dir": b.TempDir(), "peer_dirs": os.TempDir() + ":/dev/shm", "fence": fence}}); err != nil {
 			b.Fatal(err)
 		}
 		path, err := fake.NewRegionFile("", slots*size)

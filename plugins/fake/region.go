@@ -34,7 +34,11 @@ func (t *Transport) RegisterMemory(ctx context.Context, regions []sdk.Region) ([
 	defer t.mu.Unlock()
 	out := make([]sdk.Registration, len(regions))
 	for i, spec := range regions {
-		id, err := t.book.Register(spec, func() (*region, error) { return t.register(spec) })
+		var r *region
+		id, err := t.book.Register(spec, func() (v *region, err error) { r, err = t.register(spec); return r, err })
+		if err == nil {
+			t.served[id] = r
+		}
 		out[i] = sdk.Registration{ID: id, Err: err}
 	}
 	return out, nil
@@ -65,6 +69,7 @@ func (t *Transport) DeregisterMemory(ctx context.Context, ids []sdk.RegionID) ([
 	out := make([]error, len(ids))
 	for i, id := range ids {
 		out[i] = t.book.Deregister(id, func(r *kit.Region[*region]) error {
+			delete(t.served, r.ID) // peers' chunks into it are refused from now on
 			r.Value.lease.release()
 			t.unref(r.Value.m)
 			return nil

@@ -39,11 +39,19 @@ type transfer struct {
 }
 
 // segment is one descriptor pair: bytes to copy from src to dst, and the
-// lease of the remote region involved (nil under fence=initiated).
+// lease of the remote region involved (nil under fence=initiated). When the
+// remote agent copies chunks into and out of its memory itself (via), the
+// remote side is its region and the offset there, and only the local
+// slice (src of a WRITE, dst of a READ) is touched here.
 type segment struct {
 	dst, src       []byte
 	dstMap, srcMap *mapping
 	probe          *lease
+
+	via    *incomingConn
+	region sdk.RegionID
+	roff   uint64
+	write  bool
 }
 
 // hold records that the transfer touches m, once.
@@ -75,6 +83,7 @@ func (t *Transport) applyFaults(x *transfer, peer string, now time.Time) {
 			continue
 		}
 		seen[r.kind] = true
+		t.faultFired(r)
 		switch r.kind {
 		case faultStall:
 			x.stall = true
@@ -114,6 +123,7 @@ func (t *Transport) fault(k faultKind, post int, peer string, rank int) *rule {
 	for i := range t.p.faults {
 		r := &t.p.faults[i]
 		if r.kind == k && r.selects(t.rng, post, peer, rank) {
+			t.faultFired(r)
 			return r
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -43,6 +44,10 @@ type Transport struct {
 	// after each outbox try that found the peer's queue full (on the
 	// engine goroutine, with t.mu held).
 	sendRetryHook func()
+	// moveHook, when set (by tests, before Open), runs on the engine
+	// goroutine after a chunk passed its checks and before its bytes move,
+	// without the agent's lock: the window a peer's death could fall in.
+	moveHook func()
 	// sendFault, when set (by tests, before Open), runs before each
 	// notification send; an error it returns is that send's, and nothing
 	// is sent.
@@ -57,23 +62,27 @@ type Transport struct {
 	p       params
 	rng     *rand.Rand
 
-	active []*transfer           // transfers the DMA engine still runs
-	next   int                   // round-robin position in active
-	maps   map[*mapping]struct{} // every live mapping, for teardown
-	calls  map[string]int        // calls per crash point, for crash rules
-	freed  []sdk.HandleID        // released handle ids, for reuse-ids
+	active   []*transfer           // transfers the DMA engine still runs
+	next     int                   // round-robin position in active
+	maps     map[*mapping]struct{} // every live mapping, for teardown
+	calls    map[string]int        // calls per crash point, for crash rules
+	faultLog *os.File              // fault_log: where firings are appended
+	freed    []sdk.HandleID        // released handle ids, for reuse-ids
+	posts    int                   // transfers posted, for post= selectors
+	loads    int                   // valid LoadPeers items, for load-peer-fail
+	prepares int                   // valid remote dlists, for prepare-fail
 	// users and ghosts serve misbehave=unpin-terminal: the unreleased
 	// handles of each dlist, and the dlists reported released while
 	// terminal handles still used them (the Book frees them once those
 	// handles are released).
-	users    map[sdk.DlistID]map[*handle]bool
-	ghosts   map[sdk.DlistID]bool
-	posts    int // transfers posted, for post= selectors
-	loads    int // valid LoadPeers items, for load-peer-fail
-	prepares int // valid remote dlists, for prepare-fail
+	users  map[sdk.DlistID]map[*handle]bool
+	ghosts map[sdk.DlistID]bool
 
 	delayed []delayedNote
 	outbox  []note // notifications the engine still has to deliver, in order
+
+	in     *incoming                // fence=incoming: peers' chunks, copied here (incoming.go)
+	served map[sdk.RegionID]*region // registered regions by id, for in
 
 	life *lease // held from Open until Close or death: peers watch it
 	home *home  // the directory of the agent's lease files (home.go)
@@ -86,6 +95,9 @@ type Transport struct {
 
 	// woken is Wake's channel (waker.go): made by New, never closed.
 	woken chan struct{}
+	// wokeStates and wokeNotes are the reasons of what woken holds
+	// (WakeReasons).
+	wokeStates, wokeNotes atomic.Bool
 }
 
 var (
@@ -223,6 +235,28 @@ func (t *Transport) open(req sdk.OpenRequest) error {
 		hm.remove()
 		return sdk.Errorf(sdk.CodeBackend, "fake: Open: sending socket: %v", err)
 	}
+	if p.faultLog != "" {
+		if t.faultLog, err = os.OpenFile(p.faultLog, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600); err != nil {
+			_ = syscall.Close(out)
+			conn.Close()
+			life.release()
+			hm.remove()
+			return sdk.Errorf(sdk.CodeBackend, "fake: Open: fault_log: %v; check the path", err)
+		}
+	}
+	if p.fence == fenceIncoming {
+		if t.in, err = listenIncoming(); err != nil {
+			if t.faultLog != nil {
+				t.faultLog.Close()
+				t.faultLog = nil
+			}
+			_ = syscall.Close(out)
+			conn.Close()
+			life.release()
+			hm.remove()
+			return sdk.Errorf(sdk.CodeBackend, "fake: Open: incoming socket: %v", err)
+		}
+	}
 	t.life, t.out, t.home = life, out, hm
 	t.agent, t.p = req.Agent, p
 	if p.misbehave == misbehaveReuseIDs {
@@ -231,6 +265,7 @@ func (t *Transport) open(req sdk.OpenRequest) error {
 	t.users, t.ghosts = map[sdk.DlistID]map[*handle]bool{}, map[sdk.DlistID]bool{}
 	t.rng = rand.New(rand.NewPCG(p.seed, p.seed))
 	t.maps = map[*mapping]struct{}{}
+	t.served = map[sdk.RegionID]*region{}
 	t.calls = map[string]int{}
 	t.conn, t.addr = conn, addr
 	t.stop = make(chan struct{})
@@ -238,6 +273,11 @@ func (t *Transport) open(req sdk.OpenRequest) error {
 	t.wg.Add(2)
 	go t.receive(conn)
 	go t.engine()
+	if t.in != nil {
+		sameProcess.Store(t.in.addr, t)
+		t.wg.Add(1)
+		go t.accept(t.in)
+	}
 	return nil
 }
 
@@ -345,6 +385,7 @@ func (t *Transport) crashDue(call string) bool {
 	for i := range t.p.faults {
 		r := &t.p.faults[i]
 		if r.kind == faultCrash && r.at == call && r.n == t.calls[call] {
+			t.faultFired(r)
 			return true
 		}
 	}
@@ -358,6 +399,17 @@ func (t *Transport) crashDue(call string) bool {
 func (t *Transport) teardown() {
 	close(t.stop)
 	t.conn.Close()
+	if t.in != nil {
+		t.in.stop() // no peer's chunk lands from here on
+	}
+	t.mu.Lock()
+	for _, p := range t.book.Peers() {
+		p.Value.hangUp() // an engine waiting on a peer's owner returns
+	}
+	for _, x := range t.active {
+		x.peer.hangUp()
+	}
+	t.mu.Unlock()
 	t.wg.Wait()
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -376,7 +428,11 @@ func (t *Transport) teardown() {
 	t.life.close()
 	t.home.remove() // every lease file: the agent is gone
 	_ = syscall.Close(t.out)
-	t.maps, t.active, t.delayed, t.outbox = nil, nil, nil, nil
+	if t.faultLog != nil {
+		t.faultLog.Close()
+		t.faultLog = nil
+	}
+	t.maps, t.active, t.delayed, t.outbox, t.served = nil, nil, nil, nil, nil
 }
 
 // kick wakes the DMA engine.

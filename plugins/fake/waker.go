@@ -10,9 +10,27 @@ package fake
 // transport's life and is never closed.
 func (t *Transport) Wake() <-chan struct{} { return t.woken }
 
-// signal sends a wake-up to Wake's channel without blocking; one already
-// waiting covers this change too. Callers may hold t.mu.
-func (t *Transport) signal() {
+// WakeReasons implements sdk.WakeReasoner: states when a handle turned
+// terminal or the agent died since the previous call, notifications when
+// a notification reached the inbox or the agent died. Each reason is
+// recorded before its wake-up is sent.
+func (t *Transport) WakeReasons() (states, notifications bool) {
+	return t.wokeStates.Swap(false), t.wokeNotes.Swap(false)
+}
+
+// signal sends a wake-up for both reasons (the agent died).
+func (t *Transport) signal() { t.signalFor(true, true) }
+
+// signalFor sends a wake-up to Wake's channel without blocking, for a
+// state change, a notification or both; one already waiting covers this
+// change too. Callers may hold t.mu.
+func (t *Transport) signalFor(states, notes bool) {
+	if states {
+		t.wokeStates.Store(true)
+	}
+	if notes {
+		t.wokeNotes.Store(true)
+	}
 	select {
 	case t.woken <- struct{}{}:
 	default:

@@ -168,3 +168,51 @@ func TestWakeDeath(t *testing.T) {
 		awaitWake(t, a, "a crash fault", shutdown(a))
 	})
 }
+
+// TestWakeReasons: a wake-up says what it was for. A transfer's end wakes
+// its initiator for states and not for notifications; a notification
+// wakes its receiver for notifications and not for states, and the
+// receiver, draining its inbox only when the reasons say a notification
+// came, gets it.
+func TestWakeReasons(t *testing.T) {
+	p := newPair(t, 4096, nil, nil)
+	var states, notes bool
+	reasons := func(a *Transport) {
+		s, n := a.WakeReasons()
+		states, notes = states || s, notes || n
+	}
+	clearWake(p.a)
+	p.a.WakeReasons()
+	h := postOne(t, p.a, p.whole(sdk.OpWrite, nil))
+	var ev sdk.Event
+	found := eventOf(t, p.a, &h, &ev)
+	awaitWake(t, p.a, "the write's end", func() bool { reasons(p.a); return found() })
+	require.True(t, states, "a transfer's end is a state change")
+	require.False(t, notes, "a transfer without a notification brings none")
+	release(t, p.a, h)
+
+	var got []sdk.Notification
+	inbox := func() bool {
+		reasons(p.b)
+		if !notes {
+			return false
+		}
+		more, err := p.b.Notifications(ctx, 0)
+		require.NoError(t, err)
+		got = append(got, more...)
+		return len(got) > 0
+	}
+	clearWake(p.b)
+	p.b.WakeReasons()
+	states, notes = false, false
+	errs, err := p.a.SendNotifications(ctx, []sdk.OutboundNotification{{Peer: p.peer, Message: []byte("hello")}})
+	require.NoError(t, err)
+	require.NoError(t, errs[0])
+	awaitWake(t, p.b, "a notification, by its reason", inbox)
+	require.False(t, states, "a notification changes no handle's state")
+	require.Equal(t, []sdk.Notification{{From: "a", Message: []byte("hello")}}, got)
+
+	clearWake(p.a)
+	p.a.Kill()
+	awaitWake(t, p.a, "Kill", func() bool { s, n := p.a.WakeReasons(); return s && n })
+}

@@ -40,6 +40,7 @@ type agent struct {
 	failSeen uint64 // its peer_failures
 
 	watches []*procWatch // of unloaded peers, until their goroutines ended
+	wake    *wakeWatch   // forwards the shim's wake-ups to the transport's Wake channel
 }
 
 // Bounds of the progress thread's waiting and of the peer watch.
@@ -69,9 +70,15 @@ func openAgent(cfg config, name string, t *Transport) (*agent, error) {
 		nw.close()
 		return nil, sdk.Errorf(sdk.CodeBackend, "ucx: Open %q: reading this process's start time: %v", name, err)
 	}
+	wake, err := startWakeWatch(nw, t.wake)
+	if err != nil {
+		nw.close()
+		return nil, sdk.Errorf(sdk.CodeBackend, "ucx: Open %q: watching the worker's wake eventfd: %v", name, err)
+	}
 	a := &agent{
 		t: t, book: t.book, name: name, cname: cString(name), cfg: cfg, nw: nw, self: self,
 		sends: map[uint64]*notifSend{},
+		wake:  wake,
 	}
 	return a, nil
 }
@@ -153,6 +160,7 @@ func (a *agent) peerDied(p *peer) {
 	p.lost = sdk.Errorf(sdk.CodeRemoteDisconnect, "ucx: peer %d (%s, pid %d) exited; unload it and load its new metadata", p.id, p.name, p.proc.Pid)
 	fmt.Fprintf(os.Stderr, "custody-transport-ucx: agent %q: loaded peer %q (pid %d) died with %d operations in flight over %s; UCX reports no peer failure in this mode, exiting so the host fences this transport\n",
 		a.name, p.name, p.proc.Pid, p.inflight, a.cfg.tls)
+	a.t.wake.signal() // the peer's calls now fail; where exit returns (tests), say so
 	a.t.exit(exitPeerLost)
 }
 
@@ -182,6 +190,7 @@ func (a *agent) shutdown(mu *sync.Mutex) {
 	for _, w := range a.watches {
 		w.wait()
 	}
+	a.wake.stop() // before the worker is freed: it reads the shim's counters
 	mu.Lock()
 	defer mu.Unlock()
 	a.nw.close()

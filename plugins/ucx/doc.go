@@ -34,6 +34,17 @@
 //   - Release, Cancel and the rest only touch the agent's own state, or
 //     make their UCX call on the caller's thread under the worker's lock.
 //
+// The transport is an sdk.Waker (waker.go): every change a call could
+// see (a completion queued, a notification received or lost, an endpoint
+// failed) bumps a counter in the shim, and, when a Go waiter armed
+// itself, the shim writes an eventfd once. One goroutine per agent blocks
+// on that eventfd in Go's poller and turns each write into a send on
+// Wake's channel, so a host or ring pump sleeps until then instead of
+// polling, and an idle agent wakes nobody. The goroutine ends at Close.
+// It is an sdk.WakeReasoner too: the goroutine tells completions (and
+// endpoint failures) from notifications by the shim's own counters, so
+// that a ring pump drains notifications only when one came.
+//
 // The submission and completion entries are laid out as a ring's would
 // be (cu_sub, cu_seg and cu_done in shim.h), so that the progress thread
 // could take submissions from a shared-memory ring itself, by the same
@@ -133,8 +144,31 @@
 // Describe before Open reports the configuration Open without a tls
 // parameter would get, which is $UCX_TLS when set: run a shared-memory
 // agent with UCX_TLS set in its environment so that the host's Describe
-// agrees. FenceScope is initiated only: a peer using posix or sysv maps
-// memory directly.
+// agrees.
+//
+// # Fence scope, per configuration
+//
+// Killing the agent's process stops every transfer it initiated, always.
+// Whether it also stops transfers peers initiated into or out of its
+// memory depends on who copies the bytes (see Paths). The memory is the
+// engine's region files, which UCX did not allocate, so no transport can
+// map it for a peer: over tcp, a peer's puts and gets arrive as active
+// messages, and this agent's progress copies each into or out of the
+// region. Once the process is dead, nothing copies: not one byte lands,
+// as the conformance check fence/incoming (no tolerance) confirms on every
+// run. So tls=tcp (alone, or with self) states FenceScope
+// initiated-and-incoming, and a host hands a failed push receive's blocks
+// back once it fenced the agent, instead of quarantining them.
+//
+// Every other configuration states initiated. Over posix,sysv,cma the
+// same reasoning holds by Paths (puts and gets go through this agent's
+// FIFO and its progress copies them; cma only serves rendezvous this
+// agent's own thread pulls), but the suite cannot confirm it: there a
+// target's death makes the initiator exit too (PeerLoss process-exits), and
+// fence/incoming then fails on the initiator's PLUGIN_SHUTDOWN before it
+// compares the target's bytes. RDMA transports, xpmem and knem let a peer
+// reach registered memory without this process, and aliases (sm, shm, all)
+// or negated lists may select them. The rule is fenceScope (fence.go).
 //
 // # Paths
 //

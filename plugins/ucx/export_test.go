@@ -23,3 +23,6 @@ func SetSleepMax(d time.Duration) (restore func()) {
 	sleepMax = d
 	return func() { sleepMax = old }
 }
+
+// FenceScope is fenceScope, for the tests.
+var FenceScope = fenceScope

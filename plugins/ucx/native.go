@@ -9,6 +9,7 @@ import "C"
 
 import (
 	"fmt"
+	"os"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -122,6 +123,21 @@ func (w *nativeWorker) msgSeq() uint64 { return counter(&w.cw.msg_seq) }
 func (w *nativeWorker) msgLost() uint64 { return counter(&w.cw.msg_lost) }
 
 func (w *nativeWorker) peerFailures() uint64 { return counter(&w.cw.peer_failures) }
+
+// wakeFile returns a duplicate of the shim's wake eventfd as a file in
+// Go's poller; the caller closes it.
+func (w *nativeWorker) wakeFile() (*os.File, error) {
+	fd := int(C.cu_wake_fd(w.cw))
+	if fd < 0 {
+		return nil, syscall.Errno(-fd)
+	}
+	return os.NewFile(uintptr(fd), "ucx-wake"), nil
+}
+
+// wakeArm announces a waiter on the wake eventfd and returns the shim's
+// change count, read after the announcement: any later change writes the
+// eventfd.
+func (w *nativeWorker) wakeArm() uint64 { return uint64(C.cu_wake_arm(w.cw)) }
 
 // sleeping reports whether the progress thread waits in poll now.
 func (w *nativeWorker) sleeping() bool {

@@ -79,6 +79,17 @@ static void cu_thread_lock(cu_worker *w)
     pthread_mutex_lock(&w->lock);
 }
 
+/* cu_wake notes a change Go should hear about (see cu_worker.wake_fd):
+ * one atomic add, and one eventfd write only when a waiter is armed. */
+static void cu_wake(cu_worker *w)
+{
+    uint64_t one = 1;
+    ADD(&w->wake_seq, 1);
+    if (LOAD(&w->wake_want) && __atomic_exchange_n(&w->wake_want, 0, __ATOMIC_SEQ_CST)) {
+        (void)!write(w->wake_fd, &one, sizeof(one));
+    }
+}
+
 /* ---- ops ---- */
 
 static void cu_op_note(cu_op *op, ucs_status_t st)
@@ -117,6 +128,7 @@ static void cu_op_finish(cu_worker *w, cu_op *op)
     cu_push(&w->done_head, &w->done_tail, op);
     ADD(&w->done_seq, 1);
     ADD(&w->running, -1);
+    cu_wake(w);
 }
 
 static void cu_op_settle(cu_worker *w, cu_op *op)
@@ -214,6 +226,7 @@ static ucs_status_t cu_am_cb(void *arg, const void *header, size_t header_length
          * broken callback and aborts the process (ucp_am.c asserts). Count
          * the loss, so that Notifications reports it instead of hiding it. */
         ADD(&w->msg_lost, 1);
+        cu_wake(w);
         return UCS_OK;
     }
     m->from_len = header_length;
@@ -228,6 +241,7 @@ static ucs_status_t cu_am_cb(void *arg, const void *header, size_t header_length
     }
     w->msg_tail = m;
     ADD(&w->msg_seq, 1);
+    cu_wake(w);
     return UCS_OK;
 }
 
@@ -363,6 +377,12 @@ ucs_status_t cu_open(int n, char **keys, char **vals, int err_peer, uint64_t spi
         free(w);
         return UCS_ERR_IO_ERROR;
     }
+    w->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (w->wake_fd < 0) {
+        close(w->kick_fd);
+        free(w);
+        return UCS_ERR_IO_ERROR;
+    }
     pthread_mutex_init(&w->lock, NULL);
     st = ucp_config_read(NULL, NULL, &cfg);
     if (st != UCS_OK) {
@@ -421,6 +441,7 @@ err_ctx:
     ucp_cleanup(w->ctx);
 err_fd:
     close(w->kick_fd);
+    close(w->wake_fd);
     pthread_mutex_destroy(&w->lock);
     free(w);
     return st;
@@ -458,8 +479,21 @@ void cu_close(cu_worker *w)
     ucp_worker_destroy(w->worker);
     ucp_cleanup(w->ctx);
     close(w->kick_fd);
+    close(w->wake_fd);
     pthread_mutex_destroy(&w->lock);
     free(w);
+}
+
+int cu_wake_fd(cu_worker *w)
+{
+    int fd = fcntl(w->wake_fd, F_DUPFD_CLOEXEC, 0);
+    return fd < 0 ? -errno : fd;
+}
+
+uint64_t cu_wake_arm(cu_worker *w)
+{
+    STORE(&w->wake_want, 1);
+    return LOAD(&w->wake_seq);
 }
 
 unsigned cu_progress(cu_worker *w)
@@ -568,6 +602,7 @@ static void cu_ep_err_cb(void *arg, ucp_ep_h ep, ucs_status_t st)
         p->failed = 1;
         p->fail_status = st;
         ADD(&p->w->peer_failures, 1);
+        cu_wake(p->w);
     }
 }
 

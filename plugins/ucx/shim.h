@@ -134,6 +134,16 @@ typedef struct cu_worker {
     int             fail_msg_allocs; /* tests: fail this many message copies */
 
     uint64_t        peer_failures;/* bumped by every endpoint error (atomic) */
+
+    /* Telling Go that something changed (sdk.Waker): whatever may change
+     * what a call sees (a completion queued, a notification received or
+     * lost, an endpoint failed) bumps wake_seq and, when a Go waiter armed
+     * wake_want, clears it and writes wake_fd once. The waiter arms, then
+     * compares wake_seq with what it saw before it blocks on wake_fd, so
+     * that no change is left without a wake-up. */
+    int             wake_fd;      /* eventfd, non-blocking; Go reads a dup of it */
+    int32_t         wake_want;    /* a Go waiter blocks or is about to (atomic) */
+    uint64_t        wake_seq;     /* changes so far (atomic) */
 } cu_worker;
 
 /* cu_open creates the context and worker, applying n UCX settings (names
@@ -190,6 +200,12 @@ void cu_submit(cu_worker *w, cu_sub *subs, int n, const cu_seg *segs,
  * allocated (nothing was sent). */
 int cu_send_msg(cu_worker *w, cu_peer *p, uint64_t id, const char *from,
                 size_t from_len, const void *msg, size_t len);
+/* cu_wake_fd returns a duplicate of the worker's wake eventfd (the
+ * caller owns and closes it), or -errno. */
+int cu_wake_fd(cu_worker *w);
+/* cu_wake_arm announces a waiter and returns wake_seq, read after the
+ * announcement: a change after that read writes wake_fd. */
+uint64_t cu_wake_arm(cu_worker *w);
 /* cu_take_done moves up to cap completions, oldest first, to out and
  * returns how many. */
 int cu_take_done(cu_worker *w, cu_done *out, int cap);

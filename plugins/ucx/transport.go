@@ -48,6 +48,7 @@ type (
 // work.
 type Transport struct {
 	exit func(code int)
+	wake *waker // Wake's channel
 
 	mu    sync.Mutex
 	book  *book
@@ -71,7 +72,7 @@ func WithExit(exit func(code int)) Option {
 
 // New returns an agent that is not open yet.
 func New(opts ...Option) *Transport {
-	t := &Transport{exit: os.Exit, book: kit.NewBook[*region, *peer, []remoteDesc, struct{}]("ucx", describe(config{}).Limits)}
+	t := &Transport{exit: os.Exit, wake: newWaker(), book: kit.NewBook[*region, *peer, []remoteDesc, struct{}]("ucx", describe(config{}).Limits)}
 	for _, o := range opts {
 		o(t)
 	}
@@ -107,9 +108,10 @@ func describe(cfg config) sdk.Description {
 		Capabilities:  sdk.Capabilities{Remote: true, Local: true, Notifications: true, Cancel: false, Events: true},
 		CancelEffect:  sdk.CancelNone,
 		PeerLoss:      loss,
-		// A peer that maps our memory directly (posix, sysv) is not fenced
-		// by killing us; claim only what always holds.
-		FenceScope: sdk.FenceInitiated,
+		// Incoming transfers too where only our process copies into our
+		// memory (fence.go); initiated only wherever a peer may write into
+		// it itself.
+		FenceScope: fenceScope(cfg.tls),
 		Limits: sdk.Limits{
 			MaxDescriptorsPerList: maxDescriptorsPerList,
 			MaxDescriptorsPerPost: maxDescriptorsPerPost,
@@ -172,6 +174,7 @@ func (t *Transport) Close(ctx context.Context) error {
 	t.mu.Unlock()
 	if closed {
 		a.shutdown(&t.mu)
+		t.wake.signal() // every call now answers that the agent is closed
 	}
 	return err
 }

@@ -39,9 +39,14 @@ func TestOpenRefusesBadSettings(t *testing.T) {
 
 func TestDescribeFollowsConfiguration(t *testing.T) {
 	for _, c := range []struct {
-		tls  string
-		loss sdk.PeerLoss
-	}{{"tcp", sdk.PeerLossReported}, {"posix,sysv,cma", sdk.PeerLossProcessExits}} {
+		tls   string
+		loss  sdk.PeerLoss
+		fence sdk.FenceScope
+	}{
+		{"tcp", sdk.PeerLossReported, sdk.FenceInitiatedAndIncoming},
+		{"posix,sysv,cma", sdk.PeerLossProcessExits, sdk.FenceInitiated},
+		{"tcp,posix", sdk.PeerLossProcessExits, sdk.FenceInitiated},
+	} {
 		t.Run(c.tls, func(t *testing.T) {
 			t.Setenv("UCX_TLS", c.tls)
 			tr := ucx.New()
@@ -50,12 +55,13 @@ func TestDescribeFollowsConfiguration(t *testing.T) {
 			assert.Equal(t, c.loss, d.PeerLoss, "before Open: $UCX_TLS")
 			assert.Equal(t, sdk.CancelNone, d.CancelEffect)
 			assert.False(t, d.Capabilities.Cancel)
-			assert.Equal(t, sdk.FenceInitiated, d.FenceScope)
+			assert.Equal(t, c.fence, d.FenceScope, "before Open: $UCX_TLS")
 			t.Setenv("UCX_TLS", "")
 			require.NoError(t, tr.Open(t.Context(), sdk.OpenRequest{Agent: "x", Params: map[string]string{"tls": c.tls}}))
 			d, err = tr.Describe(t.Context())
 			require.NoError(t, err)
 			assert.Equal(t, c.loss, d.PeerLoss, "after Open: the tls parameter")
+			assert.Equal(t, c.fence, d.FenceScope, "after Open: the tls parameter")
 			require.NoError(t, tr.Close(t.Context()))
 		})
 	}
@@ -106,5 +112,19 @@ func TestLoopback(t *testing.T) {
 			assert.NoError(t, errs[0])
 			require.NoError(t, tr.Close(ctx))
 		})
+	}
+}
+
+// TestFenceScopePerTransports: incoming transfers are claimed fenced only
+// for lists of transports over which this process alone copies into its
+// memory; anything else, aliases and negations included, claims initiated.
+func TestFenceScopePerTransports(t *testing.T) {
+	for tls, want := range map[string]sdk.FenceScope{
+		"tcp": sdk.FenceInitiatedAndIncoming, " tcp , self ": sdk.FenceInitiatedAndIncoming,
+		"posix,sysv,cma": sdk.FenceInitiated, "tcp,cma": sdk.FenceInitiated, "rc,tcp": sdk.FenceInitiated,
+		"all": sdk.FenceInitiated, "sm": sdk.FenceInitiated, "^posix": sdk.FenceInitiated, "^tcp": sdk.FenceInitiated,
+		"": sdk.FenceInitiated, ",": sdk.FenceInitiated, "xpmem": sdk.FenceInitiated,
+	} {
+		assert.Equal(t, want, ucx.FenceScope(tls), "tls=%q", tls)
 	}
 }

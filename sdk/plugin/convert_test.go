@@ -528,7 +528,7 @@ func TestProcessGoneIsPluginShutdown(t *testing.T) {
 // TestLostConnectionWhileAliveIsTimeout: a connection that breaks while the
 // process still runs is not a shutdown; the effect of the call is unknown.
 func TestLostConnectionWhileAliveIsTimeout(t *testing.T) {
-	c, srv, _ := connectServer(t, eventStub{&stubTransport{}}, context.Background(), 20*time.Millisecond)
+	c, srv, _ := connectServer(t, eventStub{&stubTransport{}}, context.Background(), time.Second)
 	_, err := c.Resources(context.Background())
 	require.NoError(t, err)
 	srv.Stop()

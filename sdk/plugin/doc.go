@@ -1,7 +1,7 @@
 // Package plugin is the process boundary of custody's transport contract
 // (package sdk): the gRPC proto that carries the contract between processes,
-// the shared-memory rings that carry its hot path (Post, Release and
-// completions; ring.go), Serve, which a transport binary's main calls, and
+// the shared-memory rings that carry its hot path (Post, Release,
+// SendNotifications, completions and received notifications; ring.go), Serve, which a transport binary's main calls, and
 // Launch, which the host uses to start a transport process, call it and
 // fence it by killing it.
 //

@@ -54,7 +54,8 @@ type LaunchOptions struct {
 	// (removed once the process is gone; scratch.go). Empty means the temp
 	// directory.
 	SocketDir string
-	// DisableRings keeps Post, Release and completions on gRPC instead of
+	// DisableRings keeps the hot path (Post, Release, SendNotifications,
+	// completions and notifications) on gRPC instead of
 	// the shared-memory rings Open negotiates (ring_host.go).
 	DisableRings bool
 }

@@ -12,7 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The rings: how Post, Release and completions cross between the host and a
+// The rings: how Post, Release, SendNotifications and completions cross between the host and a
 // transport process without gRPC.
 //
 // After a successful Open the host creates a file (0600, in a private 0700
@@ -26,7 +26,8 @@ import (
 // The mapping holds two rings, each single producer and single consumer:
 //
 //   - the submission ring (host -> plugin) carries calls: Post, Release,
-//     Drain (fetch the transport's events or notifications now), Detach;
+//     SendNotifications, Drain (fetch the transport's events or
+//     notifications now), Detach;
 //   - the completion ring (plugin -> host) carries their results, in the
 //     order the calls were submitted, and what the plugin pushes on its
 //     own: events, terminal states it polled, notifications, wake-ups.
@@ -73,7 +74,7 @@ import (
 // loaded. Nothing spins while idle.
 
 // ringVersion is the layout version; a plugin refuses any other.
-const ringVersion = 1
+const ringVersion = 2
 
 // ringMagic starts the header of a ring file.
 const ringMagic uint64 = 0x31474e4952594443 // "CDYRING1"

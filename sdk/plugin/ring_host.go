@@ -16,7 +16,8 @@ import (
 )
 
 // The host side of the rings. Plugin.Open attaches them (unless
-// LaunchOptions.DisableRings); from then on Post and Release travel through
+// LaunchOptions.DisableRings); from then on Post, Release and
+// SendNotifications travel through
 // the submission ring and wait for their results in the completion ring,
 // within the call's deadline, and Poll, Events and Notifications answer
 // from what the completion ring brought:
@@ -28,7 +29,11 @@ import (
 //     and released ids get the transport's own answer.
 //   - Events and Notifications: what the plugin forwarded, in order; when
 //     nothing waits, one drain call through the rings asks the transport
-//     now and returns its answer, errors included.
+//     now and returns its answer, errors included; unless the transport
+//     is a Waker (prompt): the plugin then forwards what the transport
+//     has as soon as it wakes, a forwarded change wakes Wake's channel,
+//     and nothing is asked (a drain would cost a round trip through the
+//     rings on every round of the host, for nothing).
 //
 // Whoever waits drains the completion ring itself (a caller spinning for
 // its result, Poll); a reader goroutine drains it when nobody does, sleeping
@@ -77,7 +82,11 @@ type ringHost struct {
 	mem    []byte
 	m      *ringMap
 	events bool // the plugin forwards the transport's events
-	half   int  // a submission larger than this goes over gRPC
+	// prompt: the transport is a Waker, so the plugin forwards its events
+	// and notifications as soon as it has them; Events and Notifications
+	// then answer from what the rings brought without a drain call.
+	prompt bool
+	half   int // a submission larger than this goes over gRPC
 
 	subMu    sync.Mutex
 	sub      *producer
@@ -168,6 +177,7 @@ func (p *Plugin) attachRings(ctx context.Context) {
 	}
 	r := newRingHost(p.grpcClient, mem, defaultRingLayout, p.log, p.kill, p.wake)
 	r.events = resp.GetEvents()
+	r.prompt = resp.GetPrompt()
 	r.stopAfter = context.AfterFunc(p.done, func() { r.stop() })
 	go r.reader()
 	p.rings.Store(r)
@@ -325,7 +335,7 @@ func (r *ringHost) drain() int {
 // what the host sees (a wake-up is due).
 func (r *ringHost) handle(e ringEntry, payload []byte) (bool, error) {
 	switch e.kind {
-	case kindPostResult, kindReleaseRes, kindDrainResult:
+	case kindPostResult, kindReleaseRes, kindSendNotesRes, kindDrainResult:
 		return false, r.result(e, payload)
 	case kindEvents, kindStates:
 		evs, err := decodeEvents(payload, e.count)
@@ -400,6 +410,12 @@ func (r *ringHost) result(e ringEntry, payload []byte) error {
 			}
 		}
 		c.errs = append(c.errs, errs...)
+	case kindSendNotesRes:
+		errs, err := decodeErrs(payload, e.count)
+		if err != nil {
+			return fmt.Errorf("completion %d (call %d): %w", e.seq, e.call, err)
+		}
+		c.errs = append(c.errs, errs...)
 	}
 	c.got += int(e.count)
 	if c.got == c.total {
@@ -414,8 +430,11 @@ func (r *ringHost) result(e ringEntry, payload []byte) error {
 
 func (c *ringCall) countError(g *grpcClient) error {
 	method := "Post"
-	if c.kind == kindReleaseRes {
+	switch c.kind {
+	case kindReleaseRes:
 		method = "Release"
+	case kindSendNotesRes:
+		method = "SendNotifications"
 	}
 	return g.count(method, c.total, c.n)
 }
@@ -695,6 +714,35 @@ func (p *Plugin) Release(ctx context.Context, ids []sdk.HandleID) ([]error, erro
 	return c.errs, nil
 }
 
+// SendNotifications is Transport.SendNotifications: through the rings when
+// attached (a batch too large for the ring goes over gRPC).
+func (p *Plugin) SendNotifications(ctx context.Context, msgs []sdk.OutboundNotification) ([]error, error) {
+	r := p.active()
+	if r == nil || len(msgs) > maxRingItems {
+		return p.grpcClient.SendNotifications(ctx, msgs)
+	}
+	size := 0
+	for _, m := range msgs {
+		size += outNoteBytes(m)
+	}
+	if size > r.half {
+		return p.grpcClient.SendNotifications(ctx, msgs)
+	}
+	r.subMu.Lock()
+	w := r.scratch[:0]
+	for _, m := range msgs {
+		w = encodeOutNote(w, m)
+	}
+	payload := append([]byte(nil), w...)
+	r.scratch = w[:0]
+	r.subMu.Unlock()
+	c, err := r.submit(ctx, "SendNotifications", kindSendNotes, kindSendNotesRes, len(msgs), nil, payload)
+	if err != nil {
+		return nil, err
+	}
+	return c.errs, nil
+}
+
 // Poll is Transport.Poll: from the completion ring for handles posted
 // through it, over gRPC for any other id.
 func (p *Plugin) Poll(ctx context.Context, ids []sdk.HandleID) ([]sdk.HandleStatus, error) {
@@ -757,7 +805,7 @@ func (p *Plugin) events(ctx context.Context, max int) ([]sdk.Event, error) {
 	r.mu.Lock()
 	empty := len(r.evq) == 0
 	r.mu.Unlock()
-	if empty {
+	if empty && !r.prompt {
 		if _, err := r.submit(ctx, "Events", kindDrainEvents, kindDrainResult, 0, nil, nil); err != nil {
 			return nil, err
 		}
@@ -793,7 +841,7 @@ func (p *Plugin) Notifications(ctx context.Context, max int) ([]sdk.Notification
 	r.mu.Lock()
 	empty := len(r.notes) == 0
 	r.mu.Unlock()
-	if empty {
+	if empty && !r.prompt {
 		if _, err := r.submit(ctx, "Notifications", kindDrainNotes, kindDrainResult, 0, nil, nil); err != nil {
 			return nil, err
 		}

@@ -20,7 +20,10 @@ import (
 // and pushes what changed: the transport's events when it is an
 // EventSource (claimed in Describe), else the terminal states it finds by
 // polling the handles posted and not yet terminal; and the notifications it
-// drains, so that the host's Waker covers them.
+// drains, so that the host's Waker covers them. A transport's wake-up
+// makes the pump ask for its changes and its notifications; for a
+// WakeReasoner, only for what the wake-up was for, so that completions do
+// not cost a notification drain each.
 //
 // The pump spins while work comes (adapting how long), then sleeps on its
 // doorbell: with nothing in flight and a transport that is a Waker, until
@@ -61,7 +64,10 @@ type ringServer struct {
 	impl   sdk.Transport
 	events sdk.EventSource // nil unless the transport is one and claims it
 	waker  sdk.Waker       // nil unless the transport is one
-	log    hclog.Logger
+	// reasons says what a wake-up was for; nil unless the Waker is a
+	// WakeReasoner (every wake-up is then taken as both).
+	reasons sdk.WakeReasoner
+	log     hclog.Logger
 
 	mem     []byte
 	m       *ringMap
@@ -72,8 +78,14 @@ type ringServer struct {
 	trackMu  sync.Mutex
 	inflight map[sdk.HandleID]struct{}
 
-	kicked  atomic.Bool
-	stopped atomic.Bool
+	// kickedStates and kickedNotes make the pump ask the transport for
+	// its changes (events or polls) and for its notifications, at once.
+	kickedStates atomic.Bool
+	kickedNotes  atomic.Bool
+	stopped      atomic.Bool
+	// taken tells the goroutine that forwards the transport's wake-ups
+	// that the pump took the last one (capacity 1).
+	taken chan struct{}
 	// mapMu guards the mapping's life against wake-ups from gRPC
 	// handlers: unmapped is set, under it, once the pump unmapped it.
 	mapMu    sync.RWMutex
@@ -95,6 +107,7 @@ type ringServer struct {
 	// pending holds the items of a call submitted in parts.
 	pendingPosts []sdk.PostSpec
 	pendingIDs   []sdk.HandleID
+	pendingNotes []sdk.OutboundNotification
 }
 
 // newRingServer serves the rings of mem for impl; call run.
@@ -106,6 +119,7 @@ func newRingServer(ctx context.Context, impl sdk.Transport, mem []byte, l ringLa
 		comp:     newProducer(m.comp, "completion"),
 		inflight: map[sdk.HandleID]struct{}{},
 		done:     make(chan struct{}),
+		taken:    make(chan struct{}, 1),
 	}
 	if es, ok := impl.(sdk.EventSource); ok {
 		if d, err := impl.Describe(ctx); err == nil && d.Capabilities.Events {
@@ -113,6 +127,7 @@ func newRingServer(ctx context.Context, impl sdk.Transport, mem []byte, l ringLa
 		}
 	}
 	s.waker, _ = impl.(sdk.Waker)
+	s.reasons, _ = impl.(sdk.WakeReasoner)
 	return s
 }
 
@@ -125,7 +140,23 @@ func (s *ringServer) start() {
 			for {
 				select {
 				case <-s.waker.Wake():
-					s.kick()
+				case <-s.done:
+					return
+				}
+				states, notes := true, true
+				if s.reasons != nil {
+					states, notes = s.reasons.WakeReasons()
+				}
+				if !states && !notes {
+					continue
+				}
+				s.kickFor(states, notes)
+				// Take the next wake-up only once the pump took this
+				// one: meanwhile the transport's wake-ups coalesce in
+				// Wake's slot, so that a busy pump is not woken, nor
+				// this goroutine run, once per completion.
+				select {
+				case <-s.taken:
 				case <-s.done:
 					return
 				}
@@ -134,12 +165,32 @@ func (s *ringServer) start() {
 	}
 }
 
-// kick makes the pump drain events and notifications once more.
+// kick makes the pump drain events and notifications once more, waking
+// it whether or not it says it sleeps.
 func (s *ringServer) kick() {
-	s.kicked.Store(true)
+	s.kickedStates.Store(true)
+	s.kickedNotes.Store(true)
 	s.mapMu.RLock()
 	if !s.unmapped {
 		s.m.plugin.force()
+	}
+	s.mapMu.RUnlock()
+}
+
+// kickFor makes the pump ask the transport for its changes (states), its
+// notifications (notes), or both, at once.
+func (s *ringServer) kickFor(states, notes bool) {
+	if states {
+		s.kickedStates.Store(true)
+	}
+	if notes {
+		s.kickedNotes.Store(true)
+	}
+	// The pump looks at the flags after it says it sleeps (prepare), so
+	// one that does not say so yet will see them.
+	s.mapMu.RLock()
+	if !s.unmapped {
+		s.m.plugin.ring()
 	}
 	s.mapMu.RUnlock()
 }
@@ -219,8 +270,14 @@ func (s *ringServer) run() {
 	var notesAt time.Time
 	for !s.stopped.Load() {
 		now := time.Now()
-		kicked := s.kicked.Swap(false)
-		worked, err := s.step(kicked, now, &notesAt)
+		states, notes := s.kickedStates.Swap(false), s.kickedNotes.Swap(false)
+		if states || notes {
+			select {
+			case s.taken <- struct{}{}:
+			default:
+			}
+		}
+		worked, err := s.step(states, notes, now, &notesAt)
 		if err != nil {
 			s.fatal(err)
 			return
@@ -264,7 +321,7 @@ func (s *ringServer) run() {
 			idleNotes = min(2*idleNotes, ringIdleNotePoll)
 		}
 		v := s.m.plugin.prepare()
-		if n, err := s.sub.available(); err != nil || n > 0 || s.kicked.Load() || s.stopped.Load() {
+		if n, err := s.sub.available(); err != nil || n > 0 || s.kickedStates.Load() || s.kickedNotes.Load() || s.stopped.Load() {
 			s.m.plugin.cancel()
 			continue
 		}
@@ -297,7 +354,7 @@ func (s *ringServer) fatal(err error) {
 // ringBusyBackoff), so that a transport whose calls hop to a worker thread
 // spends at most about half its time answering the pump; a submission or a
 // change found resets the gap.
-func (s *ringServer) step(kicked bool, now time.Time, notesAt *time.Time) (bool, error) {
+func (s *ringServer) step(kickedStates, kickedNotes bool, now time.Time, notesAt *time.Time) (bool, error) {
 	worked := false
 	n, err := s.sub.available()
 	if err != nil {
@@ -317,7 +374,7 @@ func (s *ringServer) step(kicked bool, now time.Time, notesAt *time.Time) (bool,
 		s.m.host.ring()
 		s.followGap, s.followAt = 0, now
 	}
-	if kicked || (s.tracked() > 0 && !now.Before(s.followAt)) {
+	if kickedStates || (s.tracked() > 0 && !now.Before(s.followAt)) {
 		t0 := time.Now()
 		w, err := s.followHandles()
 		if err != nil {
@@ -337,7 +394,7 @@ func (s *ringServer) step(kicked bool, now time.Time, notesAt *time.Time) (bool,
 		s.followAt = t0.Add(took + s.followGap)
 		worked = worked || w
 	}
-	due := kicked || (s.waker == nil && now.Sub(*notesAt) >= s.notesGap)
+	due := kickedNotes || (s.waker == nil && now.Sub(*notesAt) >= s.notesGap)
 	if due {
 		t0 := time.Now()
 		w, err := s.forwardNotes()
@@ -405,6 +462,20 @@ func (s *ringServer) serveOne() error {
 		}
 		s.untrackReleased(ids, errs)
 		return s.pushItems(kindReleaseRes, e.call, len(errs), func(w wire, i int) wire { return w.err(errs[i]) })
+	case kindSendNotes:
+		msgs, err := decodeOutNotes(payload, e.count)
+		if err != nil {
+			return fmt.Errorf("send-notifications call %d: %w", e.call, err)
+		}
+		if s.pendingNotes, err = gather(e, s.pendingNotes, msgs); err != nil || uint32(len(s.pendingNotes)) < e.total {
+			return err
+		}
+		msgs, s.pendingNotes = s.pendingNotes, nil
+		errs, err := s.impl.SendNotifications(ctx, msgs)
+		if err != nil {
+			return s.pushCallError(kindSendNotesRes, e.call, err)
+		}
+		return s.pushItems(kindSendNotesRes, e.call, len(errs), func(w wire, i int) wire { return w.err(errs[i]) })
 	case kindDrainEvents:
 		var err error
 		if s.events == nil {

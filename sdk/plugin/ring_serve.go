@@ -53,7 +53,7 @@ func (s *grpcServer) AttachRings(ctx context.Context, req *pb.AttachRingsRequest
 	rs := newRingServer(ctx, s.impl, mem, l, log.Named("rings"))
 	rs.start()
 	s.rings = rs
-	return &pb.AttachRingsResponse{Events: rs.events != nil}, nil
+	return &pb.AttachRingsResponse{Events: rs.events != nil, Prompt: rs.waker != nil}, nil
 }
 
 func (s *ringServing) current() *ringServer {

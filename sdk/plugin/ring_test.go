@@ -288,6 +288,18 @@ func TestWireRoundTrip(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, evs, gotEvs)
 
+	outs := []sdk.OutboundNotification{{Peer: 3, Message: []byte("hi")}, {Peer: 4}}
+	w = nil
+	for _, n := range outs {
+		w = encodeOutNote(w, n)
+	}
+	require.Equal(t, outNoteBytes(outs[0])+outNoteBytes(outs[1]), len(w))
+	gotOuts, err := decodeOutNotes(w, 2)
+	require.NoError(t, err)
+	assert.Equal(t, outs, gotOuts)
+	_, err = decodeOutNotes(w[:len(w)-1], 2)
+	assert.ErrorContains(t, err, "outbound notification 1")
+
 	ns := []sdk.Notification{{From: "a", Message: []byte("hi")}, {From: "b"}}
 	w = nil
 	for _, n := range ns {
@@ -307,7 +319,17 @@ func FuzzRingDecode(f *testing.F) {
 	f.Add([]byte(encodePostSpec(nil, sdk.PostSpec{Op: sdk.OpWrite, Local: 1, LocalIndices: []uint32{0}, Remote: 2, RemoteIndices: []uint32{0}, Notification: []byte("n")})), uint32(1))
 	f.Add([]byte(encodeEvent(nil, sdk.Event{Handle: 1, State: sdk.StateDone})), uint32(1))
 	f.Add([]byte(encodeNote(nil, sdk.Notification{From: "a", Message: []byte("m")})), uint32(1))
+	f.Add([]byte(encodeOutNote(nil, sdk.OutboundNotification{Peer: 7, Message: []byte("custody/2 consumed 0123456789abcdef r1")})), uint32(1))
+	f.Add([]byte(encodeOutNote(encodeOutNote(nil, sdk.OutboundNotification{Peer: 1}), sdk.OutboundNotification{Peer: 2, Message: []byte("x")})), uint32(2))
+	f.Add([]byte(encodeOutNote(nil, sdk.OutboundNotification{Peer: 7, Message: []byte("cut")}))[:13], uint32(1))
 	f.Add(make([]byte, ringEntrySize), uint32(0))
+	for _, kind := range []uint16{kindSendNotes, kindSendNotesRes} {
+		ent := make([]byte, ringEntrySize)
+		(&ringEntry{kind: kind, count: 2, total: 2, arenaLen: 24}).encode(ent)
+		f.Add(ent, uint32(2))
+		(&ringEntry{kind: kind, code: 3, count: 1, total: 1}).encode(ent)
+		f.Add(append([]byte(nil), ent...), uint32(1))
+	}
 	f.Fuzz(func(t *testing.T, b []byte, count uint32) {
 		if specs, err := decodePostSpecs(b, count); err == nil {
 			var w wire
@@ -316,6 +338,15 @@ func FuzzRingDecode(f *testing.F) {
 			}
 			if !bytes.Equal(w, b) {
 				t.Fatalf("post specs re-encode differently")
+			}
+		}
+		if msgs, err := decodeOutNotes(b, count); err == nil {
+			var w wire
+			for _, m := range msgs {
+				w = encodeOutNote(w, m)
+			}
+			if !bytes.Equal(w, b) {
+				t.Fatalf("outbound notifications re-encode differently")
 			}
 		}
 		_, _ = decodeIDs(b, count)

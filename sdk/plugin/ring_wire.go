@@ -16,20 +16,22 @@ import (
 // Entry kinds. Submission kinds travel host -> plugin, completion kinds
 // plugin -> host.
 const (
-	kindPost        uint16 = 1 // items: PostSpec
-	kindRelease     uint16 = 2 // items: HandleID
-	kindDrainEvents uint16 = 3 // fetch the transport's events now; no items
-	kindDrainNotes  uint16 = 4 // fetch the transport's notifications now; no items
-	kindDetach      uint16 = 5 // stop serving the rings (after Close)
-	kindPostResult  uint16 = 16
-	kindReleaseRes  uint16 = 17
-	kindDrainResult uint16 = 18 // ends a drain call; code is the drain's
-	kindEvents      uint16 = 19 // items: Event, forwarded from EventSource
-	kindStates      uint16 = 20 // items: Event, terminal states the plugin polled
-	kindNotes       uint16 = 21 // items: Notification
-	kindFatal       uint16 = 22 // the plugin stops serving: a message
-	maxRingItems           = 1 << 22
-	maxRingMessage         = 64 << 10
+	kindPost         uint16 = 1 // items: PostSpec
+	kindRelease      uint16 = 2 // items: HandleID
+	kindDrainEvents  uint16 = 3 // fetch the transport's events now; no items
+	kindDrainNotes   uint16 = 4 // fetch the transport's notifications now; no items
+	kindDetach       uint16 = 5 // stop serving the rings (after Close)
+	kindSendNotes    uint16 = 6 // items: OutboundNotification
+	kindPostResult   uint16 = 16
+	kindReleaseRes   uint16 = 17
+	kindDrainResult  uint16 = 18 // ends a drain call; code is the drain's
+	kindEvents       uint16 = 19 // items: Event, forwarded from EventSource
+	kindStates       uint16 = 20 // items: Event, terminal states the plugin polled
+	kindNotes        uint16 = 21 // items: Notification
+	kindFatal        uint16 = 22 // the plugin stops serving: a message
+	kindSendNotesRes uint16 = 23 // items: error, one per notification
+	maxRingItems            = 1 << 22
+	maxRingMessage          = 64 << 10
 )
 
 // ringEntry is one fixed 64-byte entry:
@@ -94,11 +96,11 @@ func (e *ringEntry) decode(b []byte) {
 // that direction, its counts, its code.
 func (e *ringEntry) check(submission bool) error {
 	switch e.kind {
-	case kindPost, kindRelease, kindDrainEvents, kindDrainNotes, kindDetach:
+	case kindPost, kindRelease, kindDrainEvents, kindDrainNotes, kindDetach, kindSendNotes:
 		if !submission {
 			return ringErrorf("entry %d: submission kind %d in the completion ring", e.seq, e.kind)
 		}
-	case kindPostResult, kindReleaseRes, kindDrainResult, kindEvents, kindStates, kindNotes, kindFatal:
+	case kindPostResult, kindReleaseRes, kindDrainResult, kindEvents, kindStates, kindNotes, kindFatal, kindSendNotesRes:
 		if submission {
 			return ringErrorf("entry %d: completion kind %d in the submission ring", e.seq, e.kind)
 		}
@@ -376,6 +378,29 @@ func decodeNotes(b []byte, count uint32) ([]sdk.Notification, error) {
 		out[i].Message = r.bytes("notification")
 	}
 	return out, r.done("notifications")
+}
+
+func encodeOutNote(w wire, n sdk.OutboundNotification) wire {
+	return w.u64(uint64(n.Peer)).bytes(n.Message)
+}
+
+// outNoteBytes is the encoded size of n.
+func outNoteBytes(n sdk.OutboundNotification) int { return 8 + 4 + len(n.Message) }
+
+func decodeOutNotes(b []byte, count uint32) ([]sdk.OutboundNotification, error) {
+	r := reader{b: b}
+	if !r.need(count, 12, "outbound notifications") {
+		return nil, r.err
+	}
+	out := make([]sdk.OutboundNotification, count)
+	for i := range out {
+		out[i].Peer = sdk.PeerID(r.u64())
+		out[i].Message = r.bytes("notification")
+		if r.err != nil {
+			return nil, fmt.Errorf("outbound notification %d: %w", i, r.err)
+		}
+	}
+	return out, r.done("outbound notifications")
 }
 
 // callError is the error a result entry with a non-zero code carries: its

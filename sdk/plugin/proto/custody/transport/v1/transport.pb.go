@@ -1927,10 +1927,14 @@ func (x *AttachRingsRequest) GetVersion() uint32 {
 }
 
 // AttachRingsResponse: the plugin mapped the file and serves the rings.
-// events says that it forwards the transport's events through them.
+// events says that it forwards the transport's events through them;
+// prompt, that the transport is an sdk.Waker, so the plugin forwards its
+// events and notifications as soon as the transport has them and the host
+// need not ask for them when the rings brought none.
 type AttachRingsResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Events        bool                   `protobuf:"varint,1,opt,name=events,proto3" json:"events,omitempty"`
+	Prompt        bool                   `protobuf:"varint,2,opt,name=prompt,proto3" json:"prompt,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1968,6 +1972,13 @@ func (*AttachRingsResponse) Descriptor() ([]byte, []int) {
 func (x *AttachRingsResponse) GetEvents() bool {
 	if x != nil {
 		return x.Events
+	}
+	return false
+}
+
+func (x *AttachRingsResponse) GetPrompt() bool {
+	if x != nil {
+		return x.Prompt
 	}
 	return false
 }
@@ -2096,9 +2107,10 @@ const file_sdk_plugin_proto_custody_transport_v1_transport_proto_rawDesc = "" +
 	"\x06events\x18\x01 \x03(\v2\x1b.custody.transport.v1.EventR\x06events\"B\n" +
 	"\x12AttachRingsRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x18\n" +
-	"\aversion\x18\x02 \x01(\rR\aversion\"-\n" +
+	"\aversion\x18\x02 \x01(\rR\aversion\"E\n" +
 	"\x13AttachRingsResponse\x12\x16\n" +
-	"\x06events\x18\x01 \x01(\bR\x06events2\xdb\f\n" +
+	"\x06events\x18\x01 \x01(\bR\x06events\x12\x16\n" +
+	"\x06prompt\x18\x02 \x01(\bR\x06prompt2\xdb\f\n" +
 	"\tTransport\x12Y\n" +
 	"\bDescribe\x12%.custody.transport.v1.DescribeRequest\x1a&.custody.transport.v1.DescribeResponse\x12F\n" +
 	"\x04Open\x12!.custody.transport.v1.OpenRequest\x1a\x1b.custody.transport.v1.Empty\x12A\n" +
