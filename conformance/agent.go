@@ -3,6 +3,7 @@ package conformance
 import (
 	"fmt"
 	"maps"
+	"sync"
 
 	"github.com/custody-dev/custody/sdk"
 )
@@ -10,8 +11,19 @@ import (
 // agent is one opened transport of a check with the tracker of every
 // resource the check created on it. Helpers that create record the id;
 // helpers that free forget it; the env's teardown frees what is left.
+//
+// An agent value is a view of one agent for one T: the check's own, or a
+// worker's (env.parallel), so that helpers called from a worker goroutine
+// report to it. Every view of an agent shares its state and tracker.
 type agent struct {
-	e      *env
+	e *env
+	t T
+	*agentState
+}
+
+// agentState is what every view of one agent shares. mu guards the
+// tracker, which workers of a parallel check update at once.
+type agentState struct {
 	name   string
 	tr     sdk.Transport
 	ag     Agent
@@ -21,12 +33,16 @@ type agent struct {
 	// not kill it (exited): the teardown skips it.
 	dead bool
 
+	mu          sync.Mutex
 	heldRegions []sdk.RegionID
 	heldPeers   []sdk.PeerID
 	heldDlists  []sdk.DlistID
 	heldHandles []sdk.HandleID
 	live        map[any]bool // every tracked id, keyed by its typed value
 }
+
+// as returns a view of the agent whose helpers report to t.
+func (a *agent) as(t T) *agent { return &agent{e: a.e, t: t, agentState: a.agentState} }
 
 // agent starts and opens a fresh agent with the configured params.
 func (e *env) agent() *agent {
@@ -37,7 +53,7 @@ func (e *env) agent() *agent {
 	if err != nil {
 		e.t.Fatalf("factory: start agent: %v", err)
 	}
-	a := &agent{e: e, name: fmt.Sprintf("%s-%d", e.prefix, len(e.agents)), tr: ag.Transport, ag: ag, live: map[any]bool{}}
+	a := &agent{e: e, t: e.t, agentState: &agentState{name: fmt.Sprintf("%s-%d", e.prefix, len(e.agents)), tr: ag.Transport, ag: ag, live: map[any]bool{}}}
 	if err := a.tr.Open(ctx, sdk.OpenRequest{Agent: a.name, Params: maps.Clone(e.cfg.Params)}); err != nil {
 		if ag.Stop != nil {
 			ag.Stop()
@@ -50,6 +66,8 @@ func (e *env) agent() *agent {
 
 // track records ids the check now owns.
 func track[ID comparable](a *agent, list *[]ID, ids ...ID) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
 	for _, id := range ids {
 		if !a.live[id] {
 			a.live[id] = true
@@ -60,6 +78,8 @@ func track[ID comparable](a *agent, list *[]ID, ids ...ID) {
 
 // untrack forgets ids the check freed itself.
 func untrack[ID comparable](a *agent, list *[]ID, ids ...ID) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
 	gone := map[ID]bool{}
 	for _, id := range ids {
 		gone[id] = true
@@ -76,9 +96,9 @@ func untrack[ID comparable](a *agent, list *[]ID, ids ...ID) {
 
 // kill ends the agent's process. The caller has checked ag.Kill != nil.
 func (a *agent) kill() {
-	a.e.t.Helper()
+	a.t.Helper()
 	if err := a.ag.Kill(); err != nil {
-		a.e.t.Fatalf("kill agent %q: %v", a.name, err)
+		a.t.Fatalf("kill agent %q: %v", a.name, err)
 	}
 	a.killed = true
 }

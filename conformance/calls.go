@@ -32,31 +32,31 @@ func chunks[X any](e *env, items []X, fn func([]X)) {
 
 // itemErrs fails the check when a batched call or one of its items failed.
 func (a *agent) itemErrs(what string, errs []error, err error, n int) {
-	a.e.t.Helper()
+	a.t.Helper()
 	if err != nil {
-		a.e.t.Fatalf("%s on agent %q (%d items): %v", what, a.name, n, err)
+		a.t.Fatalf("%s on agent %q (%d items): %v", what, a.name, n, err)
 	}
 	if len(errs) != n {
-		a.e.t.Fatalf("%s on agent %q: %d results for %d items", what, a.name, len(errs), n)
+		a.t.Fatalf("%s on agent %q: %d results for %d items", what, a.name, len(errs), n)
 	}
 	for i, err := range errs {
 		if err != nil {
-			a.e.t.Fatalf("%s on agent %q, item %d: %v", what, a.name, i, err)
+			a.t.Fatalf("%s on agent %q, item %d: %v", what, a.name, i, err)
 		}
 	}
 }
 
 // metadata returns the agent's LocalMetadata, checked against the limit.
 func (a *agent) metadata() []byte {
-	a.e.t.Helper()
+	a.t.Helper()
 	ctx, cancel := a.e.callCtx()
 	defer cancel()
 	md, err := a.tr.LocalMetadata(ctx)
 	if err != nil {
-		a.e.t.Fatalf("LocalMetadata(agent %q): %v", a.name, err)
+		a.t.Fatalf("LocalMetadata(agent %q): %v", a.name, err)
 	}
 	if m := a.e.desc.Limits.MaxMetadataBytes; m > 0 && uint64(len(md)) > uint64(m) {
-		a.e.t.Errorf("LocalMetadata(agent %q) is %d bytes, over Limits.MaxMetadataBytes %d", a.name, len(md), m)
+		a.t.Errorf("LocalMetadata(agent %q) is %d bytes, over Limits.MaxMetadataBytes %d", a.name, len(md), m)
 	}
 	return md
 }
@@ -64,7 +64,7 @@ func (a *agent) metadata() []byte {
 // loadPeer loads b's current metadata into a and returns the peer id. Call
 // it after b registered the regions a will reach.
 func (a *agent) loadPeer(b *agent) sdk.PeerID {
-	a.e.t.Helper()
+	a.t.Helper()
 	md := b.metadata()
 	ctx, cancel := a.e.callCtx()
 	defer cancel()
@@ -80,7 +80,7 @@ func (a *agent) loadPeer(b *agent) sdk.PeerID {
 
 // unloadPeer unloads a peer the check loaded; it must succeed.
 func (a *agent) unloadPeer(id sdk.PeerID) {
-	a.e.t.Helper()
+	a.t.Helper()
 	ctx, cancel := a.e.callCtx()
 	defer cancel()
 	errs, err := a.tr.UnloadPeers(ctx, []sdk.PeerID{id})
@@ -90,7 +90,7 @@ func (a *agent) unloadPeer(id sdk.PeerID) {
 
 // dlists prepares descriptor lists.
 func (a *agent) dlists(specs ...sdk.DlistSpec) []sdk.DlistID {
-	a.e.t.Helper()
+	a.t.Helper()
 	var ids []sdk.DlistID
 	chunks(a.e, specs, func(specs []sdk.DlistSpec) {
 		ctx, cancel := a.e.callCtx()
@@ -113,13 +113,13 @@ func (a *agent) dlists(specs ...sdk.DlistSpec) []sdk.DlistID {
 
 // dlist prepares one descriptor list (peer 0: local).
 func (a *agent) dlist(peer sdk.PeerID, descs ...sdk.Descriptor) sdk.DlistID {
-	a.e.t.Helper()
+	a.t.Helper()
 	return a.dlists(sdk.DlistSpec{Peer: peer, Descriptors: descs})[0]
 }
 
 // releaseDlists releases dlists the check prepared; it must succeed.
 func (a *agent) releaseDlists(ids ...sdk.DlistID) {
-	a.e.t.Helper()
+	a.t.Helper()
 	ctx, cancel := a.e.callCtx()
 	defer cancel()
 	errs, err := a.tr.ReleaseDescriptors(ctx, ids)
@@ -129,7 +129,7 @@ func (a *agent) releaseDlists(ids ...sdk.DlistID) {
 
 // post posts transfers and returns their handles.
 func (a *agent) post(specs ...sdk.PostSpec) []sdk.HandleID {
-	a.e.t.Helper()
+	a.t.Helper()
 	var ids []sdk.HandleID
 	chunks(a.e, specs, func(specs []sdk.PostSpec) {
 		ctx, cancel := a.e.callCtx()
@@ -154,20 +154,20 @@ func (a *agent) post(specs ...sdk.PostSpec) []sdk.HandleID {
 // status: an item error carries no state, a state is one of the four, and
 // a FAILED handle says why.
 func (a *agent) poll(ids ...sdk.HandleID) []sdk.HandleStatus {
-	a.e.t.Helper()
+	a.t.Helper()
 	out := make([]sdk.HandleStatus, 0, len(ids))
 	chunks(a.e, ids, func(ids []sdk.HandleID) {
 		ctx, cancel := a.e.callCtx()
 		defer cancel()
 		st, err := a.tr.Poll(ctx, ids)
 		if err != nil {
-			a.e.t.Fatalf("Poll(%d handles of agent %q): %v", len(ids), a.name, err)
+			a.t.Fatalf("Poll(%d handles of agent %q): %v", len(ids), a.name, err)
 		}
 		if len(st) != len(ids) {
-			a.e.t.Fatalf("Poll(%d handles of agent %q): %d results", len(ids), a.name, len(st))
+			a.t.Fatalf("Poll(%d handles of agent %q): %d results", len(ids), a.name, len(st))
 		}
 		for i, s := range st {
-			checkStatus(a.e.t, ids[i], s)
+			checkStatus(a.t, ids[i], s)
 		}
 		out = append(out, st...)
 	})
@@ -194,12 +194,12 @@ func checkStatus(t T, id sdk.HandleID, s sdk.HandleStatus) {
 // terminal, so that a caller can check the destination bytes at once. A
 // Poll item error fails the check.
 func (a *agent) wait(ids ...sdk.HandleID) []sdk.HandleStatus {
-	a.e.t.Helper()
+	a.t.Helper()
 	return a.waitFor(settleTimeout, ids...)
 }
 
 func (a *agent) waitFor(bound time.Duration, ids ...sdk.HandleID) []sdk.HandleStatus {
-	a.e.t.Helper()
+	a.t.Helper()
 	out := make([]sdk.HandleStatus, len(ids))
 	pending := make([]int, len(ids))
 	for i := range pending {
@@ -217,7 +217,7 @@ func (a *agent) waitFor(bound time.Duration, ids ...sdk.HandleID) []sdk.HandleSt
 		for j, i := range pending {
 			switch {
 			case st[j].Err != nil:
-				a.e.t.Fatalf("Poll(handle %d of agent %q): %v while it was live", ids[i], a.name, st[j].Err)
+				a.t.Fatalf("Poll(handle %d of agent %q): %v while it was live", ids[i], a.name, st[j].Err)
 			case st[j].State.Terminal():
 				out[i] = st[j]
 			default:
@@ -229,7 +229,7 @@ func (a *agent) waitFor(bound time.Duration, ids ...sdk.HandleID) []sdk.HandleSt
 			return out
 		}
 		if time.Now().After(deadline) {
-			a.e.t.Fatalf("%d of %d handles of agent %q still IN_PROGRESS after %v (first: %d)", len(pending), len(ids), a.name, bound, ids[pending[0]])
+			a.t.Fatalf("%d of %d handles of agent %q still IN_PROGRESS after %v (first: %d)", len(pending), len(ids), a.name, bound, ids[pending[0]])
 		}
 		b.wait()
 	}
@@ -237,7 +237,7 @@ func (a *agent) waitFor(bound time.Duration, ids ...sdk.HandleID) []sdk.HandleSt
 
 // release releases handles; every one must succeed.
 func (a *agent) release(ids ...sdk.HandleID) {
-	a.e.t.Helper()
+	a.t.Helper()
 	chunks(a.e, ids, func(ids []sdk.HandleID) {
 		ctx, cancel := a.e.callCtx()
 		defer cancel()
@@ -249,12 +249,12 @@ func (a *agent) release(ids ...sdk.HandleID) {
 
 // resources returns the agent's resource counters.
 func (a *agent) resources() sdk.Resources {
-	a.e.t.Helper()
+	a.t.Helper()
 	ctx, cancel := a.e.callCtx()
 	defer cancel()
 	r, err := a.tr.Resources(ctx)
 	if err != nil {
-		a.e.t.Fatalf("Resources(agent %q): %v", a.name, err)
+		a.t.Fatalf("Resources(agent %q): %v", a.name, err)
 	}
 	return r
 }
@@ -294,7 +294,7 @@ func itoa(v uint64) string { return strconv.FormatUint(v, 10) }
 
 // deregister deregisters regions the check registered; it must succeed.
 func (a *agent) deregister(ids ...sdk.RegionID) {
-	a.e.t.Helper()
+	a.t.Helper()
 	ctx, cancel := a.e.callCtx()
 	defer cancel()
 	errs, err := a.tr.DeregisterMemory(ctx, ids)

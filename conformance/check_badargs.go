@@ -20,7 +20,7 @@ type badCall struct {
 var checkBadArguments = check{
 	name: "contract/bad-arguments",
 	doc: "index out of range, length mismatch, unknown region or peer, empty lists, oversized notification, garbage metadata and the like " +
-		"are INVALID_ARGUMENT and change nothing on either agent",
+		"are INVALID_ARGUMENT and change nothing on either agent; each asked once alone, then --repeat (default 100) times more, 8 at a time",
 	needs: movesData,
 	run: func(e *env) {
 		l := e.link(4096)
@@ -163,6 +163,24 @@ var checkBadArguments = check{
 			if afterA, afterB := a.resources(), l.b.resources(); afterA != beforeA || afterB != beforeB {
 				e.t.Errorf("%s: agent a %+v -> %+v, agent b %+v -> %+v", changedResources(tc.name, got, tc.want), beforeA, afterA, beforeB, afterB)
 			}
+		}
+		if e.t.Failed() {
+			return
+		}
+		// Each of them again, --repeat times, 8 at a time: a transport that
+		// takes a bad argument one time in ten is caught.
+		beforeA, beforeB := a.resources(), l.b.resources()
+		e.parallel(e.cfg.Repeat*len(cases), func(t T, _, i int) {
+			tc := cases[i%len(cases)]
+			ctx, cancel := e.callCtx()
+			got, err := tc.call(ctx)
+			cancel()
+			if got != tc.want {
+				t.Fatalf("%s (asked again, %d of %d): code %v (%v), want %v", tc.name, i/len(cases)+1, e.cfg.Repeat, got, err, tc.want)
+			}
+		})
+		if afterA, afterB := a.resources(), l.b.resources(); afterA != beforeA || afterB != beforeB {
+			e.t.Errorf("the bad calls, asked again, changed Resources: agent a %+v -> %+v, agent b %+v -> %+v", beforeA, afterA, beforeB, afterB)
 		}
 		// The good post next to the bad ones still works: nothing broke.
 		h := a.post(ok)[0]

@@ -65,3 +65,48 @@ var checkCloseRefused = check{
 		a.closed = true
 	},
 }
+
+// checkCloseBusyPeer: a peer or a remote dlist alone keeps Close BUSY.
+var checkCloseBusyPeer = check{
+	name: "contract/close-busy-peer-dlist",
+	doc: "Close is BUSY and changes nothing while the agent holds only a peer (no region, no handle), and while it holds only a remote dlist and its peer; " +
+		"each asked --repeat (default 100) times, 8 at a time; once both are freed Close succeeds",
+	needs: needsRemote,
+	run: func(e *env) {
+		a, b := e.agent(), e.agent()
+		r := b.region(4096)
+		peer := a.loadPeer(b)
+		refuse := func(holding string) {
+			e.t.Helper()
+			before := a.resources()
+			e.parallel(e.cfg.Repeat, func(t T, _, _ int) {
+				ctx, cancel := e.callCtx()
+				err := a.tr.Close(ctx)
+				cancel()
+				if !is(err, sdk.CodeBusy) {
+					t.Fatalf("Close of agent %q holding only %s: %v, want BUSY: Close is refused while anything is held", a.name, holding, err)
+				}
+			})
+			if after := a.resources(); after != before {
+				e.t.Errorf("Close was refused but changed Resources: %+v, then %+v", before, after)
+			}
+		}
+		refuse("a peer")
+		if e.t.Failed() {
+			return
+		}
+		d := a.dlist(peer, r.desc(0, 4096))
+		refuse("a remote dlist and its peer")
+		if e.t.Failed() {
+			return
+		}
+		a.releaseDlists(d)
+		a.unloadPeer(peer)
+		ctx, cancel := e.callCtx()
+		defer cancel()
+		if err := a.tr.Close(ctx); err != nil {
+			e.t.Errorf("Close after freeing the peer: %v", err)
+		}
+		a.closed = true
+	},
+}

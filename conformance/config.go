@@ -46,12 +46,20 @@ type Config struct {
 	// CheckTimeout bounds one check, cleanup included (default 3 minutes).
 	// A check still running then fails; the CLI abandons it and goes on.
 	CheckTimeout time.Duration
+	// Repeat is how many times a check exercises its rule, spread over
+	// concurrent goroutines (default 100). A transport that breaks a rule
+	// one time in ten passes a check that exercises it Repeat times with
+	// probability 0.9^Repeat: 2.7e-5 at the default, 0.0012 at 64.
+	Repeat int
 	// Match selects the checks to run by full name (group/name). Nil runs
 	// all.
 	Match func(name string) bool
 }
 
-const defaultCheckTimeout = 3 * time.Minute
+const (
+	defaultCheckTimeout = 3 * time.Minute
+	defaultRepeat       = 100
+)
 
 // withDefaults returns cfg with its zero fields filled in, or an error
 // naming the field that is wrong.
@@ -67,6 +75,12 @@ func (cfg Config) withDefaults() (Config, error) {
 	}
 	if fi, err := os.Stat(cfg.Dir); err != nil || !fi.IsDir() {
 		return cfg, fmt.Errorf("conformance: Config.Dir %q is not a directory (%v): give a writable directory for region files", cfg.Dir, err)
+	}
+	switch {
+	case cfg.Repeat < 0:
+		return cfg, fmt.Errorf("conformance: Config.Repeat %d is negative: give how many times each check exercises its rule (0: the default, %d)", cfg.Repeat, defaultRepeat)
+	case cfg.Repeat == 0:
+		cfg.Repeat = defaultRepeat
 	}
 	if cfg.CheckTimeout <= 0 {
 		cfg.CheckTimeout = defaultCheckTimeout

@@ -45,12 +45,37 @@
 // The checks are listed by Checks; each one's doc is in its Result. The
 // suite proves it can fail: its tests run the fake in each of its
 // misbehave modes, and wrapped to break each other rule, and assert that
-// the check written for that rule fails.
+// the check written for that rule fails, naming the rule.
+//
+// # Every rule, every time
+//
+// A rule that held once is not proven. The checks that hold a per-call
+// rule exercise it Config.Repeat times (--repeat, default 100), on eight
+// goroutines at once (four for transfers that must be in flight), so that
+// a transport breaking the rule one time in ten passes with probability
+// 0.9^Repeat (2.7e-5 at the default; each check's doc says how its count
+// is made). The fake's misbehave=MODE:0.1 breaks a rule at that rate, and
+// the suite's tests show it caught. Terminal states are polled again after
+// 250 ms (contract/terminal-stays, cancel/terminal-unchanged); DONE is held
+// to landed bytes read the instant it is seen, at every size
+// (data/done-means-landed).
+//
+// Checks that need a transfer still in flight (Release of a running
+// handle, Cancel's bound) measure the transport's bandwidth and size their
+// transfers from it, doubling up to the cap (64 MiB, or
+// Limits.MaxTransferBytes when smaller) until enough stayed in flight, so
+// that a fast NIC is held to them as thoroughly as the fake; they skip,
+// saying so, only when even the cap was over before the suite could act.
+//
+// A notification that must arrive is waited for 50 times the latency the
+// suite measured for one (between 2 s and 15 s), and one that did not is
+// named, by sender and payload.
 //
 // # Scale
 //
 // The data checks move up to 64 MiB per transfer (two 64 MiB regions per
-// check in Config.Dir, /dev/shm by default), and contract/ids-never-reused
+// check in Config.Dir, /dev/shm by default; a check growing in-flight
+// transfers to the cap uses 64 MiB and four 64 MiB slots), and contract/ids-never-reused
 // posts 100,000 transfers in batches of up to 1024 (Limits.MaxItemsPerCall
 // when smaller), so the whole suite takes seconds against the fake.
 package conformance

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/custody-dev/custody/sdk"
@@ -34,7 +35,10 @@ type env struct {
 	dir    string
 	prefix string
 	agents []*agent
-	files  int // region files created, to name the next
+	files  atomic.Int64 // region files created, to name the next
+	// noteWait bounds a notification wait once noteBound measured it.
+	noteWait time.Duration
+	noteTook time.Duration // how long the latency probe took
 	// tearingDown is set once the teardown starts: from then on calls get
 	// a fresh context (callCtx).
 	tearingDown bool

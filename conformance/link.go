@@ -39,18 +39,18 @@ func (l *link) spec(op sdk.Op) sdk.PostSpec {
 // the last bytes first: a transport that reports DONE before its last chunk
 // lands is caught there, before it has time to finish.
 func expectBytes(r *region, off uint64, want []byte, what string) bool {
-	r.a.e.t.Helper()
+	r.a.t.Helper()
 	n := uint64(len(want))
 	tail := min(n, 4096)
 	if got := r.read(off+n-tail, tail); firstDiff(got, want[n-tail:]) >= 0 {
 		i := firstDiff(got, want[n-tail:])
-		r.a.e.t.Errorf("%s: region %d of agent %q differs at byte %d of %d (last bytes checked first): got %#02x, want %#02x",
+		r.a.t.Errorf("%s: region %d of agent %q differs at byte %d of %d (last bytes checked first): got %#02x, want %#02x",
 			what, r.id, r.a.name, n-tail+uint64(i), n, got[i], want[n-tail+uint64(i)])
 		return false
 	}
 	got := r.read(off, n)
 	if i := firstDiff(got, want); i >= 0 {
-		r.a.e.t.Errorf("%s: region %d of agent %q differs at byte %d of %d: got %#02x, want %#02x",
+		r.a.t.Errorf("%s: region %d of agent %q differs at byte %d of %d: got %#02x, want %#02x",
 			what, r.id, r.a.name, i, n, got[i], want[i])
 		return false
 	}

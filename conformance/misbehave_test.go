@@ -13,28 +13,81 @@ import (
 )
 
 // TestSuiteCatchesMisbehaviour proves the suite can fail: the fake run in
-// each misbehaving mode fails the check written for that mode.
+// each misbehaving mode fails the check written for that mode, with a
+// message that names the rule broken. A mode with :0.1 breaks its rule
+// only one time in ten: the check's repetitions still catch it (the check
+// misses it with probability 0.9^repeat or less, 2.7e-5 at the default).
 func TestSuiteCatchesMisbehaviour(t *testing.T) {
+	// slow makes a fake WRITE run long enough to kill its target under it.
+	slow := map[string]string{"chunk": "16384", "chunk_delay": "50us"}
 	for _, tc := range []struct {
-		mode  string
-		check string
+		mode, check string
+		says        string            // the rule, as the failure names it
+		plugin      bool              // out of process: the check kills an agent
+		params      map[string]string // more params
+		within      time.Duration     // the check must fail this soon (0: no bound)
 	}{
-		{"release-running", "contract/release-running-busy"},
-		{"reuse-ids", "contract/ids-never-reused"},
-		{"early-done", "data/sizes"},
+		{mode: "release-running", check: "contract/release-running-busy", says: "a running handle is BUSY"},
+		{mode: "release-running:0.1", check: "contract/release-running-busy", says: "a running handle is BUSY"},
+		{mode: "reuse-ids", check: "contract/ids-never-reused", says: "ids must never be reused"},
+		{mode: "reuse-ids:0.1", check: "contract/ids-never-reused", says: "ids must never be reused"},
+		{mode: "early-done", check: "data/sizes", says: "as soon as DONE was reported"},
+		{mode: "early-done:0.1", check: "data/done-means-landed", says: "the instant DONE was first reported"},
+		{mode: "early-done:0.1", check: "notifications/with-post", says: "the moment its notification was drained"},
+		{mode: "terminal-flip", check: "contract/terminal-stays", says: "a terminal state never changes"},
+		{mode: "terminal-flip:0.1", check: "contract/terminal-stays", says: "a terminal state never changes"},
+		{mode: "cancel-terminal", check: "cancel/terminal-unchanged", says: "Cancel of a terminal handle changes nothing"},
+		{mode: "cancel-terminal:0.1", check: "cancel/terminal-unchanged", says: "Cancel of a terminal handle changes nothing"},
+		{mode: "unpin-terminal", check: "contract/dlist-pinned-until-release", says: "a live handle pins its dlists until Release, terminal or not"},
+		{mode: "unpin-terminal:0.1", check: "contract/dlist-pinned-until-release", says: "a live handle pins its dlists until Release, terminal or not"},
+		{mode: "close-lax", check: "contract/close-busy-peer-dlist", says: "Close is refused while anything is held"},
+		{mode: "close-lax:0.1", check: "contract/close-busy-peer-dlist", says: "Close is refused while anything is held"},
+		{mode: "ungated", check: "contract/before-open-after-close", says: "any call but Describe after Close is refused"},
+		{mode: "open-lax", check: "contract/open-once", says: "Open with an unknown parameter"},
+		{mode: "cancel-slow:0.1", check: "cancel/bound", says: "over Limits.CancelBoundMillis"},
+		{mode: "cancel-lie", check: "cancel/as-described", says: "Cancel stops nothing"},
+		{mode: "drop-notification:0.1", check: "notifications/exactly-once-in-order", says: "a notification was lost", within: 30 * time.Second},
+		{mode: "fence-lie", check: "fence/incoming", says: "FenceScope", plugin: true, params: slow},
+		{mode: "peer-loss-lie", check: "peer-loss/bounded", says: "still IN_PROGRESS", plugin: true},
 	} {
-		t.Run(tc.mode, func(t *testing.T) {
-			rep, err := conformance.Execute(t.Context(), conformance.Config{
-				New:    inProcess,
-				Params: map[string]string{"misbehave": tc.mode},
-				Match:  func(name string) bool { return name == tc.check },
-			})
-			require.NoError(t, err)
-			require.Len(t, rep.Results, 1)
-			r := rep.Results[0]
-			assert.Equal(t, conformance.StatusFail, r.Status, "check %s passed against misbehave=%s: %s", tc.check, tc.mode, r.Message)
-			t.Logf("%s caught misbehave=%s: %s", tc.check, tc.mode, r.Message)
-			assert.True(t, rep.Failed())
+		t.Run(tc.mode+" "+tc.check, func(t *testing.T) {
+			// Most of these wait on a bound (a cancel's, a peer loss's, a
+			// lost notification's) more than they compute: side by side.
+			t.Parallel()
+			factory := conformance.Factory(inProcess)
+			if tc.plugin {
+				if testing.Short() {
+					t.Skip("launches plugin processes")
+				}
+				factory = conformance.PluginFactory(fakePlugin(t), plugin.LaunchOptions{})
+			}
+			params := maps.Clone(tc.params)
+			if params == nil {
+				params = map[string]string{}
+			}
+			params["misbehave"] = tc.mode
+			var r conformance.Result
+			// A fence race needs the kill to land while bytes move: three
+			// tries on a loaded machine. Every other mode is caught at once.
+			for try := 0; try < 3; try++ {
+				rep, err := conformance.Execute(t.Context(), conformance.Config{
+					New:    factory,
+					Params: params,
+					Match:  func(name string) bool { return name == tc.check },
+				})
+				require.NoError(t, err)
+				require.Len(t, rep.Results, 1)
+				r = rep.Results[0]
+				if r.Status == conformance.StatusFail || !tc.plugin {
+					break
+				}
+			}
+			require.Equal(t, conformance.StatusFail, r.Status, "check %s passed against misbehave=%s: %s", tc.check, tc.mode, r.Message)
+			assert.Contains(t, r.Message, tc.says, "the failure of %s should name the rule misbehave=%s breaks", tc.check, tc.mode)
+			if tc.within > 0 {
+				assert.Less(t, r.Duration, tc.within, "the check should find the break without waiting out its settle bound")
+			}
+			t.Logf("%s caught misbehave=%s in %v: %s", tc.check, tc.mode, r.Duration.Round(time.Millisecond), r.Message)
 		})
 	}
 }
@@ -140,4 +193,12 @@ func TestCheckTimeoutEndsTheCheck(t *testing.T) {
 	for _, l := range r.Log {
 		assert.NotContains(t, l, "teardown:", "the teardown should free everything once the check ended")
 	}
+}
+
+// TestRepeatMustBePositive: a negative Config.Repeat is refused, naming
+// the field, before anything runs.
+func TestRepeatMustBePositive(t *testing.T) {
+	_, err := conformance.Execute(t.Context(), conformance.Config{New: inProcess, Repeat: -1})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "Config.Repeat -1")
 }

@@ -25,19 +25,18 @@ type regionSpec struct{ size, base uint64 }
 
 // regions creates one file per spec and registers them in one call.
 func (a *agent) regions(specs ...regionSpec) []*region {
-	a.e.t.Helper()
+	a.t.Helper()
 	out := make([]*region, len(specs))
 	req := make([]sdk.Region, len(specs))
 	for i, s := range specs {
-		a.e.files++
-		path := filepath.Join(a.e.dir, fmt.Sprintf("r%d", a.e.files))
+		path := filepath.Join(a.e.dir, fmt.Sprintf("r%d", a.e.files.Add(1)))
 		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 		if err != nil {
-			a.e.t.Fatalf("create region file: %v", err)
+			a.t.Fatalf("create region file: %v", err)
 		}
-		a.e.t.Cleanup(func() { _ = f.Close() })
+		a.t.Cleanup(func() { _ = f.Close() })
 		if err := f.Truncate(int64(s.base + s.size)); err != nil {
-			a.e.t.Fatalf("size region file %s to %d bytes: %v", path, s.base+s.size, err)
+			a.t.Fatalf("size region file %s to %d bytes: %v", path, s.base+s.size, err)
 		}
 		out[i] = &region{a: a, f: f, base: s.base, size: s.size}
 		req[i] = sdk.Region{Path: path, Offset: s.base, Length: s.size, Kind: sdk.MemoryHost}
@@ -61,24 +60,24 @@ func (a *agent) regions(specs ...regionSpec) []*region {
 
 // region creates and registers one region of size bytes at file offset 0.
 func (a *agent) region(size uint64) *region {
-	a.e.t.Helper()
+	a.t.Helper()
 	return a.regions(regionSpec{size: size})[0]
 }
 
 // write stores b at offset off of the region.
 func (r *region) write(off uint64, b []byte) {
-	r.a.e.t.Helper()
+	r.a.t.Helper()
 	if _, err := r.f.WriteAt(b, int64(r.base+off)); err != nil {
-		r.a.e.t.Fatalf("write %d bytes at %d of region %d: %v", len(b), off, r.id, err)
+		r.a.t.Fatalf("write %d bytes at %d of region %d: %v", len(b), off, r.id, err)
 	}
 }
 
 // read returns n bytes from offset off of the region.
 func (r *region) read(off, n uint64) []byte {
-	r.a.e.t.Helper()
+	r.a.t.Helper()
 	b := make([]byte, n)
 	if _, err := r.f.ReadAt(b, int64(r.base+off)); err != nil {
-		r.a.e.t.Fatalf("read %d bytes at %d of region %d: %v", n, off, r.id, err)
+		r.a.t.Fatalf("read %d bytes at %d of region %d: %v", n, off, r.id, err)
 	}
 	return b
 }
@@ -118,4 +117,12 @@ func firstDiff(a, b []byte) int {
 		return n
 	}
 	return -1
+}
+
+// as returns a view of the region whose helpers report to a's T (a view
+// of the region's agent, made by agent.as).
+func (r *region) as(a *agent) *region {
+	c := *r
+	c.a = a
+	return &c
 }

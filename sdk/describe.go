@@ -5,7 +5,7 @@ package sdk
 // version; minor versions only add optional calls and fields.
 const (
 	ContractMajor = 1
-	ContractMinor = 0
+	ContractMinor = 1
 )
 
 // MemoryKind is the kind of memory a region lives in.
@@ -26,10 +26,10 @@ const (
 	// DONE or FAILED as if Cancel had not been asked. (UCX cannot cancel a
 	// posted put or get.)
 	CancelNone CancelEffect = "none"
-	// CancelStops: a canceled handle stops moving bytes within a bound and
-	// then reports CANCELED (or DONE, if it finished first). Contract v1
-	// has no field for the bound: the conformance suite allows 60 s, and a
-	// transport states its own in its documentation.
+	// CancelStops: a canceled handle stops moving bytes and then reports
+	// CANCELED (or DONE, if it finished first), within
+	// Limits.CancelBoundMillis when the transport states it (without it,
+	// the conformance suite allows its 60 s settle bound).
 	CancelStops CancelEffect = "stops"
 	// CancelClosesPeer: Cancel force-closes the connection to the handle's
 	// peer; every handle to that peer then ends CANCELED or FAILED once the
@@ -100,6 +100,12 @@ type Limits struct {
 	// PeerLossBoundMillis bounds how long after a peer's death its handles
 	// turn terminal (PeerLossReported) or the process exits.
 	PeerLossBoundMillis uint32
+	// CancelBoundMillis bounds how long after Cancel returns OK a handle
+	// of this transport turns terminal (CANCELED, or DONE or FAILED if it
+	// ended first). Zero makes no promise (the host's bounded hold then
+	// escalates a handle that never ends). Added in contract minor 1: a
+	// transport of minor 0 states none.
+	CancelBoundMillis uint32
 }
 
 // Description is what Describe returns: who the transport is and what it

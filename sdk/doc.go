@@ -99,8 +99,10 @@
 //	Poll                 OK (item)             State is true now                         release when terminal
 //	                     NOT_FOUND, BACKEND    state unknown: NOT terminal               keep holding; poll again
 //	Cancel               OK (item)             stop requested; nothing freed (on a       poll until terminal
-//	                                           terminal handle: nothing changes)
-//	                     NOT_FOUND             unknown handle                            -
+//	                                           terminal handle: nothing changes, its     (within
+//	                                           state and reason stay); terminal within   CancelBoundMillis)
+//	                                           Limits.CancelBoundMillis when stated
+//	                     NOT_FOUND             unknown or released handle                -
 //	Release              OK (item)             handle freed; it moves no byte            hand its blocks back
 //	                     BUSY                  not terminal; handle still valid          poll, retry later
 //	                     NOT_FOUND             unknown or already released               -
@@ -133,12 +135,18 @@
 //
 // # Describe's promises
 //
-// Describe states what Cancel achieves (CancelEffect), how a dead peer shows
-// (PeerLoss), which transfers a kill of the process stops (FenceScope, see
-// docs/fencing.md) and the Limits the transport honours. The conformance
-// suite holds every transport to them. Contract v1 has no field for how
-// soon a canceled handle turns terminal: the suite allows its settle bound
-// (60 s), and a transport states a tighter bound in its own documentation.
+// Describe states what Cancel achieves (CancelEffect) and how soon
+// (Limits.CancelBoundMillis, contract 1.1: after Cancel returns OK the
+// handle is terminal within it; zero promises nothing, and the suite then
+// allows its settle bound of 60 s), how a dead peer shows (PeerLoss,
+// within Limits.PeerLossBoundMillis), which transfers a kill of the process
+// stops (FenceScope, see docs/fencing.md) and the Limits the transport
+// honours. The conformance suite holds every transport to each promise by
+// its effect: a claim without the behaviour fails.
+//
+// A terminal state never changes: a handle Poll reported DONE, FAILED or
+// CANCELED reports the same state, with a reason of the same code, on
+// every later Poll until it is released, Cancel of it included.
 //
 // # Optional interfaces
 //

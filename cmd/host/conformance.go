@@ -25,6 +25,7 @@ func newConformanceCmd() *cobra.Command {
 		pluginPath, run, junit, jsonOut, dir, rings string
 		params                                      []string
 		timeout                                     time.Duration
+		repeat                                      int
 		list, verbose                               bool
 	)
 	cmd := &cobra.Command{
@@ -44,6 +45,9 @@ func newConformanceCmd() *cobra.Command {
 			p, err := parseParams(params)
 			if err != nil {
 				return err
+			}
+			if repeat < 1 {
+				return fmt.Errorf("--repeat %d: give at least 1 (how many times each check exercises its rule)", repeat)
 			}
 			if rings != "on" && rings != "off" {
 				return fmt.Errorf("--rings %q: say on or off", rings)
@@ -68,6 +72,7 @@ func newConformanceCmd() *cobra.Command {
 				Params:       p,
 				Dir:          dir,
 				CheckTimeout: timeout,
+				Repeat:       repeat,
 				Match:        match,
 			})
 			if err != nil {
@@ -102,6 +107,7 @@ func newConformanceCmd() *cobra.Command {
 	f.StringVar(&jsonOut, "json", "", "also write the results as JSON to this file")
 	f.StringVar(&dir, "dir", "", "directory for region files (default /dev/shm, else the temp directory)")
 	f.DurationVar(&timeout, "timeout", 3*time.Minute, "bound of one check, cleanup included")
+	f.IntVar(&repeat, "repeat", 100, "how many times each check exercises its rule, concurrently: a transport breaking a rule one time in ten passes with probability 0.9^repeat (2.7e-5 at 100)")
 	f.BoolVar(&list, "list", false, "list the checks, each with the rule it holds a transport to, and exit")
 	f.BoolVar(&verbose, "verbose", false, "show the transport processes' logs")
 	f.StringVar(&rings, "rings", "on", "on: Post, Release and completions through the shared-memory rings when the transport offers them; off: gRPC alone")

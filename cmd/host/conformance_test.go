@@ -65,7 +65,7 @@ func TestConformanceCommand(t *testing.T) {
 	assert.Equal(t, 2, doc.Tests)
 	require.FileExists(t, js)
 
-	out, err = runConformance(t, "--plugin", plugin, "--run", only, "--param", "misbehave=release-running")
+	out, err = runConformance(t, "--plugin", plugin, "--run", only, "--param", "misbehave=release-running:0.1", "--repeat", "100")
 	require.Error(t, err, out)
 	assert.Contains(t, err.Error(), "contract/release-running-busy")
 	assert.Contains(t, out, "FAIL  contract/release-running-busy")
@@ -84,6 +84,7 @@ func TestConformanceCommandArgs(t *testing.T) {
 	}{
 		{"malformed param", []string{"--param", "novalue"}, "want key=value"},
 		{"rings", []string{"--rings", "maybe"}, "say on or off"},
+		{"repeat", []string{"--repeat", "0"}, "--repeat 0: give at least 1"},
 		{"bad regexp", []string{"--run", "("}, "--run"},
 		{"missing plugin", []string{"--plugin", filepath.Join(t.TempDir(), "nope")}, "nope"},
 	} {

@@ -51,14 +51,43 @@ func (t *Transport) ReleaseDescriptors(ctx context.Context, ids []sdk.DlistID) (
 	defer t.mu.Unlock()
 	out := make([]error, len(ids))
 	for i, id := range ids {
+		if t.ghosts[id] {
+			out[i] = sdk.Errorf(sdk.CodeNotFound, "fake: ReleaseDescriptors: dlist %d already released", id)
+			continue
+		}
 		out[i] = t.book.ReleaseDlist(id, func(d *dlist) error {
 			if t.fault(faultReleaseDlist, 0, peerName(d), -1) != nil {
 				return sdk.Errorf(sdk.CodeBackend, "fake: ReleaseDescriptors: injected release-dlist-fail on dlist %d; it stays valid, retry", id)
 			}
 			return nil
 		})
+		if sdk.CodeOf(out[i]) == sdk.CodeBusy && t.allTerminal(id) && t.misbehaves(misbehaveUnpinTerminal) {
+			t.ghosts[id], out[i] = true, nil
+		}
 	}
 	return out, nil
+}
+
+// allTerminal reports whether every unreleased handle using dlist id is
+// terminal (misbehave=unpin-terminal keeps track of them).
+func (t *Transport) allTerminal(id sdk.DlistID) bool {
+	for h := range t.users[id] {
+		if st, _ := h.State(); !st.Terminal() {
+			return false
+		}
+	}
+	return true
+}
+
+// freeGhosts frees, in the Book, the dlists misbehave=unpin-terminal
+// reported released once no handle uses them any more.
+func (t *Transport) freeGhosts() {
+	for id := range t.ghosts {
+		if len(t.users[id]) == 0 && t.book.ReleaseDlist(id, nil) == nil {
+			delete(t.ghosts, id)
+			delete(t.users, id)
+		}
+	}
 }
 
 // peerName is the agent name of a remote dlist's peer, "" for a local one.

@@ -85,18 +85,26 @@ func (t *Transport) step() (copied, again bool, wait time.Duration) {
 	order := append(slices.Clone(t.active[t.next:]), t.active[:t.next]...)
 	var pick *transfer
 	for _, x := range order {
+		if x.hung {
+			if x.canceled {
+				t.finish(x, sdk.StateCanceled, sdk.Errorf(sdk.CodeCanceled, "fake: handle %d canceled", x.h.ID))
+			}
+			continue
+		}
 		if t.peerLost(x, now) {
-			t.finish(x, sdk.StateFailed, peerGone(x))
+			t.lost(x, peerGone(x))
 			continue
 		}
 		switch {
+		case x.canceled && now.Before(x.cancelAt):
+			wait = shorter(wait, x.cancelAt.Sub(now))
 		case x.canceled && !x.earlyDone:
 			t.finish(x, sdk.StateCanceled, sdk.Errorf(sdk.CodeCanceled, "fake: handle %d canceled", x.h.ID))
 		case x.earlyDone && now.Before(x.earlyAt):
 			wait = shorter(wait, x.earlyAt.Sub(now))
 		case x.stall && (x.stallUntil.IsZero() || now.Before(x.stallUntil)):
 			if !x.leasesHeld(0, len(x.segs)) {
-				t.finish(x, sdk.StateFailed, disconnected(x))
+				t.lost(x, disconnected(x))
 				continue
 			}
 			wait = shorter(wait, stallScan)
@@ -122,12 +130,12 @@ func (t *Transport) step() (copied, again bool, wait time.Duration) {
 	}
 	pieces, seg, off := x.chunk(t.p.chunk)
 	if !x.leasesHeld(x.seg, min(seg+1, len(x.segs))) {
-		t.finish(x, sdk.StateFailed, disconnected(x))
+		t.lost(x, disconnected(x))
 		t.mu.Unlock()
 		return false, true, wait
 	}
 	last := seg == len(x.segs)
-	if last && t.p.misbehave == misbehaveEarlyDone && !x.earlyDone {
+	if last && !x.earlyDone && t.misbehaves(misbehaveEarlyDone) {
 		x.earlyDone, x.earlyAt = true, now.Add(max(earlyTail, t.p.chunkDelay))
 		t.report(x, sdk.StateDone, nil)
 		t.mu.Unlock()
@@ -153,10 +161,20 @@ func (t *Transport) step() (copied, again bool, wait time.Duration) {
 	switch {
 	case last:
 		t.finish(x, sdk.StateDone, nil)
-	case x.canceled && !x.earlyDone:
+	case x.canceled && !x.earlyDone && !time.Now().Before(x.cancelAt):
 		t.finish(x, sdk.StateCanceled, sdk.Errorf(sdk.CodeCanceled, "fake: handle %d canceled", x.h.ID))
 	}
 	return true, true, wait
+}
+
+// lost ends x, whose peer died, FAILED with reason; under
+// misbehave=peer-loss-lie it instead hangs, IN_PROGRESS until canceled.
+func (t *Transport) lost(x *transfer, reason error) {
+	if t.misbehaves(misbehavePeerLossLie) {
+		x.hung = true
+		return
+	}
+	t.finish(x, sdk.StateFailed, reason)
 }
 
 // peerLost reports whether, under fence=initiated, the peer watch is due
@@ -262,6 +280,9 @@ func (t *Transport) finish(x *transfer, state sdk.State, reason error) {
 func (t *Transport) report(x *transfer, state sdk.State, reason error) {
 	if t.book.Complete(x.h, state, reason) {
 		t.signalFor(true, false)
+		if state == sdk.StateDone && t.misbehaves(misbehaveTerminalFlip) {
+			x.h.Value.lie, x.h.Value.lieAt = sdk.StateFailed, time.Now().Add(flipAfter)
+		}
 	}
 	if state != sdk.StateDone || len(x.note) == 0 || x.noteDrop {
 		return

@@ -107,7 +107,8 @@
 //
 // Limits: 65536 descriptors per dlist and per post, 4096-byte
 // notifications, 1 MiB metadata; PeerLossBoundMillis is 1000 plus
-// chunk_delay.
+// chunk_delay, and so is CancelBoundMillis under cancel=stops (a canceled
+// transfer stops before its next chunk, far sooner).
 //
 // # Parameters
 //
@@ -214,7 +215,11 @@
 //
 // Misbehaving modes violate the contract so that the conformance suite can
 // prove it catches each violation (release-running and reuse-ids through
-// kit.Misbehave, the Book's one door for breaking its rules):
+// kit.Misbehave, the Book's one door for breaking its rules; the others
+// around the Book). misbehave=MODE breaks the rule at every chance;
+// misbehave=MODE:P only with probability P at each (drawn from seed), so
+// that the suite shows it catches a transport that breaks a rule one time
+// in ten:
 //
 //	release-running  Release of a running handle returns OK and its bytes
 //	                 keep moving (the transfer keeps the memory mapped and
@@ -224,6 +229,28 @@
 //	early-done       DONE (and the notification) is reported before the
 //	                 last chunk lands; it lands at least 50ms (or
 //	                 chunk_delay) later
+//	terminal-flip    a handle reported DONE is reported FAILED by every
+//	                 Poll from 20ms after it turned DONE
+//	cancel-terminal  Cancel of a DONE handle makes Poll report it CANCELED
+//	unpin-terminal   ReleaseDescriptors of a dlist whose unreleased handles
+//	                 are all terminal returns OK (the Book frees it once
+//	                 they are released)
+//	close-lax        Close while only peers and remote dlists are held
+//	                 returns OK and closes nothing
+//	ungated          after Close, Poll and Release answer as if open
+//	                 (NOT_FOUND) instead of INVALID_ARGUMENT
+//	open-lax         Open ignores unknown parameters, and a second Open
+//	                 returns OK
+//	cancel-slow      a canceled transfer stops moving but turns CANCELED
+//	                 only twice Limits.CancelBoundMillis later
+//	cancel-lie       Cancel does nothing, while Describe still says
+//	                 CancelEffect stops
+//	fence-lie        Describe says FenceScope initiated-and-incoming while
+//	                 the agent behaves as under fence=initiated
+//	peer-loss-lie    a transfer whose peer died never ends (until
+//	                 canceled), while Describe says PeerLoss reported
+//	drop-notification
+//	                 SendNotifications reports OK and delivers nothing
 //
 // # Counters
 //

@@ -293,6 +293,7 @@ func TestDescribe(t *testing.T) {
 	require.Equal(t, sdk.FenceInitiatedAndIncoming, d.FenceScope)
 	require.Equal(t, uint32(maxNotificationBytes), d.Limits.MaxNotificationBytes)
 	require.Equal(t, uint32(maxMetadataBytes), d.Limits.MaxMetadataBytes)
+	require.Equal(t, uint32(cancelBoundMillis), d.Limits.CancelBoundMillis, "under cancel=stops the fake states its cancel bound")
 
 	a := open(t, "a", map[string]string{"fence": "initiated", "cancel": "none"})
 	d, err = a.Describe(ctx)

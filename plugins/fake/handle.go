@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/custody-dev/custody/sdk"
+	"github.com/custody-dev/custody/sdk/kit"
 )
 
 // handleFaults are the faults injected into one handle's calls, selected
@@ -13,6 +14,10 @@ import (
 type handleFaults struct {
 	pollFails    int // Poll failures still to inject (poll-fail)
 	releaseFails int // Release failures still to inject (release-fail)
+	// lie, when set by misbehave=terminal-flip or cancel-terminal, is what
+	// Poll reports from lieAt on instead of the handle's DONE.
+	lie   sdk.State
+	lieAt time.Time
 }
 
 // Post validates each transfer, selects the faults that apply to it and
@@ -48,6 +53,14 @@ func (t *Transport) start(h *handle, now time.Time) error {
 	if r := t.fault(faultPostFail, t.posts, p.name, -1); r != nil {
 		return sdk.Errorf(r.code, "fake: Post: injected fault %q on transfer %d; nothing posted", r.text, t.posts)
 	}
+	if t.p.misbehave == misbehaveUnpinTerminal {
+		for _, d := range []sdk.DlistID{h.Local.ID, h.Remote.ID} {
+			if t.users[d] == nil {
+				t.users[d] = map[*handle]bool{}
+			}
+			t.users[d][h] = true
+		}
+	}
 	if len(t.freed) > 0 && t.freed[0] == h.ID {
 		t.freed = t.freed[1:] // misbehave=reuse-ids took it
 	}
@@ -77,7 +90,7 @@ func (t *Transport) start(h *handle, now time.Time) error {
 // reusedID is the Book's misbehave hook under misbehave=reuse-ids: once
 // 64 transfers were posted, each new handle takes the oldest released id.
 func (t *Transport) reusedID() (sdk.HandleID, bool) {
-	if t.posts < reuseAfter || len(t.freed) == 0 {
+	if t.posts < reuseAfter || len(t.freed) == 0 || !t.misbehaves(misbehaveReuseIDs) {
 		return 0, false
 	}
 	return t.freed[0], true
@@ -111,6 +124,9 @@ func (t *Transport) Poll(ctx context.Context, ids []sdk.HandleID) ([]sdk.HandleS
 		default:
 			out[i] = t.book.Poll(id)
 			running = running || !out[i].State.Terminal()
+			if v := h.Value; v.lie != 0 && out[i].State == sdk.StateDone && !time.Now().Before(v.lieAt) {
+				out[i] = sdk.HandleStatus{State: v.lie, Reason: sdk.Errorf(sdk.CodeBackend, "fake: handle %d: misbehave=%s", id, t.p.misbehave)}
+			}
 		}
 	}
 	return out, nil
@@ -126,10 +142,18 @@ func (t *Transport) Cancel(ctx context.Context, ids []sdk.HandleID) ([]error, er
 		return nil, err
 	}
 	defer t.mu.Unlock()
+	now := time.Now()
 	stop := func(h *handle) {
+		if t.misbehaves(misbehaveCancelLie) {
+			return
+		}
+		slow := t.misbehaves(misbehaveCancelSlow)
 		for _, x := range t.active {
 			if x.h == h {
 				x.canceled = true
+				if slow {
+					x.cancelAt = now.Add(2 * time.Duration(cancelBound(t.p)) * time.Millisecond)
+				}
 			}
 		}
 	}
@@ -139,6 +163,11 @@ func (t *Transport) Cancel(ctx context.Context, ids []sdk.HandleID) ([]error, er
 	out := make([]error, len(ids))
 	for i, id := range ids {
 		out[i] = t.book.Cancel(id, stop)
+		if h, err := t.book.Handle("Cancel", id); err == nil {
+			if st, _ := h.State(); st == sdk.StateDone && h.Value.lie == 0 && t.misbehaves(misbehaveCancelTerminal) {
+				h.Value.lie, h.Value.lieAt = sdk.StateCanceled, now
+			}
+		}
 	}
 	t.kick()
 	return out, nil
@@ -156,6 +185,9 @@ func (t *Transport) Release(ctx context.Context, ids []sdk.HandleID) ([]error, e
 	defer t.mu.Unlock()
 	out := make([]error, len(ids))
 	for i, id := range ids {
+		if t.p.misbehave == misbehaveReleaseRunning {
+			t.book.SetMisbehave(kit.Misbehave{ReleaseRunning: t.misbehaves(misbehaveReleaseRunning)})
+		}
 		out[i] = t.book.Release(id, func(h *handle) error {
 			if h.Value.releaseFails > 0 {
 				h.Value.releaseFails--
@@ -164,9 +196,13 @@ func (t *Transport) Release(ctx context.Context, ids []sdk.HandleID) ([]error, e
 			if t.p.misbehave == misbehaveReuseIDs {
 				t.freed = append(t.freed, id)
 			}
+			for _, d := range []sdk.DlistID{h.Local.ID, h.Remote.ID} {
+				delete(t.users[d], h)
+			}
 			return nil
 		})
 	}
+	t.freeGhosts()
 	return out, nil
 }
 

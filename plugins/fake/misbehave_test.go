@@ -125,3 +125,21 @@ func TestEvents(t *testing.T) {
 	require.Empty(t, again, "each event once")
 	release(t, p.a, ids...)
 }
+
+// TestMisbehaveParam: misbehave takes a known mode, optionally with a
+// probability in (0, 1]; anything else is INVALID_ARGUMENT naming it, and
+// open-lax alone lets unknown keys through.
+func TestMisbehaveParam(t *testing.T) {
+	for _, v := range []string{"release-running:0", "release-running:1.5", "release-running:x", "no-such-mode", "no-such-mode:0.1", ":0.5"} {
+		err := New().Open(ctx, sdk.OpenRequest{Agent: "a", Params: map[string]string{"misbehave": v}})
+		require.ErrorIs(t, err, sdk.ErrInvalidArgument, "misbehave=%s", v)
+		require.Contains(t, err.Error(), "misbehave", "the error names the parameter")
+	}
+	for _, v := range []string{"release-running", "release-running:0.1", "early-done:1", "terminal-flip:0.5"} {
+		a := open(t, "a", map[string]string{"misbehave": v})
+		require.NoError(t, a.Close(ctx), "misbehave=%s", v)
+	}
+	a := open(t, "a", map[string]string{"misbehave": "open-lax", "bogus": "1"})
+	require.NoError(t, a.Open(ctx, sdk.OpenRequest{Agent: "again"}), "open-lax: a second Open is OK")
+	require.NoError(t, a.Close(ctx))
+}

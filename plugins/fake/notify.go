@@ -203,7 +203,7 @@ func (t *Transport) SendNotifications(ctx context.Context, msgs []sdk.OutboundNo
 		}
 		p := kp.Value
 		switch {
-		case t.fault(faultNotifDrop, 0, p.name, -1) != nil:
+		case t.fault(faultNotifDrop, 0, p.name, -1) != nil || t.misbehaves(misbehaveDropNote):
 		default:
 			n := note{to: p.notify, msg: append([]byte(nil), m.Message...)}
 			if r := t.fault(faultNotifDelay, 0, p.name, -1); r != nil {

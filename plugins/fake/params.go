@@ -1,6 +1,7 @@
 package fake
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -34,6 +35,7 @@ type params struct {
 	faults     []rule
 	faultLog   string // file each firing of a fault rule is appended to
 	misbehave  misbehave
+	misbehaveP float64 // the chance misbehave breaks its rule at each occasion
 }
 
 // defaultParams are the settings of an agent opened without parameters.
@@ -41,14 +43,30 @@ func defaultParams() params {
 	return params{seed: 1, chunk: 64 << 10, fence: fenceIncoming, cancel: cancelStops, dir: os.TempDir()}
 }
 
+// errUnknownKey is the error of a parameter key the fake does not know.
+var errUnknownKey = errors.New("unknown key")
+
 // parseParams parses Open's parameters. An unknown key or malformed value is
 // INVALID_ARGUMENT naming the key.
 func parseParams(in map[string]string) (params, error) {
 	p := defaultParams()
+	// misbehave=open-lax ignores unknown keys: set it first.
+	lax := false
+	if v, ok := in["misbehave"]; ok {
+		m, _, _ := parseMisbehave(v)
+		lax = m == misbehaveOpenLax
+	}
 	for k, v := range in {
-		if err := p.set(k, v); err != nil {
+		err := p.set(k, v)
+		if lax && err != nil && errors.Is(err, errUnknownKey) {
+			continue
+		}
+		if err != nil {
 			return params{}, sdk.Errorf(sdk.CodeInvalidArgument, "fake: parameter %s=%q: %v", k, v, err)
 		}
+	}
+	if p.misbehave == misbehaveFenceLie {
+		p.fence = fenceInitiated // Describe still claims incoming
 	}
 	if p.peerDirs == nil {
 		p.peerDirs = defaultPeerDirs(p.dir)
@@ -114,13 +132,13 @@ func (p *params) set(k, v string) error {
 		}
 		p.faultLog = v
 	case "misbehave":
-		m, err := parseMisbehave(v)
+		m, prob, err := parseMisbehave(v)
 		if err != nil {
 			return err
 		}
-		p.misbehave = m
+		p.misbehave, p.misbehaveP = m, prob
 	default:
-		return fmt.Errorf("unknown key; known: seed, chunk, chunk_delay, fence, cancel, dir, peer_dirs, fault, fault_log, misbehave")
+		return fmt.Errorf("%w; known: seed, chunk, chunk_delay, fence, cancel, dir, peer_dirs, fault, fault_log, misbehave", errUnknownKey)
 	}
 	return nil
 }

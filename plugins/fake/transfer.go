@@ -19,6 +19,8 @@ type transfer struct {
 
 	chunks   int       // chunks copied so far
 	canceled bool      // Cancel was asked
+	cancelAt time.Time // misbehave=cancel-slow: Cancel takes effect then
+	hung     bool      // misbehave=peer-loss-lie: its peer died, it never ends
 	watched  time.Time // last check that the peer lives (fence=initiated)
 
 	stall      bool      // stall fault selected

@@ -24,6 +24,7 @@ const (
 	maxNotificationBytes  = 4096
 	maxMetadataBytes      = 1 << 20
 	peerLossBoundMillis   = 1000
+	cancelBoundMillis     = 1000
 )
 
 // Transport is one fake agent. The zero value is not usable; call New. It
@@ -70,6 +71,12 @@ type Transport struct {
 	posts    int                   // transfers posted, for post= selectors
 	loads    int                   // valid LoadPeers items, for load-peer-fail
 	prepares int                   // valid remote dlists, for prepare-fail
+	// users and ghosts serve misbehave=unpin-terminal: the unreleased
+	// handles of each dlist, and the dlists reported released while
+	// terminal handles still used them (the Book frees them once those
+	// handles are released).
+	users  map[sdk.DlistID]map[*handle]bool
+	ghosts map[sdk.DlistID]bool
 
 	delayed []delayedNote
 	outbox  []note // notifications the engine still has to deliver, in order
@@ -133,12 +140,16 @@ func (t *Transport) Describe(ctx context.Context) (sdk.Description, error) {
 		return sdk.Description{}, shutdownError()
 	}
 	fence := sdk.FenceInitiatedAndIncoming
-	if p.fence == fenceInitiated {
+	if p.fence == fenceInitiated && p.misbehave != misbehaveFenceLie {
 		fence = sdk.FenceInitiated
 	}
 	cancel := sdk.CancelStops
 	if p.cancel == cancelNone {
 		cancel = sdk.CancelNone
+	}
+	lim := t.limits(p)
+	if cancel == sdk.CancelStops {
+		lim.CancelBoundMillis = cancelBound(p)
 	}
 	return sdk.Description{
 		Name:          "fake",
@@ -150,8 +161,15 @@ func (t *Transport) Describe(ctx context.Context) (sdk.Description, error) {
 		CancelEffect:  cancel,
 		PeerLoss:      sdk.PeerLossReported,
 		FenceScope:    fence,
-		Limits:        t.limits(p),
+		Limits:        lim,
 	}, nil
+}
+
+// cancelBound is the CancelBoundMillis the fake states under
+// cancel=stops: a canceled transfer stops before its next chunk, far
+// sooner; the bound leaves room for a loaded machine.
+func cancelBound(p params) uint32 {
+	return cancelBoundMillis + uint32(p.chunkDelay.Milliseconds())
 }
 
 // limits are the Limits the fake states and its Book enforces.
@@ -180,6 +198,9 @@ func (t *Transport) Open(ctx context.Context, req sdk.OpenRequest) error {
 	// whatever the request, an opened one refuses any (the Book's gate).
 	if t.crashed {
 		return shutdownError()
+	}
+	if t.book.Opened() && t.p.misbehave == misbehaveOpenLax {
+		return nil // misbehave=open-lax: a second Open is OK
 	}
 	return t.book.Open(req.Agent, func() error { return t.open(req) })
 }
@@ -238,12 +259,10 @@ func (t *Transport) open(req sdk.OpenRequest) error {
 	}
 	t.life, t.out, t.home = life, out, hm
 	t.agent, t.p = req.Agent, p
-	switch p.misbehave {
-	case misbehaveReleaseRunning:
-		t.book.SetMisbehave(kit.Misbehave{ReleaseRunning: true})
-	case misbehaveReuseIDs:
+	if p.misbehave == misbehaveReuseIDs {
 		t.book.SetMisbehave(kit.Misbehave{HandleID: t.reusedID})
 	}
+	t.users, t.ghosts = map[sdk.DlistID]map[*handle]bool{}, map[sdk.DlistID]bool{}
 	t.rng = rand.New(rand.NewPCG(p.seed, p.seed))
 	t.maps = map[*mapping]struct{}{}
 	t.served = map[sdk.RegionID]*region{}
@@ -275,6 +294,10 @@ func (t *Transport) Close(ctx context.Context) error {
 	if t.crashed {
 		t.mu.Unlock()
 		return shutdownError()
+	}
+	if r := t.book.Resources(); t.book.Opened() && r.Regions == 0 && r.Handles == 0 && r.Peers+r.Dlists > 0 && t.misbehaves(misbehaveCloseLax) {
+		t.mu.Unlock()
+		return nil // misbehave=close-lax: OK, yet nothing closed
 	}
 	closed, err := t.book.Close(nil)
 	t.mu.Unlock()
@@ -322,6 +345,7 @@ func (t *Transport) Resources(ctx context.Context) (sdk.Resources, error) {
 	// DONE while their bytes still move.
 	r := t.book.Resources()
 	r.InFlight = uint64(len(t.active))
+	r.Dlists -= uint64(len(t.ghosts))
 	return r, nil
 }
 
@@ -337,7 +361,7 @@ func (t *Transport) lock(ctx context.Context, call string) error {
 		t.mu.Unlock()
 		return shutdownError()
 	}
-	if err := t.book.Check(); err != nil {
+	if err := t.book.Check(); err != nil && !t.ungated(call) {
 		t.mu.Unlock()
 		return err
 	}
@@ -422,4 +446,10 @@ func (t *Transport) kick() {
 // shutdownError is what a crashed agent answers.
 func shutdownError() error {
 	return sdk.Errorf(sdk.CodePluginShutdown, "fake: agent crashed (fault crash or Kill); open a new agent")
+}
+
+// ungated reports whether misbehave=ungated lets call through the gate of
+// a closed agent: Poll and Release answer as if it were open.
+func (t *Transport) ungated(call string) bool {
+	return t.p.misbehave == misbehaveUngated && t.book.Agent() != "" && (call == crashAtPoll || call == crashAtRelease)
 }

@@ -108,6 +108,7 @@ func descriptionOf(d sdk.Description) *pb.DescribeResponse {
 			MaxMetadataBytes:      d.Limits.MaxMetadataBytes,
 			MaxTransferBytes:      d.Limits.MaxTransferBytes,
 			PeerLossBoundMillis:   d.Limits.PeerLossBoundMillis,
+			CancelBoundMillis:     d.Limits.CancelBoundMillis,
 		},
 	}
 }
@@ -145,6 +146,7 @@ func descriptionFrom(r *pb.DescribeResponse) sdk.Description {
 			MaxMetadataBytes:      l.GetMaxMetadataBytes(),
 			MaxTransferBytes:      l.GetMaxTransferBytes(),
 			PeerLossBoundMillis:   l.GetPeerLossBoundMillis(),
+			CancelBoundMillis:     l.GetCancelBoundMillis(),
 		},
 	}
 }

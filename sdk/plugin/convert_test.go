@@ -219,7 +219,7 @@ var testDescription = sdk.Description{
 	FenceScope:    sdk.FenceInitiatedAndIncoming,
 	Limits: sdk.Limits{
 		MaxDescriptorsPerList: 1, MaxDescriptorsPerPost: 2, MaxItemsPerCall: 3, MaxNotificationBytes: 4,
-		MaxMetadataBytes: 5, MaxTransferBytes: 6, PeerLossBoundMillis: 7,
+		MaxMetadataBytes: 5, MaxTransferBytes: 6, PeerLossBoundMillis: 7, CancelBoundMillis: 8,
 	},
 }
 

@@ -368,8 +368,11 @@ type Limits struct {
 	MaxMetadataBytes      uint32                 `protobuf:"varint,5,opt,name=max_metadata_bytes,json=maxMetadataBytes,proto3" json:"max_metadata_bytes,omitempty"`
 	MaxTransferBytes      uint64                 `protobuf:"varint,6,opt,name=max_transfer_bytes,json=maxTransferBytes,proto3" json:"max_transfer_bytes,omitempty"`
 	PeerLossBoundMillis   uint32                 `protobuf:"varint,7,opt,name=peer_loss_bound_millis,json=peerLossBoundMillis,proto3" json:"peer_loss_bound_millis,omitempty"`
-	unknownFields         protoimpl.UnknownFields
-	sizeCache             protoimpl.SizeCache
+	// Zero: no promise. Otherwise, after Cancel a handle is terminal within
+	// this many milliseconds (contract minor 1).
+	CancelBoundMillis uint32 `protobuf:"varint,8,opt,name=cancel_bound_millis,json=cancelBoundMillis,proto3" json:"cancel_bound_millis,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *Limits) Reset() {
@@ -447,6 +450,13 @@ func (x *Limits) GetMaxTransferBytes() uint64 {
 func (x *Limits) GetPeerLossBoundMillis() uint32 {
 	if x != nil {
 		return x.PeerLossBoundMillis
+	}
+	return 0
+}
+
+func (x *Limits) GetCancelBoundMillis() uint32 {
+	if x != nil {
+		return x.CancelBoundMillis
 	}
 	return 0
 }
@@ -1994,7 +2004,7 @@ const file_sdk_plugin_proto_custody_transport_v1_transport_proto_rawDesc = "" +
 	"\x05local\x18\x02 \x01(\bR\x05local\x12$\n" +
 	"\rnotifications\x18\x03 \x01(\bR\rnotifications\x12\x16\n" +
 	"\x06cancel\x18\x04 \x01(\bR\x06cancel\x12\x16\n" +
-	"\x06events\x18\x05 \x01(\bR\x06events\"\xee\x02\n" +
+	"\x06events\x18\x05 \x01(\bR\x06events\"\x9e\x03\n" +
 	"\x06Limits\x127\n" +
 	"\x18max_descriptors_per_list\x18\x01 \x01(\rR\x15maxDescriptorsPerList\x127\n" +
 	"\x18max_descriptors_per_post\x18\x02 \x01(\rR\x15maxDescriptorsPerPost\x12+\n" +
@@ -2002,7 +2012,8 @@ const file_sdk_plugin_proto_custody_transport_v1_transport_proto_rawDesc = "" +
 	"\x16max_notification_bytes\x18\x04 \x01(\rR\x14maxNotificationBytes\x12,\n" +
 	"\x12max_metadata_bytes\x18\x05 \x01(\rR\x10maxMetadataBytes\x12,\n" +
 	"\x12max_transfer_bytes\x18\x06 \x01(\x04R\x10maxTransferBytes\x123\n" +
-	"\x16peer_loss_bound_millis\x18\a \x01(\rR\x13peerLossBoundMillis\"\x92\x03\n" +
+	"\x16peer_loss_bound_millis\x18\a \x01(\rR\x13peerLossBoundMillis\x12.\n" +
+	"\x13cancel_bound_millis\x18\b \x01(\rR\x11cancelBoundMillis\"\x92\x03\n" +
 	"\x10DescribeResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12%\n" +
