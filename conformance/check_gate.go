@@ -23,7 +23,7 @@ type gateCall struct {
 // or NOT_FOUND for an unknown id), so that a transport without the gate
 // is caught; none creates anything on an open agent but RegisterMemory,
 // which undo frees should a broken transport accept it.
-func gateCalls(tr sdk.Transport, regionPath string, undo func(sdk.RegionID)) []gateCall {
+func gateCalls(tr sdk.Transport, events bool, regionPath string, undo func(sdk.RegionID)) []gateCall {
 	one := func(errs []error, err error) (sdk.Code, error) { return codeOf(errs, err), firstErr(errs, err) }
 	calls := []gateCall{
 		{"RegisterMemory", func(ctx context.Context) (sdk.Code, error) {
@@ -68,7 +68,9 @@ func gateCalls(tr sdk.Transport, regionPath string, undo func(sdk.RegionID)) []g
 			return sdk.CodeOf(err), err
 		}},
 	}
-	if src, ok := tr.(sdk.EventSource); ok {
+	// Events is in the contract only where Describe claims it; elsewhere
+	// it is UNSUPPORTED whether or not the agent is open.
+	if src, ok := tr.(sdk.EventSource); ok && events {
 		calls = append(calls, gateCall{"Events", func(ctx context.Context) (sdk.Code, error) {
 			_, err := src.Events(ctx, 0)
 			return sdk.CodeOf(err), err
@@ -81,7 +83,7 @@ func gateCalls(tr sdk.Transport, regionPath string, undo func(sdk.RegionID)) []g
 // Close.
 var checkGate = check{
 	name: "contract/before-open-after-close",
-	doc: "before Open, every call but Describe (RegisterMemory, LocalMetadata, the frees, Poll, Cancel, Release, Notifications, Events) and Close are INVALID_ARGUMENT; " +
+	doc: "before Open, every call but Describe (RegisterMemory, LocalMetadata, the frees, Poll, Cancel, Release, Notifications, and Events where claimed) and Close are INVALID_ARGUMENT; " +
 		"after Close the same calls are INVALID_ARGUMENT and Close again is OK; each is asked --repeat (default 100) times, 8 at a time",
 	needs: always,
 	run: func(e *env) {
@@ -100,7 +102,7 @@ var checkGate = check{
 			e.t.Fatalf("create region file: %v", err)
 		}
 		var accepted []sdk.RegionID
-		calls := gateCalls(tr, path, func(id sdk.RegionID) { accepted = append(accepted, id) })
+		calls := gateCalls(tr, e.desc.Capabilities.Events, path, func(id sdk.RegionID) { accepted = append(accepted, id) })
 		refuse := func(when string, open bool) {
 			e.t.Helper()
 			e.parallel(e.cfg.Repeat, func(t T, _, i int) {

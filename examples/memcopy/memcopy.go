@@ -39,7 +39,7 @@ import (
 const chunk = 1 << 20
 
 // New returns a memcopy agent that is not open yet.
-func New() *kit.Transport[*mapping, *peer] { return kit.New(&backend{}) }
+func New() *kit.Transport[*kit.Mapping, *peer] { return kit.New(&backend{}) }
 
 // backend is one agent's native state. R is a region's mapped bytes, P a
 // loaded peer.
@@ -55,7 +55,7 @@ type backend struct {
 type peer struct {
 	pidfd   int
 	addr    *net.UnixAddr
-	regions map[sdk.RegionID]*mapping
+	regions map[sdk.RegionID]*kit.Mapping
 }
 
 // metadata is what a peer needs to reach this agent.
@@ -135,13 +135,13 @@ func (b *backend) receive() {
 	}
 }
 
-func (b *backend) Register(spec sdk.Region) (*mapping, error) {
-	return mapFile(spec.Path, spec.Offset, spec.Length)
+func (b *backend) Register(spec sdk.Region) (*kit.Mapping, error) {
+	return kit.MapFile(spec.Path, spec.Offset, spec.Length)
 }
 
-func (b *backend) Deregister(r *kit.Region[*mapping]) error { return r.Value.unmap() }
+func (b *backend) Deregister(r *kit.Region[*kit.Mapping]) error { return r.Value.Unmap() }
 
-func (b *backend) Metadata(agent string, regions []*kit.Region[*mapping]) ([]byte, error) {
+func (b *backend) Metadata(agent string, regions []*kit.Region[*kit.Mapping]) ([]byte, error) {
 	md := metadata{Agent: agent, PID: os.Getpid(), Socket: b.conn.LocalAddr().String(), Regions: []metaRegion{}}
 	for _, r := range regions {
 		md.Regions = append(md.Regions, metaRegion{r.ID, r.Spec.Path, r.Spec.Offset, r.Spec.Length})
@@ -159,10 +159,10 @@ func (b *backend) LoadPeer(name string, blob []byte) (kit.Loaded[*peer], error) 
 	if err != nil {
 		return kit.Loaded[*peer]{}, sdk.Errorf(sdk.CodeRemoteDisconnect, "memcopy: LoadPeers %q: process %d: %v; fetch fresh metadata", name, md.PID, err)
 	}
-	p := &peer{pidfd: fd, addr: &net.UnixAddr{Name: md.Socket, Net: "unixgram"}, regions: map[sdk.RegionID]*mapping{}}
+	p := &peer{pidfd: fd, addr: &net.UnixAddr{Name: md.Socket, Net: "unixgram"}, regions: map[sdk.RegionID]*kit.Mapping{}}
 	lengths := map[sdk.RegionID]uint64{}
 	for _, r := range md.Regions {
-		m, err := mapFile(r.Path, r.Offset, r.Length)
+		m, err := kit.MapFile(r.Path, r.Offset, r.Length)
 		if err != nil {
 			b.drop(p)
 			return kit.Loaded[*peer]{}, sdk.Errorf(sdk.CodeBackend, "memcopy: LoadPeers %q: region %d: %v; peers must share a host", name, r.ID, err)
@@ -179,7 +179,7 @@ func (b *backend) UnloadPeer(p *kit.Peer[*peer]) error {
 
 func (b *backend) drop(p *peer) {
 	for _, m := range p.regions {
-		_ = m.unmap()
+		_ = m.Unmap()
 	}
 	unix.Close(p.pidfd)
 }
@@ -195,7 +195,7 @@ func (p *peer) alive() bool {
 }
 
 // Start copies the transfer on a goroutine of its own, chunk by chunk.
-func (b *backend) Start(x *kit.Transfer[*mapping, *peer]) (func(), error) {
+func (b *backend) Start(x *kit.Transfer[*kit.Mapping, *peer]) (func(), error) {
 	p := x.Remote.Peer
 	if !p.Value.alive() {
 		return nil, sdk.Errorf(sdk.CodeRemoteDisconnect, "memcopy: Post: peer %s has exited; nothing posted, unload it", p.Name)
@@ -208,12 +208,12 @@ func (b *backend) Start(x *kit.Transfer[*mapping, *peer]) (func(), error) {
 
 // copy moves x's bytes, then sends its notification and reports DONE;
 // it stops early when canceled or when the peer dies.
-func (b *backend) copy(x *kit.Transfer[*mapping, *peer], canceled *atomic.Bool) {
+func (b *backend) copy(x *kit.Transfer[*kit.Mapping, *peer], canceled *atomic.Bool) {
 	defer b.wg.Done()
 	p := x.Remote.Peer
 	for _, pair := range x.Pairs {
-		local := pair.Region.Value.bytes[pair.Local.Offset:][:pair.Local.Length]
-		remote := p.Value.regions[pair.Remote.Region].bytes[pair.Remote.Offset:][:pair.Remote.Length]
+		local := pair.Region.Value.Bytes[pair.Local.Offset:][:pair.Local.Length]
+		remote := p.Value.regions[pair.Remote.Region].Bytes[pair.Remote.Offset:][:pair.Remote.Length]
 		dst, src := remote, local
 		if x.Op == sdk.OpRead {
 			dst, src = local, remote

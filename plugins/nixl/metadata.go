@@ -6,6 +6,7 @@ import (
 	"hash/crc32"
 
 	"github.com/custody-dev/custody/sdk"
+	"github.com/custody-dev/custody/sdk/kit"
 )
 
 // The metadata an agent hands its peers wraps NIXL's own (getLocalMD) in
@@ -29,7 +30,7 @@ type mdRegion struct {
 // metadata is the decoded envelope.
 type metadata struct {
 	Agent   string
-	Proc    procID
+	Proc    kit.Proc
 	Regions []mdRegion
 	NIXL    []byte
 }

@@ -7,10 +7,11 @@ import (
 	"testing"
 
 	"github.com/custody-dev/custody/sdk"
+	"github.com/custody-dev/custody/sdk/kit"
 )
 
 func TestMetadataRoundTrip(t *testing.T) {
-	m := metadata{Agent: "prefill.3", Proc: procID{Pid: 42, Start: 7}, NIXL: []byte("nixl blob"),
+	m := metadata{Agent: "prefill.3", Proc: kit.Proc{Pid: 42, Start: 7}, NIXL: []byte("nixl blob"),
 		Regions: []mdRegion{{ID: 5, Addr: 0x7f0000001000, Len: 4096}, {ID: 9, Addr: 0x7f0000100000, Len: 1 << 20}}}
 	got, err := decodeMetadata(m.encode())
 	if err != nil {

@@ -16,7 +16,7 @@ import (
 
 // regionVal is a registered region: its mapping and native address.
 type regionVal struct {
-	m    *mapping
+	m    *kit.Mapping
 	addr uint64
 }
 
@@ -25,7 +25,7 @@ type regionVal struct {
 type peerVal struct {
 	name    string
 	regions map[sdk.RegionID]mdRegion
-	watch   *procWatch
+	watch   *kit.ProcWatch
 }
 
 // handleVal is a posted transfer's NIXL request.
@@ -50,12 +50,12 @@ type Transport struct {
 	desc    sdk.Description
 	cfg     config
 	nat     *native
-	self    procID
+	self    kit.Proc
 	names   map[string]*nameRef // names.go
 	parkSeq uint64
 	// stopped are the process watches of unloaded peers, whose goroutines
 	// Close waits for.
-	stopped []*procWatch
+	stopped []*kit.ProcWatch
 	closed  bool
 
 	reqs       []unsafe.Pointer // Poll's scratch
@@ -102,7 +102,7 @@ func (t *Transport) Open(ctx context.Context, req sdk.OpenRequest) error {
 		if err != nil {
 			return err
 		}
-		self, err := selfProc()
+		self, err := kit.SelfProc()
 		if err != nil {
 			return sdk.Errorf(sdk.CodeBackend, "nixl: Open %q: reading this process's start time: %v", req.Agent, err)
 		}
@@ -133,7 +133,7 @@ func (t *Transport) Close(ctx context.Context) error {
 		t.nat.close()
 		return nil
 	})
-	var watches []*procWatch
+	var watches []*kit.ProcWatch
 	if closed {
 		t.closed = true
 		watches, t.stopped = t.stopped, nil
@@ -141,7 +141,7 @@ func (t *Transport) Close(ctx context.Context) error {
 	t.mu.Unlock()
 	// A watch that fires takes the lock: wait for them without it.
 	for _, w := range watches {
-		w.wait()
+		w.Wait()
 	}
 	return err
 }
@@ -181,15 +181,15 @@ func (t *Transport) RegisterMemory(ctx context.Context, regions []sdk.Region) ([
 	return each(t, ctx, "RegisterMemory", len(regions), func(i int) sdk.Registration {
 		spec := regions[i]
 		id, err := t.book.Register(spec, func() (*regionVal, error) {
-			m, err := mapFile(spec.Path, spec.Offset, spec.Length)
+			m, err := kit.MapFile(spec.Path, spec.Offset, spec.Length)
 			if err != nil {
 				return nil, err
 			}
-			if st := t.nat.register(m.addr(), spec.Length); st != statusSuccess {
-				_ = m.unmap()
+			if st := t.nat.register(m.Addr(), spec.Length); st != statusSuccess {
+				_ = m.Unmap()
 				return nil, sdk.Errorf(sdk.CodeBackend, "nixl: RegisterMemory %s: registerMem returned %v", spec.Path, st)
 			}
-			return &regionVal{m: m, addr: m.addr()}, nil
+			return &regionVal{m: m, addr: m.Addr()}, nil
 		})
 		return sdk.Registration{ID: id, Err: err}
 	})
@@ -203,7 +203,7 @@ func (t *Transport) DeregisterMemory(ctx context.Context, ids []sdk.RegionID) ([
 			if st := t.nat.deregister(r.Value.addr, r.Spec.Length); st != statusSuccess {
 				return sdk.Errorf(sdk.CodeBackend, "nixl: DeregisterMemory %d: deregisterMem returned %v; it stays registered", r.ID, st)
 			}
-			if err := r.Value.m.unmap(); err != nil {
+			if err := r.Value.m.Unmap(); err != nil {
 				return sdk.Errorf(sdk.CodeBackend, "nixl: DeregisterMemory %d: munmap: %v", r.ID, err)
 			}
 			return nil
@@ -262,8 +262,8 @@ func (t *Transport) load(spec sdk.PeerSpec) (kit.Loaded[*peerVal], error) {
 	if t.cfg.errNone {
 		// Without peer error handling UCX reports no dead peer: watch
 		// its process (the peer shares this host, as shared memory needs).
-		w, err := watchProc(m.Proc, func() { t.onPeerExit(pv) })
-		if errors.Is(err, errProcGone) {
+		w, err := kit.WatchProc(m.Proc, func() { t.onPeerExit(pv) })
+		if errors.Is(err, kit.ErrProcGone) {
 			return none, sdk.Errorf(sdk.CodeRemoteDisconnect, "nixl: LoadPeers %q: its process (pid %d) is gone; fetch its new metadata", spec.Name, m.Proc.Pid)
 		}
 		if err != nil {
@@ -274,7 +274,7 @@ func (t *Transport) load(spec sdk.PeerSpec) (kit.Loaded[*peerVal], error) {
 	name, st := t.loadName(m.Agent, m.NIXL)
 	if st != statusSuccess || name != m.Agent {
 		if pv.watch != nil {
-			pv.watch.stop()
+			pv.watch.Stop()
 			t.stopped = append(t.stopped, pv.watch)
 		}
 		if st == statusSuccess { // cannot happen: the envelope and NIXL's blob disagree
@@ -331,7 +331,7 @@ func (t *Transport) UnloadPeers(ctx context.Context, ids []sdk.PeerID) ([]error,
 				return err
 			}
 			if w := p.Value.watch; w != nil {
-				w.stop()
+				w.Stop()
 				t.stopped = append(t.stopped, w)
 			}
 			return nil

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/custody-dev/custody/sdk"
+	"github.com/custody-dev/custody/sdk/kit"
 )
 
 // agent is the native state of one open agent. Transport calls run on
@@ -22,7 +23,7 @@ type agent struct {
 	cname cChars // name, in C memory: notifications carry it
 	cfg   config
 	nw    *nativeWorker
-	self  procID // this process, carried in metadata
+	self  kit.Proc // this process, carried in metadata
 
 	sends   map[uint64]*notifSend // notification sends UCX still runs
 	closing []*closeReq           // endpoint closes UCX still runs
@@ -39,8 +40,8 @@ type agent struct {
 	lostSeen uint64 // its msg_lost, as Notifications last reported it
 	failSeen uint64 // its peer_failures
 
-	watches []*procWatch // of unloaded peers, until their goroutines ended
-	wake    *wakeWatch   // forwards the shim's wake-ups to the transport's Wake channel
+	watches []*kit.ProcWatch // of unloaded peers, until their goroutines ended
+	wake    *wakeWatch       // forwards the shim's wake-ups to the transport's Wake channel
 }
 
 // Bounds of the progress thread's waiting and of the peer watch.
@@ -65,7 +66,7 @@ func openAgent(cfg config, name string, t *Transport) (*agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	self, err := selfProc()
+	self, err := kit.SelfProc()
 	if err != nil {
 		nw.close()
 		return nil, sdk.Errorf(sdk.CodeBackend, "ucx: Open %q: reading this process's start time: %v", name, err)
@@ -188,7 +189,7 @@ func (a *agent) awaitCloses(ctx context.Context) {
 // takes it.
 func (a *agent) shutdown(mu *sync.Mutex) {
 	for _, w := range a.watches {
-		w.wait()
+		w.Wait()
 	}
 	a.wake.stop() // before the worker is freed: it reads the shim's counters
 	mu.Lock()

@@ -9,6 +9,7 @@ import (
 	"hash/crc32"
 
 	"github.com/custody-dev/custody/sdk"
+	"github.com/custody-dev/custody/sdk/kit"
 )
 
 // Metadata layout, version 1, little endian:
@@ -30,7 +31,7 @@ const metadataVersion = 1
 // metadata is what a peer needs to reach an agent.
 type metadata struct {
 	Agent   string
-	Proc    procID
+	Proc    kit.Proc
 	TLS     string
 	Address []byte
 	Regions []remoteRegionSpec

@@ -3,13 +3,14 @@ package ucx
 import (
 	"testing"
 
+	"github.com/custody-dev/custody/sdk/kit"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
 func sampleMetadata() metadata {
 	return metadata{
-		Agent: "prefill-0", Proc: procID{Pid: 42, Start: 7}, TLS: "tcp", Address: []byte{1, 2, 3, 4},
+		Agent: "prefill-0", Proc: kit.Proc{Pid: 42, Start: 7}, TLS: "tcp", Address: []byte{1, 2, 3, 4},
 		Regions: []remoteRegionSpec{{ID: 9, Addr: 0x7f0000000000, Length: 4096, Rkey: []byte{5, 6}}},
 	}
 }
@@ -35,7 +36,7 @@ func TestMetadataGarbage(t *testing.T) {
 		"trailing byte":   append(append([]byte(nil), good...), 0),
 		"bad magic":       append([]byte("NOTUCX!\x00"), good[8:]...),
 		"duplicate ids":   other.encode(),
-		"empty agent":     metadata{Proc: procID{Pid: 1}, Address: []byte{1}}.encode(),
+		"empty agent":     metadata{Proc: kit.Proc{Pid: 1}, Address: []byte{1}}.encode(),
 		"oversized":       make([]byte, maxMetadataBytes+1),
 		"random prefix 0": make([]byte, 64),
 	}

@@ -403,18 +403,6 @@ func (w *nativeWorker) takeMsg() (from string, msg []byte, ok bool) {
 	return from, msg, true
 }
 
-// pidfdOpen returns a non-blocking pidfd of pid.
-func pidfdOpen(pid int) (int, error) {
-	fd := int(C.cu_pidfd_open(C.int(pid)))
-	if fd < 0 {
-		return -1, syscall.Errno(-fd)
-	}
-	return fd, nil
-}
-
-// pidfdExited reports whether the process of pidfd fd has exited.
-func pidfdExited(fd uintptr) bool { return C.cu_pidfd_exited(C.int(fd)) != 0 }
-
 // cString is a C copy of s, freed with freeCString.
 func cString(s string) *C.char { return C.CString(s) }
 

@@ -13,14 +13,14 @@ import (
 type peer struct {
 	id       sdk.PeerID // the Book's id, for messages (set once loaded)
 	name     string
-	proc     procID
+	proc     kit.Proc
 	cp       *cPeer
 	rkeys    map[sdk.RegionID]remoteRegion
-	inflight int        // posts UCX still runs on its endpoint (for the exit message)
-	sends    int        // notification sends UCX still runs
-	lost     error      // REMOTE_DISCONNECT once the peer is known gone
-	unloaded bool       // set by UnloadPeers: a late watch finds nothing to do
-	watch    *procWatch // its process, when UCX cannot report its loss
+	inflight int            // posts UCX still runs on its endpoint (for the exit message)
+	sends    int            // notification sends UCX still runs
+	lost     error          // REMOTE_DISCONNECT once the peer is known gone
+	unloaded bool           // set by UnloadPeers: a late watch finds nothing to do
+	watch    *kit.ProcWatch // its process, when UCX cannot report its loss
 }
 
 // remoteRegion is one of a peer's regions: its address and unpacked rkey.
@@ -68,8 +68,8 @@ func (a *agent) loadPeer(spec sdk.PeerSpec) (kit.Loaded[*peer], error) {
 	p := &peer{name: md.Agent, proc: md.Proc, rkeys: map[sdk.RegionID]remoteRegion{}}
 	if a.cfg.watchPeers {
 		a.pruneWatches()
-		w, err := watchProc(md.Proc, func() { a.t.onPeerExit(p) })
-		if errors.Is(err, errProcGone) {
+		w, err := kit.WatchProc(md.Proc, func() { a.t.onPeerExit(p) })
+		if errors.Is(err, kit.ErrProcGone) {
 			return none, sdk.Errorf(sdk.CodeRemoteDisconnect, "ucx: LoadPeers %q: its process (pid %d) is gone; fetch fresh metadata", md.Agent, md.Proc.Pid)
 		}
 		if err != nil {
@@ -114,7 +114,7 @@ func (a *agent) dropPeer(p *peer) {
 // stopWatch stops watching p's process; shutdown waits for the watch's end.
 func (a *agent) stopWatch(p *peer) {
 	if p.watch != nil {
-		p.watch.stop()
+		p.watch.Stop()
 		a.watches = append(a.watches, p.watch)
 		p.watch = nil
 	}
@@ -124,9 +124,7 @@ func (a *agent) stopWatch(p *peer) {
 func (a *agent) pruneWatches() {
 	kept := a.watches[:0]
 	for _, w := range a.watches {
-		select {
-		case <-w.done:
-		default:
+		if !w.Ended() {
 			kept = append(kept, w)
 		}
 	}

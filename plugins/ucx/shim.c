@@ -8,7 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -964,28 +963,4 @@ void cu_fail_msg_allocs(cu_worker *w, int n)
     cu_lock(w);
     w->fail_msg_allocs = n;
     cu_unlock(w);
-}
-
-/* ---- peer processes ---- */
-
-#ifndef SYS_pidfd_open
-#define SYS_pidfd_open 434
-#endif
-#ifndef PIDFD_NONBLOCK
-#define PIDFD_NONBLOCK O_NONBLOCK
-#endif
-
-int cu_pidfd_open(int pid)
-{
-    long fd = syscall(SYS_pidfd_open, pid, PIDFD_NONBLOCK);
-    return fd < 0 ? -errno : (int)fd;
-}
-
-int cu_pidfd_exited(int fd)
-{
-    struct pollfd p;
-    p.fd = fd;
-    p.events = POLLIN;
-    p.revents = 0;
-    return poll(&p, 1, 0) > 0 && (p.revents & POLLIN) != 0;
 }

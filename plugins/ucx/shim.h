@@ -217,10 +217,6 @@ const char *cu_msg_data(const cu_msg *m); /* from, then message */
  * fail as if malloc had (tests). */
 void cu_fail_msg_allocs(cu_worker *w, int n);
 
-/* cu_pidfd_open returns a non-blocking pidfd of pid, or -errno. */
-int cu_pidfd_open(int pid);
-/* cu_pidfd_exited reports whether the process of a pidfd has exited. */
-int cu_pidfd_exited(int fd);
 
 #define CU_AM_ID 7
 

@@ -1,4 +1,4 @@
-package nixl
+package kit
 
 import (
 	"errors"
@@ -12,28 +12,30 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// procID names a process across pid reuse: its pid and its start time in
-// clock ticks since boot (field 22 of /proc/PID/stat). Metadata carries the
-// agent's procID so that a peer on the same host can watch it.
-type procID struct {
+// Proc names a process across pid reuse: its pid and its start time in
+// clock ticks since boot (field 22 of /proc/PID/stat). A transport whose
+// backend cannot report a peer's death (shared memory, some error modes)
+// carries its agent's Proc in its metadata, and a peer on the same host
+// watches it with WatchProc.
+type Proc struct {
 	Pid   uint32
 	Start uint64
 }
 
-// selfProc is this process's procID.
-func selfProc() (procID, error) {
+// SelfProc is this process's Proc.
+func SelfProc() (Proc, error) {
 	pid := os.Getpid()
-	start, _, err := procStat(pid)
+	start, _, err := ProcStat(pid)
 	if err != nil {
-		return procID{}, err
+		return Proc{}, err
 	}
-	return procID{Pid: uint32(pid), Start: start}, nil
+	return Proc{Pid: uint32(pid), Start: start}, nil
 }
 
-// alive reports whether the process still runs: it exists, has the same
+// Alive reports whether the process still runs: it exists, has the same
 // start time (so its pid was not reused) and is not a zombie.
-func (p procID) alive() bool {
-	start, state, err := procStat(int(p.Pid))
+func (p Proc) Alive() bool {
+	start, state, err := ProcStat(int(p.Pid))
 	if err != nil {
 		// Only a missing process is dead; any other failure to read
 		// /proc (a transient error) must not end this one.
@@ -42,8 +44,8 @@ func (p procID) alive() bool {
 	return start == p.Start && state != 'Z' && state != 'X'
 }
 
-// procStat reads a process's start time and state from /proc.
-func procStat(pid int) (start uint64, state byte, err error) {
+// ProcStat reads a process's start time and state from /proc.
+func ProcStat(pid int) (start uint64, state byte, err error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return 0, 0, err
@@ -67,30 +69,30 @@ func procStat(pid int) (start uint64, state byte, err error) {
 	return start, f[0][0], nil
 }
 
-// procWatch waits, on a pidfd in Go's poller, for one process to exit: no
+// ProcWatch waits, on a pidfd in Go's poller, for one process to exit: no
 // timer and no CPU while it lives.
-type procWatch struct {
+type ProcWatch struct {
 	f    *os.File
 	done chan struct{}
 }
 
-// errProcGone is a watched process that is already gone.
-var errProcGone = errors.New("process is gone")
+// ErrProcGone is a watched process that is already gone.
+var ErrProcGone = errors.New("process is gone")
 
-// watchProc calls dead once p exits, unless stop is called first. It
-// fails with errProcGone when p is no longer running (its pid may have
+// WatchProc calls dead, on a goroutine of its own, once p exits, unless
+// Stop is called first. It fails with ErrProcGone when p is no longer running (its pid may have
 // been reused: the start time is checked once the pidfd pins the pid).
-func watchProc(p procID, dead func()) (*procWatch, error) {
+func WatchProc(p Proc, dead func()) (*ProcWatch, error) {
 	fd, err := pidfdOpen(int(p.Pid))
 	if errors.Is(err, syscall.ESRCH) {
-		return nil, errProcGone
+		return nil, ErrProcGone
 	}
 	if err != nil {
 		return nil, fmt.Errorf("pidfd_open(%d): %w", p.Pid, err)
 	}
-	if !p.alive() {
+	if !p.Alive() {
 		_ = syscall.Close(fd)
-		return nil, errProcGone
+		return nil, ErrProcGone
 	}
 	f := os.NewFile(uintptr(fd), fmt.Sprintf("pidfd:%d", p.Pid))
 	rc, err := f.SyscallConn()
@@ -98,7 +100,7 @@ func watchProc(p procID, dead func()) (*procWatch, error) {
 		_ = f.Close()
 		return nil, fmt.Errorf("pidfd of %d: %w", p.Pid, err)
 	}
-	w := &procWatch{f: f, done: make(chan struct{})}
+	w := &ProcWatch{f: f, done: make(chan struct{})}
 	go func() {
 		defer close(w.done)
 		exited := false
@@ -114,11 +116,23 @@ func watchProc(p procID, dead func()) (*procWatch, error) {
 	return w, nil
 }
 
-// stop ends the watch (dead is not called after it returns, unless it
-// already runs); wait waits for its goroutine.
-func (w *procWatch) stop() { _ = w.f.Close() }
+// Stop ends the watch: dead is not called after it returns, unless it
+// already runs.
+func (w *ProcWatch) Stop() { _ = w.f.Close() }
 
-func (w *procWatch) wait() { <-w.done }
+// Wait waits for the watch's goroutine to end (after Stop, or after dead
+// returned).
+func (w *ProcWatch) Wait() { <-w.done }
+
+// Ended reports, without waiting, whether the watch's goroutine ended.
+func (w *ProcWatch) Ended() bool {
+	select {
+	case <-w.done:
+		return true
+	default:
+		return false
+	}
+}
 
 // pidfdOpen returns a non-blocking pidfd of pid.
 func pidfdOpen(pid int) (int, error) { return unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK) }
