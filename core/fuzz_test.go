@@ -297,26 +297,7 @@ func (fz *fuzzRig) recycle() {
 // check asserts the invariants that hold after every step.
 func (fz *fuzzRig) check() {
 	t, c := fz.t, fz.c
-	holder := map[BlockRef]RequestID{}
-	for r := range c.reqs.all() {
-		for i := range r.xs {
-			for _, b := range r.xs[i].local() {
-				ref := BlockRef{r.xs[i].pool, b}
-				if other, ok := holder[ref]; ok {
-					require.Failf(t, "block shared", "%v held by requests %q and %q", ref, other, r.id)
-				}
-				holder[ref] = r.id
-			}
-		}
-	}
-	for x := range c.live.all() {
-		for _, b := range x.local() {
-			ref := BlockRef{x.pool, b}
-			require.Contains(t, []Owner{OwnerTransfer, OwnerRetained}, c.Owner(ref), "live handle %v reaches %v", x.ref, ref)
-			require.Equal(t, x.req.id, holder[ref], "live handle %v reaches %v of another request", x.ref, ref)
-			require.Zero(t, x.req.flags&rReported, "live handle %v of a reported request", x.ref)
-		}
-	}
+	checkHolders(t, c)
 	for e, d := range fz.ds {
 		if fz.dead[e] {
 			continue // its process is gone: its transfers touch nothing

@@ -386,9 +386,11 @@ func (m *model) recycle(rd Ready) {
 	require.NoError(m.r.t, m.r.c.Free(m.r.pool, back))
 }
 
-// check asserts the invariants that hold after every step.
-func (m *model) check() {
-	t, c := m.r.t, m.r.c
+// checkHolders asserts what holds of c after every step whatever drives it:
+// no block is held by two requests, and every live handle reaches only
+// blocks of its own unreported request, held for a transfer. It returns
+// the request that holds each block.
+func checkHolders(t require.TestingT, c *Core) map[BlockRef]RequestID {
 	holder := map[BlockRef]RequestID{}
 	for r := range c.reqs.all() {
 		for i := range r.xs {
@@ -406,10 +408,17 @@ func (m *model) check() {
 			ref := BlockRef{x.pool, b}
 			o := c.Owner(ref)
 			require.Contains(t, []Owner{OwnerTransfer, OwnerRetained}, o, "live handle %v reaches %v held by %v", x.ref, ref, o)
-			require.Equal(t, x.req.id, holder[ref], "live handle %v reaches %v reassigned", x.ref, ref)
-			require.False(t, x.req.flags&rReported != 0, "live handle %v of a reported request", x.ref)
+			require.Equal(t, x.req.id, holder[ref], "live handle %v reaches %v of another request", x.ref, ref)
+			require.Zero(t, x.req.flags&rReported, "live handle %v of a reported request", x.ref)
 		}
 	}
+	return holder
+}
+
+// check asserts the invariants that hold after every step.
+func (m *model) check() {
+	t, c := m.r.t, m.r.c
+	holder := checkHolders(t, c)
 	for ref, id := range holder {
 		require.Contains(t, []Owner{OwnerTransfer, OwnerRetained, OwnerQuarantined}, c.Owner(ref), "block %v of unreported request %q", ref, id)
 	}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/custody-dev/custody/internal/ucxtls"
 	"github.com/custody-dev/custody/sdk"
 )
 
@@ -80,7 +81,7 @@ func parseParams(p map[string]string, known func(backend string) ([]string, erro
 		}
 		c.tls = v
 	}
-	if !usesShm(c.tls) {
+	if !ucxtls.UsesShm(c.tls) {
 		c.progressDelay = progressDelayTCP
 	}
 	if v, ok := p["progress_delay"]; ok {
@@ -116,7 +117,7 @@ func parseParams(p map[string]string, known func(backend string) ([]string, erro
 		}
 	}
 	if c.backend == "UCX" {
-		if _, set := c.params[errModeKey]; !set && usesShm(c.tls) {
+		if _, set := c.params[errModeKey]; !set && ucxtls.UsesShm(c.tls) {
 			c.params[errModeKey] = "none"
 		}
 		c.errNone = c.params[errModeKey] == "none"
@@ -130,22 +131,6 @@ func envTLS() string {
 		return v
 	}
 	return defaultTLS
-}
-
-// shmTransports are the UCX transports without a peer-failure handler in
-// UCX 1.13 (posix, sysv) or without an active-message path (cma).
-var shmTransports = map[string]bool{"posix": true, "sysv": true, "cma": true, "sm": true, "shm": true, "mm": true, "knem": true, "xpmem": true}
-
-// usesShm reports whether tls names a shared-memory transport (or all
-// transports, which include them).
-func usesShm(tls string) bool {
-	for _, t := range strings.Split(tls, ",") {
-		t = strings.TrimPrefix(strings.TrimSpace(t), "^")
-		if t == "all" || shmTransports[t] {
-			return true
-		}
-	}
-	return false
 }
 
 func (c config) String() string {

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"unsafe"
 
+	"github.com/custody-dev/custody/internal/ucxtls"
 	"github.com/custody-dev/custody/sdk"
 	"github.com/custody-dev/custody/sdk/kit"
 )
@@ -70,7 +71,7 @@ var _ sdk.Transport = (*Transport)(nil)
 // New returns a NIXL transport that is not open yet.
 func New() *Transport {
 	t := &Transport{names: map[string]*nameRef{}, exit: os.Exit}
-	t.desc = describe(config{backend: defaultBackend, tls: envTLS(), errNone: usesShm(envTLS())})
+	t.desc = describe(config{backend: defaultBackend, tls: envTLS(), errNone: ucxtls.UsesShm(envTLS())})
 	t.book = kit.NewBook[*regionVal, *peerVal, unsafe.Pointer, *handleVal]("nixl", t.desc.Limits)
 	return t
 }

@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/custody-dev/custody/internal/ucxtls"
 	"github.com/custody-dev/custody/sdk"
 )
 
@@ -28,11 +29,6 @@ type config struct {
 	// ucx are further UCX settings (names without UCX_), applied after tls.
 	ucx map[string]string
 }
-
-// shmTransports are the UCX 1.13 transports without a peer-failure handler
-// (posix, sysv) or without an active-message path (cma): an endpoint in
-// peer error mode cannot be built over them.
-var shmTransports = map[string]bool{"posix": true, "sysv": true, "cma": true, "sm": true, "shm": true, "mm": true, "knem": true, "xpmem": true}
 
 // parseParams reads Open's parameters:
 //
@@ -65,7 +61,7 @@ func parseParams(p map[string]string) (config, error) {
 			return config{}, sdk.Errorf(sdk.CodeInvalidArgument, "ucx: unknown parameter %q; known: tls, UCX_<SETTING>", k)
 		}
 	}
-	c.errPeer = !usesShm(c.tls)
+	c.errPeer = !ucxtls.UsesShm(c.tls)
 	c.watchPeers = !c.errPeer
 	return c, nil
 }
@@ -76,18 +72,6 @@ func envTLS() string {
 		return v
 	}
 	return defaultTLS
-}
-
-// usesShm reports whether tls names a shared-memory transport (or all
-// transports, which include them).
-func usesShm(tls string) bool {
-	for _, t := range strings.Split(tls, ",") {
-		t = strings.TrimPrefix(strings.TrimSpace(t), "^")
-		if t == "all" || shmTransports[t] {
-			return true
-		}
-	}
-	return false
 }
 
 // settings returns the UCX settings to apply, TLS first.
