@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"pgregory.net/rapid"
 
+	"github.com/custody-dev/custody/plugins/fake"
 	"github.com/custody-dev/custody/sdk"
 )
 
@@ -322,12 +324,30 @@ func (m *model) settlePushes() int {
 	return len(out)
 }
 
+// awaitWake waits until one of trs wakes (a handle of it may have turned
+// terminal) or deadline passes. A wake-up that came before the caller last
+// polled is still in its channel, so none is missed; a spurious one costs a
+// poll.
+func awaitWake(trs []*fake.Transport, deadline time.Time) {
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
+	cases := []reflect.SelectCase{{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(timer.C)}}
+	for _, tr := range trs {
+		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(tr.Wake())})
+	}
+	reflect.Select(cases)
+}
+
 // releaseProducers waits for every producer write to end, best effort
 // within wait, and releases them and the producers' dlists.
 func (m *model) releaseProducers() {
 	deadline := time.Now().Add(wait)
 	for m.settlePushes() > 0 && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond) // pacing of the poll loop, not synchronisation
+		var trs []*fake.Transport
+		for _, p := range m.pushes {
+			trs = append(trs, m.r.remotes[p.k].tr)
+		}
+		awaitWake(trs, deadline)
 	}
 	for k, dl := range m.pdl {
 		_, _ = m.r.remotes[k].tr.ReleaseDescriptors(m.r.ctx, []sdk.DlistID{dl[1], dl[0]})
@@ -477,7 +497,11 @@ func (m *model) abandon() {
 	deadline := time.Now().Add(wait)
 	for r.close() != nil && time.Now().Before(deadline) {
 		r.poll()
-		time.Sleep(time.Millisecond) // pacing of the poll loop, not synchronisation
+		// Pacing, not synchronisation: a round of close may end with
+		// nothing for a transport to wake on (a Release refused by an
+		// injected fault is simply tried again), so the loop decides by
+		// close's answer and retries every millisecond until the deadline.
+		time.Sleep(time.Millisecond)
 	}
 	for _, rm := range r.remotes {
 		if rm.back != 0 {
