@@ -48,7 +48,7 @@ func TestSuiteCatchesMisbehaviour(t *testing.T) {
 		{mode: "cancel-lie", check: "cancel/as-described", says: "Cancel stops nothing"},
 		{mode: "drop-notification:0.1", check: "notifications/exactly-once-in-order", says: "a notification was lost", within: 30 * time.Second},
 		{mode: "fence-lie", check: "fence/incoming", says: "FenceScope", plugin: true, params: slow},
-		{mode: "peer-loss-lie", check: "peer-loss/bounded", says: "still IN_PROGRESS", plugin: true},
+		{mode: "peer-loss-lie", check: "peer-loss/bounded", says: "still IN_PROGRESS", plugin: true, params: slow},
 	} {
 		t.Run(tc.mode+" "+tc.check, func(t *testing.T) {
 			// Most of these wait on a bound (a cancel's, a peer loss's, a

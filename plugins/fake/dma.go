@@ -153,7 +153,7 @@ func (t *Transport) step() (copied, again bool, wait time.Duration) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if err != nil {
-		t.finish(x, sdk.StateFailed, sdk.Errorf(sdk.CodeRemoteDisconnect,
+		t.lost(x, sdk.Errorf(sdk.CodeRemoteDisconnect,
 			"fake: handle %d: the remote agent did not copy the chunk (%v): it deregistered the region or died", x.h.ID, err))
 		return false, true, wait
 	}
