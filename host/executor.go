@@ -20,7 +20,9 @@ import (
 // Consecutive Posts queued for one transport are made as one call, and so
 // are consecutive Releases, as many as one call may carry (job.most): each
 // Work still gets its own items' results, and a call-level error reaches
-// every Work of the call, as it would have reached each alone. While one
+// every Work of the call, as it would have reached each alone (a call that
+// times out so counts once per Work toward core's Config.WedgedAfter: each
+// Work made alone would have waited out a timeout of its own). While one
 // call is out, the reads the engine starts meanwhile queue up, so under
 // load they cost one round trip to the transport together instead of one
 // each; a lone Work is made as it comes.
