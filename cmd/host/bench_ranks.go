@@ -53,6 +53,9 @@ type ranksRound struct {
 	// during the throughput run; revs the etcd revisions it advanced.
 	writes map[string]int
 	revs   int64
+	// cpu is the CPU time the four hosts and their transport processes
+	// (the embedded etcd included) used during the throughput run.
+	cpu time.Duration
 }
 
 // runE2ERanks measures, in one run, pulls per second with cfg.concurrency
@@ -146,6 +149,12 @@ func runE2ERanks(ctx context.Context, out io.Writer, cfg e2eConfig) (err error) 
 		strings.Join(per, "  "), float64(co.revs)/secs, float64(co.revs)/4/(co.rate*secs))
 	fmt.Fprintf(out, "added p50 latency       seq %s  at %d %s  (coordinated minus independent)\n",
 		signedUs(pct(co.seq, 50)-pct(in.seq, 50)), cfg.concurrency, signedUs(pct(co.conc, 50)-pct(in.conc, 50)))
+	perPull := func(r ranksRound) time.Duration {
+		return time.Duration(float64(r.cpu) / (r.rate * r.elapsed.Seconds()))
+	}
+	cpuCo, cpuIn := perPull(co), perPull(in)
+	fmt.Fprintf(out, "CPU per pull            coordinated %s  independent %s  (%+.1f %%; the hosts and their transports, etcd included, during the throughput run, from /proc)\n",
+		us(cpuCo), us(cpuIn), 100*(float64(cpuCo)/float64(cpuIn)-1))
 	loss := 100 * (in.rate - co.rate) / in.rate
 	fmt.Fprintf(out, "goal name=rank-cost value=%.1f target=5 met=%s\n", loss, yesNo(loss <= 5))
 	return nil
@@ -287,6 +296,10 @@ func (m *rankMode) round(ctx context.Context, cfg e2eConfig) (ranksRound, error)
 			return r, err
 		}
 	}
+	cpu0, err := m.cpu()
+	if err != nil {
+		return r, err
+	}
 	var (
 		mu   sync.Mutex
 		wg   sync.WaitGroup
@@ -314,6 +327,11 @@ func (m *rankMode) round(ctx context.Context, cfg e2eConfig) (ranksRound, error)
 	}
 	wg.Wait()
 	r.elapsed = time.Since(start)
+	cpu1, err := m.cpu()
+	if err != nil {
+		return r, err
+	}
+	r.cpu = cpu1 - cpu0
 	close(errs)
 	if err := <-errs; err != nil {
 		return r, err
@@ -369,4 +387,66 @@ func (m *rankMode) countWrites(ctx context.Context) (func() (map[string]int, int
 		}
 		return out, to - from, nil
 	}, nil
+}
+
+// cpu sums the CPU time used so far by the mode's hosts and every process
+// below them (their transports), as /proc counts it.
+func (m *rankMode) cpu() (time.Duration, error) {
+	var ticks int64
+	for _, h := range append(append([]*demo.Host{}, m.set.Prefill...), m.set.Decode...) {
+		t, err := procTreeTicks(h.Pid())
+		if err != nil {
+			return 0, fmt.Errorf("%s: CPU time: %w", h.Name, err)
+		}
+		ticks += t
+	}
+	return time.Duration(ticks) * time.Second / clockTicks, nil
+}
+
+// clockTicks is the unit of /proc/<pid>/stat's times (USER_HZ, 100 on
+// Linux).
+const clockTicks = 100
+
+// procTreeTicks is the user and system time of pid and its descendants,
+// in clock ticks.
+func procTreeTicks(pid int) (int64, error) {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The fields after the command name (which may hold spaces), from
+	// field 3 (state): utime and stime are fields 14 and 15.
+	i := strings.LastIndexByte(string(raw), ')')
+	f := strings.Fields(string(raw[i+1:]))
+	if len(f) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: %d fields after the name", pid, len(f))
+	}
+	ut, err1 := strconv.ParseInt(f[11], 10, 64)
+	st, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+	}
+	total := ut + st
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, t := range tasks {
+		kids, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", pid, t.Name()))
+		if err != nil {
+			continue // the thread ended
+		}
+		for _, k := range strings.Fields(string(kids)) {
+			kid, err := strconv.Atoi(k)
+			if err != nil {
+				return 0, fmt.Errorf("/proc/%d/task/%s/children: %w", pid, t.Name(), err)
+			}
+			n, err := procTreeTicks(kid)
+			if err != nil {
+				continue // the child ended
+			}
+			total += n
+		}
+	}
+	return total, nil
 }
