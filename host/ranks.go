@@ -105,7 +105,7 @@ const collectEvery = 50 * time.Millisecond
 // publishEvery instead of one per round (rounds that finish a request or
 // two each, on a prefill rank where each consumer's notification ends its
 // own).
-const publishEvery = 5 * time.Millisecond
+var publishEvery = 5 * time.Millisecond // a var for tests
 
 func newRankSync(h *Host) *rankSync {
 	return &rankSync{
