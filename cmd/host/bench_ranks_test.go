@@ -39,6 +39,7 @@ func TestBenchRanksPrintsItsGoalLine(t *testing.T) {
 		`(?m)^added p50 latency +seq [+-]` + num + ` +at 4 [+-]` + num,
 		// Both sets' processes used CPU while they pulled.
 		`(?m)^CPU per pull +coordinated [1-9][0-9]*\.[0-9]us +independent [1-9][0-9]*\.[0-9]us +\([+-][0-9]+\.[0-9] %;`,
+		`(?m)^  of which the hosts +coordinated [0-9]+\.[0-9]us +independent [0-9]+\.[0-9]us`,
 		`(?m)^goal name=rank-cost value=-?[0-9]+\.[0-9] target=5 met=(yes|no)$`,
 	} {
 		assert.Regexp(t, regexp.MustCompile(re), out.String())
