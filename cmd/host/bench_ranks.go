@@ -111,8 +111,12 @@ func runE2ERanks(ctx context.Context, out io.Writer, cfg e2eConfig) (err error) 
 		}
 	}
 	rounds := make([][]ranksRound, 2)
-	for range ranksBenchRounds {
-		for i, m := range modes {
+	for n := range ranksBenchRounds {
+		// Each mode goes first in every other round, so that neither
+		// always meets the machine as the other left it.
+		for k := range modes {
+			i := (k + n) % len(modes)
+			m := modes[i]
 			r, err := m.round(ctx, cfg)
 			if err != nil {
 				return fmt.Errorf("%s: %w", m.name, err)
@@ -126,7 +130,7 @@ func runE2ERanks(ctx context.Context, out io.Writer, cfg e2eConfig) (err error) 
 	if v := os.Getenv("CUSTODY_TRANSPORT_RINGS"); v != "" {
 		fmt.Fprintf(out, "rings: CUSTODY_TRANSPORT_RINGS=%s in the transports' environment\n", v)
 	}
-	fmt.Fprintf(out, "method: a prefill and a decode engine of two ranks each, one `custody serve` host and one fake transport process per rank. A pull is one logical request: ExpectSend of two blocks (one per decode rank) on each prefill rank, then on each decode rank a Read of one block from each prefill rank (notify_producer); it is timed from the first Read until the last decode rank's finished report, and ends once both prefill ranks reported it too. Coordinated: each engine's ranks are a rank group agreeing through an etcd embedded in prefill rank 0 (as `custody demo --ranks 2`); independent: the same four hosts with no group section. Both sets run side by side; %d warm-up pulls each, then %d rounds of each interleaved (coordinated first), each round %d sequential pulls then %d pulls kept in flight for %v; the median round of each is reported. etcd writes are each rank's write transactions during the throughput run, from the hosts' Status (group_writes).\n",
+	fmt.Fprintf(out, "method: a prefill and a decode engine of two ranks each, one `custody serve` host and one fake transport process per rank. A pull is one logical request: ExpectSend of two blocks (one per decode rank) on each prefill rank, then on each decode rank a Read of one block from each prefill rank (notify_producer); it is timed from the first Read until the last decode rank's finished report, and ends once both prefill ranks reported it too. Coordinated: each engine's ranks are a rank group agreeing through an etcd embedded in prefill rank 0 (as `custody demo --ranks 2`); independent: the same four hosts with no group section. Both sets run side by side; %d warm-up pulls each, then %d rounds of each interleaved (each mode first in every other round, coordinated in the first), each round %d sequential pulls then %d pulls kept in flight for %v; the median round of each is reported. etcd writes are each rank's write transactions during the throughput run, from the hosts' Status (group_writes).\n",
 		e2eWarmup, ranksBenchRounds, ranksSeqPulls, cfg.concurrency, cfg.duration)
 	for i, rs := range rounds {
 		var rates []string
