@@ -433,10 +433,15 @@ func (h *Host) absorb1(rd core.Ready) {
 			h.core.Fenced(e) // that process is already dead
 		}
 	}
+	// A ranked host holds the requests finished here back for the group
+	// (holdBack), but is done with them all the same: what the group's
+	// outcome needs, holdBack copied.
+	finished := rd
 	if h.ranks != nil {
 		rd = h.holdBack(rd)
 	}
 	h.rep.add(rd)
+	rd = finished
 	done := func(id core.RequestID, outcome string) {
 		ri := h.reqs[id]
 		h.untrack(id)
