@@ -228,6 +228,7 @@ func (s *engineServer) Status(ctx context.Context, _ *enginev1.StatusRequest) (*
 		Fences: st.Fences, TransportRestarts: st.Restarts,
 		NativeRegions: st.Native.Regions, NativePeers: st.Native.Peers, NativeDlists: st.Native.Dlists, NativeHandles: st.Native.Handles,
 		Journal: uint64(st.Stats.Journal), Requests: uint64(st.Stats.Requests), TransportPid: int64(st.TransportPid),
+		Incarnation: st.Incarnation, EngineConnectionsRefused: st.EngineRefused,
 	}
 	if g := st.Group; g != nil {
 		resp.PoisonedPools, resp.UnionFailed, resp.GroupHeld = g.Poisoned, g.UnionFailed, g.Held
