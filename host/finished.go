@@ -204,7 +204,7 @@ func (o *outbox) end() uint64 { return o.base + uint64(len(o.items)) }
 // it), or none with a position past 0, which cannot be told from an earlier
 // process's. Nothing is acknowledged; the engine starts again from cursor 0
 // with incarnation 0.
-var ErrHostRestarted = errors.New("the report cursor is not this host process's (the host restarted?): start again from cursor 0 with incarnation 0")
+var ErrHostRestarted = errors.New("the report cursor is not this host process's, which counts from 0 again (the host restarted since the cursor was read): start again from cursor 0 with incarnation 0")
 
 // incarnation is the host process's incarnation, drawn on first use.
 func (o *outbox) incarnation() uint64 {
@@ -233,9 +233,9 @@ func (o *outbox) ack(inc, cursor uint64) error {
 	defer o.mu.Unlock()
 	switch mine := o.incLocked(); {
 	case inc == 0 && cursor != 0:
-		return fmt.Errorf("acknowledge finished reports up to cursor %d: the cursor comes without its incarnation, so it may be an earlier host process's, and this host process (incarnation %#x) acknowledged nothing: %w", cursor, mine, ErrHostRestarted)
+		return fmt.Errorf("acknowledge finished reports up to cursor %d: the cursor comes without its incarnation, so it may be an earlier host process's; this one (incarnation %#x) acknowledged nothing: %w", cursor, mine, ErrHostRestarted)
 	case inc != 0 && inc != mine:
-		return fmt.Errorf("acknowledge finished reports up to cursor %d: the cursor is of host incarnation %#x, but this host process is incarnation %#x: the host restarted, its cursors count from 0 again, and nothing was acknowledged: %w", cursor, inc, mine, ErrHostRestarted)
+		return fmt.Errorf("acknowledge finished reports up to cursor %d: the cursor is of host incarnation %#x, this host process is incarnation %#x; nothing was acknowledged: %w", cursor, inc, mine, ErrHostRestarted)
 	}
 	return o.ackLocked(cursor)
 }

@@ -132,21 +132,29 @@ func bigRound(n, blocks int) (core.Ready, []string) {
 }
 
 // watchUntil runs c.WatchFinished until stop says so, adding every report
-// to got.
+// to got. It calls again on ErrUnavailable, as an engine does: a stream
+// opened on a connection to a host that went away fails so, whatever the
+// client's cursor.
 func watchUntil(t *testing.T, c *client.Client, got received, stop func(client.Finished) bool) {
 	t.Helper()
 	// The timeout bounds a failure (a report that never comes); stop ends
 	// the watch by cancel.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	err := c.WatchFinished(ctx, func(f client.Finished) error {
-		got.add(f)
-		if stop(f) {
-			cancel()
+	for {
+		err := c.WatchFinished(ctx, func(f client.Finished) error {
+			got.add(f)
+			if stop(f) {
+				cancel()
+			}
+			return nil
+		})
+		if errors.Is(err, client.ErrUnavailable) {
+			continue
 		}
-		return nil
-	})
-	require.ErrorIs(t, err, context.Canceled)
+		require.ErrorIs(t, err, context.Canceled)
+		return
+	}
 }
 
 func has(id string) func(client.Finished) bool {
@@ -437,6 +445,7 @@ func TestEngineErrorsCarryTheirCode(t *testing.T) {
 		{fmt.Errorf("post: %w", sdk.ErrPluginShutdown), codes.Unavailable},
 		{fmt.Errorf("post: %w", core.ErrUnknownOutcome), codes.Unknown},
 		{fmt.Errorf("free: %w", sdk.ErrBusy), codes.FailedPrecondition},
+		{fmt.Errorf("watch finished: %w", ErrHostRestarted), codes.Aborted},
 		{context.Canceled, codes.Canceled},
 		{errors.New("alloc 5 blocks of pool 9: no such pool"), codes.InvalidArgument},
 	} {
