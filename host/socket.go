@@ -122,7 +122,7 @@ func (l *engineListener) refuse(c *net.UnixConn) {
 	l.burst = true
 	l.mu.Unlock()
 	if first {
-		l.log.Warn("engine connection refused: the socket holds its most connections; more are refused, unlogged, until one closes",
+		l.log.Warn("engine connection refused: engine.max_connections are open; more are refused, counted but not logged, until one is accepted again",
 			"failure_type", "engine_connection_cap", "max_connections", l.max,
 			"hint", "close idle engine clients, or raise engine.max_connections")
 	}
