@@ -26,11 +26,13 @@ type Client struct {
 	maxReply int
 
 	// watch is WatchFinished's state: the cursor below which every report
-	// was processed, and whether a watch runs.
+	// was processed, the host process it is of (its incarnation, 0 while
+	// the client has none), and whether a watch runs.
 	watch struct {
 		sync.Mutex
-		cursor  uint64
-		running bool
+		cursor      uint64
+		incarnation uint64
+		running     bool
 	}
 }
 

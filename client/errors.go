@@ -67,6 +67,10 @@ var (
 	ErrUnsupported = &Error{Code: codes.Unimplemented}
 	// ErrResourceExhausted: a message exceeded a size limit.
 	ErrResourceExhausted = &Error{Code: codes.ResourceExhausted}
+	// ErrHostRestarted: a report cursor was not the host process's (the
+	// host restarted since it was read); nothing was acknowledged. Start
+	// again from cursor 0 (WatchFinished does so itself).
+	ErrHostRestarted = &Error{Code: codes.Aborted}
 )
 
 // wrap turns a gRPC error into an *Error; nil stays nil and an error that

@@ -21,6 +21,7 @@ func TestErrorsMatchTheirSentinelAndKeepTheStatus(t *testing.T) {
 		{codes.DeadlineExceeded, ErrDeadlineExceeded},
 		{codes.Unknown, ErrUnknownOutcome},
 		{codes.FailedPrecondition, ErrBusy},
+		{codes.Aborted, ErrHostRestarted},
 	} {
 		err := wrap(status.Error(tc.code, "what went wrong"))
 		assert.ErrorIs(t, err, tc.sentinel, "%v", tc.code)

@@ -119,6 +119,11 @@ type EscalationConfig struct {
 // EngineConfig is the engine API's unix socket.
 type EngineConfig struct {
 	Socket string `yaml:"socket"`
+	// MaxConnections caps the connections the socket holds open at once
+	// (default DefaultEngineConnections, at most MaxEngineConnections); one
+	// past the cap is closed as it is accepted, so no local client can
+	// take the descriptors a fence or a transport restart needs.
+	MaxConnections int `yaml:"max_connections"`
 }
 
 // MetricsConfig is the Prometheus endpoint.
@@ -140,6 +145,14 @@ const DefaultCap = 120 * time.Second
 const (
 	MaxCap         = 24 * time.Hour
 	MaxCallTimeout = 10 * time.Minute
+)
+
+// Bounds of engine.max_connections. An engine rank needs a few connections
+// (its client, a tool asking Status); the cap stays far under the
+// descriptor limit.
+const (
+	DefaultEngineConnections = 64
+	MaxEngineConnections     = 4096
 )
 
 // LoadConfig reads and validates the YAML file at path. Unknown fields are
@@ -185,6 +198,9 @@ func (c *Config) defaults() {
 	}
 	if c.Metadata.Listen == "" {
 		c.Metadata.Listen = "127.0.0.1:0"
+	}
+	if c.Engine.MaxConnections == 0 {
+		c.Engine.MaxConnections = DefaultEngineConnections
 	}
 }
 
@@ -278,6 +294,9 @@ func (c *Config) Validate() error {
 		bad("engine.socket", "its directory: %v; create it or choose another path", err)
 	} else if !st.IsDir() {
 		bad("engine.socket", "%s is not a directory", filepath.Dir(c.Engine.Socket))
+	}
+	if n := c.Engine.MaxConnections; n < 1 || n > MaxEngineConnections {
+		bad("engine.max_connections", "%d out of range: want 1 to %d (unset: %d)", n, MaxEngineConnections, DefaultEngineConnections)
 	}
 	if t := c.Metadata.TLS; (t.CA != "" || t.Cert != "" || t.Key != "") && (t.CA == "" || t.Cert == "" || t.Key == "") {
 		bad("metadata.tls", "set ca, cert and key together, or none of them for the one-machine CA in state_dir")

@@ -31,6 +31,7 @@ func TestParseConfigFillsDefaults(t *testing.T) {
 	assert.Equal(t, PolicyFence, c.Escalation.Policy)
 	assert.Equal(t, 10*time.Second, c.Transport.CallTimeout)
 	assert.Equal(t, "info", c.LogLevel)
+	assert.Equal(t, DefaultEngineConnections, c.Engine.MaxConnections)
 }
 
 func TestParseConfigNamesTheBadField(t *testing.T) {
@@ -47,6 +48,8 @@ func TestParseConfigNamesTheBadField(t *testing.T) {
 		{"bad policy", "name: a\nengine: {socket: /s}\nescalation: {policy: yolo}", "escalation.policy"},
 		{"negative cap", "name: a\nengine: {socket: /s}\nescalation: {cap: -1s}", "escalation.cap"},
 		{"relative socket", "name: a\nengine: {socket: s.sock}", "engine.socket"},
+		{"negative connection cap", "name: a\nengine: {socket: /s, max_connections: -1}", "engine.max_connections: -1 out of range"},
+		{"connection cap too high", "name: a\nengine: {socket: /s, max_connections: 4097}", "engine.max_connections: 4097 out of range"},
 		{"bad log level", "name: a\nengine: {socket: /s}\nlog_level: loud", "log_level"},
 		{"unknown key", "name: a\nengine: {socket: /s}\ntransprot: {name: fake}", "transprot"},
 	}

@@ -192,6 +192,11 @@ type Status struct {
 	TransportPid int
 	// Group is this host's rank group (nil when it decides alone).
 	Group *GroupStatus
+	// Incarnation is this host process's, which its report cursors carry.
+	Incarnation uint64
+	// EngineRefused counts the engine socket connections refused because
+	// engine.max_connections were open (0 when the host serves no socket).
+	EngineRefused uint64
 }
 
 // GroupStatus is a ranked host's view of its group.
@@ -217,7 +222,11 @@ func (h *Host) Status(ctx context.Context) (Status, error) {
 		Resources(context.Context) (sdk.Resources, error)
 	}
 	err := h.do(ctx, func(context.Context) error {
-		s = Status{Name: h.cfg.Name, Transport: h.desc.Name, Epoch: uint64(h.epoch), Stats: h.core.Stats(), Fences: h.fences, Restarts: h.restarts}
+		s = Status{Name: h.cfg.Name, Transport: h.desc.Name, Epoch: uint64(h.epoch), Stats: h.core.Stats(), Fences: h.fences, Restarts: h.restarts,
+			Incarnation: h.rep.incarnation()}
+		if ln := h.engineLn.Load(); ln != nil {
+			s.EngineRefused = ln.refused.Load()
+		}
 		if h.tp != nil {
 			s.TransportPid = h.tp.Pid()
 			tp = h.tp

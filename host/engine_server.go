@@ -37,6 +37,8 @@ func NewEngineServer(h *Host) *grpc.Server {
 //   - Internal: the transport failed (BACKEND); the host log says why.
 //   - Unknown: whether a transport call took effect is unknown; its
 //     request will be reported failed once its epoch is fenced.
+//   - Aborted: a report cursor of another host process (ErrHostRestarted);
+//     start again from cursor 0.
 //   - FailedPrecondition: something still holds what the call would free
 //     (BUSY, resources held); NotFound and Unimplemented from the transport
 //     as they are.
@@ -61,6 +63,8 @@ func engineCode(err error) codes.Code {
 		return codes.Canceled
 	case errors.Is(err, core.ErrUnknownOutcome):
 		return codes.Unknown
+	case errors.Is(err, ErrHostRestarted):
+		return codes.Aborted
 	case errors.Is(err, sdk.ErrBackend):
 		return codes.Internal
 	case errors.Is(err, sdk.ErrBusy), errors.Is(err, core.ErrHeld), errors.Is(err, ErrPoisoned):
@@ -201,6 +205,7 @@ func finishedProto(b Batch) *enginev1.Finished {
 		Cursor:          b.Cursor,
 		Next:            b.Next,
 		More:            b.More,
+		Incarnation:     b.Incarnation,
 	}
 	for i, fl := range b.Failed {
 		out.Failed = append(out.Failed, &enginev1.Failure{RequestId: string(fl.Request), Sending: fl.Sending, Reason: b.Reasons[i]})
@@ -223,6 +228,7 @@ func (s *engineServer) Status(ctx context.Context, _ *enginev1.StatusRequest) (*
 		Fences: st.Fences, TransportRestarts: st.Restarts,
 		NativeRegions: st.Native.Regions, NativePeers: st.Native.Peers, NativeDlists: st.Native.Dlists, NativeHandles: st.Native.Handles,
 		Journal: uint64(st.Stats.Journal), Requests: uint64(st.Stats.Requests), TransportPid: int64(st.TransportPid),
+		Incarnation: st.Incarnation, EngineConnectionsRefused: st.EngineRefused,
 	}
 	if g := st.Group; g != nil {
 		resp.PoisonedPools, resp.UnionFailed, resp.GroupHeld = g.Poisoned, g.UnionFailed, g.Held

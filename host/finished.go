@@ -1,6 +1,9 @@
 package host
 
 import (
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
 	"fmt"
 	"sync"
 	"unicode/utf8"
@@ -30,6 +33,8 @@ type Batch struct {
 	Reasons      []string
 	Cursor, Next uint64
 	More         bool
+	// Incarnation is the host process's whose positions these are.
+	Incarnation uint64
 }
 
 // Bounds of a batch on the wire. Every item fits in minBatchBytes: request
@@ -43,8 +48,9 @@ const (
 	MinBatchBytes     = 16 << 10
 	maxRequestIDBytes = 1024
 	maxReasonBytes    = 1024
-	// batchOverhead is what cursor, next and more add to a batch at most.
-	batchOverhead = 2*(1+10) + 2 // two varints of at most 10 bytes, a bool
+	// batchOverhead is what cursor, next, more and incarnation add to a
+	// batch at most.
+	batchOverhead = 3*(1+10) + 2 // three varints of at most 10 bytes, a bool
 )
 
 type itemKind uint8
@@ -82,8 +88,15 @@ type item struct {
 // engine that processed a batch acknowledges Next, and a stream opened at
 // the engine's cursor resumes exactly there, so nothing it processed comes
 // again and nothing it did not is lost.
+//
+// Positions count from 0 in every host process, so a position means
+// something only with the process's incarnation, drawn once (random, never
+// zero) and carried by every batch: an acknowledgement must name it, or an
+// engine holding a cursor of an earlier process would acknowledge reports
+// of this one that it never saw.
 type outbox struct {
 	mu    sync.Mutex
+	inc   uint64 // the incarnation; drawn on first use, then fixed
 	base  uint64 // position of items[0]; everything below is acknowledged
 	items []item
 	// grew is closed (and replaced) whenever items are added, waking the
@@ -186,18 +199,50 @@ func waitOn(ch *chan struct{}) <-chan struct{} {
 // end is the position after the last item. Call with mu held.
 func (o *outbox) end() uint64 { return o.base + uint64(len(o.items)) }
 
-// ack removes every item below cursor: the engine processed them. A cursor
-// at or below what is already acknowledged changes nothing; one past the
-// log's end was never issued and is refused.
-func (o *outbox) ack(cursor uint64) error {
+// ErrHostRestarted refuses a report cursor that is not this host process's:
+// it names another incarnation (the host restarted since the engine read
+// it), or none with a position past 0, which cannot be told from an earlier
+// process's. Nothing is acknowledged; the engine starts again from cursor 0
+// with incarnation 0.
+var ErrHostRestarted = errors.New("the report cursor is not this host process's, which counts from 0 again (the host restarted since the cursor was read): start again from cursor 0 with incarnation 0")
+
+// incarnation is the host process's incarnation, drawn on first use.
+func (o *outbox) incarnation() uint64 {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	return o.incLocked()
+}
+
+func (o *outbox) incLocked() uint64 {
+	for o.inc == 0 {
+		var b [8]byte
+		_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24)
+		o.inc = binary.LittleEndian.Uint64(b[:])
+	}
+	return o.inc
+}
+
+// ack removes every item below cursor, a position the engine read from a
+// batch of incarnation inc: the engine processed them. inc 0 (the engine
+// has none yet) is accepted with cursor 0 only, and any other incarnation
+// than this process's is refused with ErrHostRestarted. A cursor at or below
+// what is already acknowledged changes nothing; one past the log's end was
+// never issued and is refused. A refused cursor changes nothing.
+func (o *outbox) ack(inc, cursor uint64) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	switch mine := o.incLocked(); {
+	case inc == 0 && cursor != 0:
+		return fmt.Errorf("acknowledge finished reports up to cursor %d: the cursor comes without its incarnation, so it may be an earlier host process's; this one (incarnation %#x) acknowledged nothing: %w", cursor, mine, ErrHostRestarted)
+	case inc != 0 && inc != mine:
+		return fmt.Errorf("acknowledge finished reports up to cursor %d: the cursor is of host incarnation %#x, this host process is incarnation %#x; nothing was acknowledged: %w", cursor, inc, mine, ErrHostRestarted)
+	}
 	return o.ackLocked(cursor)
 }
 
 func (o *outbox) ackLocked(cursor uint64) error {
 	if cursor > o.end() {
-		return fmt.Errorf("acknowledge finished reports up to cursor %d: the host issued cursors up to %d only (a cursor from an earlier host process? start again from 0)", cursor, o.end())
+		return fmt.Errorf("acknowledge finished reports up to cursor %d: this host process (incarnation %#x) issued cursors up to %d only", cursor, o.incLocked(), o.end())
 	}
 	if cursor <= o.base {
 		return nil
@@ -232,7 +277,7 @@ func (o *outbox) take(limit int) Batch {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.base == o.end() {
-		return Batch{Cursor: o.base, Next: o.base}
+		return Batch{Cursor: o.base, Next: o.base, Incarnation: o.incLocked()}
 	}
 	b := o.cut(o.base, limit)
 	_ = o.ackLocked(b.Next) // b.Next <= end
@@ -263,7 +308,7 @@ func (o *outbox) cut(from uint64, limit int) Batch {
 	} else {
 		more = true // the round goes on past what fits
 	}
-	b := Batch{Cursor: from, Next: from + uint64(stop), More: more}
+	b := Batch{Cursor: from, Next: from + uint64(stop), More: more, Incarnation: o.incLocked()}
 	for _, it := range items[:stop] {
 		switch it.kind {
 		case itemSent:

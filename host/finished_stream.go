@@ -18,7 +18,8 @@ import (
 // (the stream broke, its deadline fired) is sent again on the next stream,
 // under the same cursor. The stream ends when the engine closes it, its
 // context ends, the host stops, or an acknowledgement names a cursor the
-// host never issued.
+// host never issued (InvalidArgument) or one of another host process
+// (Aborted: ErrHostRestarted).
 func (s *engineServer) WatchFinished(stream enginev1.Engine_WatchFinishedServer) error {
 	first, err := stream.Recv()
 	if err != nil {
@@ -31,12 +32,13 @@ func (s *engineServer) WatchFinished(stream enginev1.Engine_WatchFinishedServer)
 	if err != nil {
 		return err
 	}
-	// The opening cursor acknowledges everything below it.
-	if err := s.h.rep.ack(first.GetCursor()); err != nil {
-		return status.Error(codes.InvalidArgument, err.Error())
+	// The opening cursor acknowledges everything below it, if it is this
+	// host process's (rep.ack checks its incarnation).
+	if err := s.h.rep.ack(first.GetIncarnation(), first.GetCursor()); err != nil {
+		return engineErr(fmt.Errorf("watch finished: %w", err))
 	}
 	acks := make(chan error, 1)
-	go func() { acks <- s.readAcks(stream) }()
+	go func() { acks <- s.readAcks(stream, s.h.rep.incarnation()) }()
 
 	ctx := stream.Context()
 	pos := first.GetCursor()
@@ -62,8 +64,10 @@ func (s *engineServer) WatchFinished(stream enginev1.Engine_WatchFinishedServer)
 }
 
 // readAcks applies the engine's acknowledgements until the stream ends: nil
-// when the engine closed its side, the error otherwise.
-func (s *engineServer) readAcks(stream enginev1.Engine_WatchFinishedServer) error {
+// when the engine closed its side, the error otherwise. An acknowledgement
+// without an incarnation is of inc, the one the stream was opened on: a
+// stream lives and dies with one host process.
+func (s *engineServer) readAcks(stream enginev1.Engine_WatchFinishedServer, inc uint64) error {
 	for {
 		m, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
@@ -75,8 +79,12 @@ func (s *engineServer) readAcks(stream enginev1.Engine_WatchFinishedServer) erro
 		if m.GetMaxBatchBytes() != 0 {
 			return status.Error(codes.InvalidArgument, "watch finished: max_batch_bytes is taken from the first message only; later messages carry a cursor alone")
 		}
-		if err := s.h.rep.ack(m.GetCursor()); err != nil {
-			return status.Error(codes.InvalidArgument, err.Error())
+		mi := m.GetIncarnation()
+		if mi == 0 {
+			mi = inc
+		}
+		if err := s.h.rep.ack(mi, m.GetCursor()); err != nil {
+			return engineErr(fmt.Errorf("watch finished: %w", err))
 		}
 	}
 }

@@ -69,13 +69,13 @@ func (rs *reportServer) dial(opts ...client.Option) *client.Client {
 
 // raw opens a bare stream, for what the client library hides: batches as
 // they cross the wire and acknowledgements withheld.
-func (rs *reportServer) raw(ctx context.Context, cursor uint64, maxBytes uint32) (enginev1.Engine_WatchFinishedClient, *grpc.ClientConn) {
+func (rs *reportServer) raw(ctx context.Context, open *enginev1.WatchFinishedRequest) (enginev1.Engine_WatchFinishedClient, *grpc.ClientConn) {
 	conn, err := grpc.NewClient("unix://"+rs.socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	require.NoError(rs.t, err)
 	rs.t.Cleanup(func() { conn.Close() })
 	st, err := enginev1.NewEngineClient(conn).WatchFinished(ctx)
 	require.NoError(rs.t, err)
-	require.NoError(rs.t, st.Send(&enginev1.WatchFinishedRequest{Cursor: cursor, MaxBatchBytes: maxBytes}))
+	require.NoError(rs.t, st.Send(open))
 	return st, conn
 }
 
@@ -132,21 +132,29 @@ func bigRound(n, blocks int) (core.Ready, []string) {
 }
 
 // watchUntil runs c.WatchFinished until stop says so, adding every report
-// to got.
+// to got. It calls again on ErrUnavailable, as an engine does: a stream
+// opened on a connection to a host that went away fails so, whatever the
+// client's cursor.
 func watchUntil(t *testing.T, c *client.Client, got received, stop func(client.Finished) bool) {
 	t.Helper()
 	// The timeout bounds a failure (a report that never comes); stop ends
 	// the watch by cancel.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	err := c.WatchFinished(ctx, func(f client.Finished) error {
-		got.add(f)
-		if stop(f) {
-			cancel()
+	for {
+		err := c.WatchFinished(ctx, func(f client.Finished) error {
+			got.add(f)
+			if stop(f) {
+				cancel()
+			}
+			return nil
+		})
+		if errors.Is(err, client.ErrUnavailable) {
+			continue
 		}
-		return nil
-	})
-	require.ErrorIs(t, err, context.Canceled)
+		require.ErrorIs(t, err, context.Canceled)
+		return
+	}
 }
 
 func has(id string) func(client.Finished) bool {
@@ -164,7 +172,7 @@ func TestOutboxAcknowledgementWakesNoStream(t *testing.T) {
 	o.add(recvRound("a"))
 	_, ok, waiting := o.next(1, DefaultBatchBytes)
 	require.False(t, ok)
-	require.NoError(t, o.ack(1))
+	require.NoError(t, o.ack(o.incarnation(), 1))
 	select {
 	case <-waiting:
 		t.Fatal("an acknowledgement woke a stream that has nothing to send")
@@ -198,12 +206,12 @@ func TestOutboxKeepsEveryReportUntilAcknowledged(t *testing.T) {
 	assert.Equal(t, b, again)
 
 	o.add(recvRound("c"))
-	require.NoError(t, o.ack(2))
+	require.NoError(t, o.ack(o.incarnation(), 2))
 	b, _, _ = o.next(0, DefaultBatchBytes)
 	assert.Equal(t, []core.RequestID{"c"}, b.FinishedReceiving, "an acknowledged report is gone, the rest keeps its cursor")
 	assert.Equal(t, [2]uint64{2, 3}, [2]uint64{b.Cursor, b.Next})
-	require.NoError(t, o.ack(1), "an old acknowledgement changes nothing")
-	assert.Error(t, o.ack(4), "a cursor never issued is refused")
+	require.NoError(t, o.ack(o.incarnation(), 1), "an old acknowledgement changes nothing")
+	assert.Error(t, o.ack(o.incarnation(), 4), "a cursor never issued is refused")
 	b, _, _ = o.next(2, DefaultBatchBytes)
 	assert.Equal(t, uint64(2), b.Cursor, "a refused acknowledgement removed nothing")
 }
@@ -248,7 +256,7 @@ func TestWatchFinishedDeliversAgainAReplyTheEngineNeverAcknowledged(t *testing.T
 	rs.h.rep.add(recvRound("r1"))
 
 	ctx, cancel := context.WithCancel(context.Background())
-	st, _ := rs.raw(ctx, 0, 0)
+	st, _ := rs.raw(ctx, &enginev1.WatchFinishedRequest{})
 	b, err := st.Recv()
 	require.NoError(t, err)
 	require.Equal(t, []string{"r1"}, b.GetFinishedRecving(), "the host sent the report")
@@ -288,7 +296,7 @@ func TestWatchFinishedLosesNothingWhenTheConnectionDropsMidRound(t *testing.T) {
 	rd, ids := bigRound(40, 20)
 	rs.h.rep.add(rd)
 
-	st, _ := rs.raw(context.Background(), 0, MinBatchBytes)
+	st, _ := rs.raw(context.Background(), &enginev1.WatchFinishedRequest{MaxBatchBytes: MinBatchBytes})
 	b, err := st.Recv()
 	require.NoError(t, err)
 	require.True(t, b.GetMore(), "the first part of a split round")
@@ -398,13 +406,13 @@ func TestWatchFinishedRefusesBadInputAndChangesNothing(t *testing.T) {
 	rs := serveReports(t)
 	rs.h.rep.add(recvRound("r1"))
 	for name, req := range map[string]*enginev1.WatchFinishedRequest{
-		"cursor never issued": {Cursor: 5},
+		"cursor never issued": {Cursor: 5, Incarnation: rs.h.rep.incarnation()},
 		"limit below a batch": {MaxBatchBytes: MinBatchBytes - 1},
 	} {
 		t.Run(name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second) // bounds a failure
 			defer cancel()
-			st, _ := rs.raw(ctx, req.GetCursor(), req.GetMaxBatchBytes())
+			st, _ := rs.raw(ctx, req)
 			_, err := st.Recv()
 			assert.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
 		})
@@ -412,10 +420,10 @@ func TestWatchFinishedRefusesBadInputAndChangesNothing(t *testing.T) {
 	t.Run("acknowledgement never issued", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second) // bounds a failure
 		defer cancel()
-		st, _ := rs.raw(ctx, 0, 0)
+		st, _ := rs.raw(ctx, &enginev1.WatchFinishedRequest{})
 		_, err := st.Recv()
 		require.NoError(t, err)
-		require.NoError(t, st.Send(&enginev1.WatchFinishedRequest{Cursor: 9}))
+		require.NoError(t, st.Send(&enginev1.WatchFinishedRequest{Cursor: 9, Incarnation: rs.h.rep.incarnation()}))
 		_, err = st.Recv()
 		assert.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
 	})
@@ -437,6 +445,7 @@ func TestEngineErrorsCarryTheirCode(t *testing.T) {
 		{fmt.Errorf("post: %w", sdk.ErrPluginShutdown), codes.Unavailable},
 		{fmt.Errorf("post: %w", core.ErrUnknownOutcome), codes.Unknown},
 		{fmt.Errorf("free: %w", sdk.ErrBusy), codes.FailedPrecondition},
+		{fmt.Errorf("watch finished: %w", ErrHostRestarted), codes.Aborted},
 		{context.Canceled, codes.Canceled},
 		{errors.New("alloc 5 blocks of pool 9: no such pool"), codes.InvalidArgument},
 	} {
@@ -477,7 +486,7 @@ func (o *outbox) acked(n uint64) <-chan struct{} {
 func TestWatchFinishedAcknowledgementRemovesTheReport(t *testing.T) {
 	rs := serveReports(t)
 	rs.h.rep.add(recvRound("r1"))
-	st, _ := rs.raw(context.Background(), 0, 0)
+	st, _ := rs.raw(context.Background(), &enginev1.WatchFinishedRequest{})
 	b, err := st.Recv()
 	require.NoError(t, err)
 	require.NoError(t, st.Send(&enginev1.WatchFinishedRequest{Cursor: b.GetNext()}))
@@ -489,4 +498,115 @@ func TestWatchFinishedAcknowledgementRemovesTheReport(t *testing.T) {
 	f, err := rs.dial().GetFinished(context.Background())
 	require.NoError(t, err)
 	assert.Empty(t, f.FinishedRecving)
+}
+
+// Every host process draws its own incarnation, never zero, and an outbox
+// refuses a cursor of another one, or a bare one past 0, changing nothing.
+func TestOutboxRefusesACursorOfAnotherIncarnation(t *testing.T) {
+	var o, other outbox
+	inc := o.incarnation()
+	require.NotZero(t, inc)
+	require.NotEqual(t, inc, other.incarnation(), "two host processes drew one incarnation")
+	o.add(recvRound("a", "b"))
+	for name, tc := range map[string][2]uint64{
+		"another incarnation":   {other.incarnation(), 1},
+		"a cursor without one":  {0, 1},
+		"another, at cursor 0":  {other.incarnation(), 0},
+		"another, past the end": {other.incarnation(), 3},
+	} {
+		err := o.ack(tc[0], tc[1])
+		require.ErrorIs(t, err, ErrHostRestarted, name)
+		assert.Contains(t, err.Error(), fmt.Sprintf("%#x", inc), "%s: the error names this process's incarnation", name)
+		b, _, _ := o.next(0, DefaultBatchBytes)
+		assert.Equal(t, [2]uint64{0, 2}, [2]uint64{b.Cursor, b.Next}, "%s: a refused cursor acknowledged something", name)
+		assert.Equal(t, inc, b.Incarnation)
+	}
+	require.NoError(t, o.ack(0, 0), "an engine without an incarnation yet starts at 0")
+	require.NoError(t, o.ack(inc, 1))
+	b, _, _ := o.next(0, DefaultBatchBytes)
+	assert.Equal(t, uint64(1), b.Cursor, "a cursor of this process's acknowledges")
+}
+
+// The host restarts under an engine that holds a cursor of the old host
+// process (40), and the new process has already issued more cursors (50):
+// the old cursor acknowledges nothing of the new log, and every report of
+// the new process reaches the engine, once.
+func TestWatchFinishedLosesNoReportWhenTheHostRestarted(t *testing.T) {
+	rs := serveReports(t)
+	c := rs.dial()
+	round := func(prefix string, n int) []string {
+		var ids []string
+		for i := range n {
+			ids = append(ids, fmt.Sprintf("%s-%d", prefix, i))
+			rs.h.rep.add(recvRound(ids[i]))
+		}
+		return ids
+	}
+	old := round("old", 40)
+	got := received{}
+	watchUntil(t, c, got, has("old-39"))
+	got.exactlyOnce(t, old...) // the client holds cursor 40 of the old process
+
+	rs.stop()
+	rs.h = &Host{done: make(chan struct{})} // a new host process: its log starts at 0
+	fresh := round("new", 50)
+	rs.start()
+	got = received{}
+	watchUntil(t, c, got, has("new-49"))
+	got.exactlyOnce(t, fresh...)
+}
+
+// An engine's cursor of another host process is refused, on the opening
+// message or on an acknowledgement, with Aborted naming the restart and the
+// host's incarnation, and changes nothing.
+func TestWatchFinishedRefusesACursorOfAnotherHostProcess(t *testing.T) {
+	rs := serveReports(t)
+	for i := range 4 {
+		rs.h.rep.add(recvRound(fmt.Sprintf("r%d", i)))
+	}
+	inc := rs.h.rep.incarnation()
+	other := inc + 1
+	if other == 0 {
+		other = 1
+	}
+	refused := func(t *testing.T, err error) {
+		t.Helper()
+		assert.Equal(t, codes.Aborted, status.Code(err), "%v", err)
+		assert.Contains(t, status.Convert(err).Message(), "restarted")
+		assert.Contains(t, status.Convert(err).Message(), fmt.Sprintf("%#x", inc), "the error names the host's incarnation")
+		assert.Contains(t, status.Convert(err).Message(), "cursor 0")
+	}
+	for name, req := range map[string]*enginev1.WatchFinishedRequest{
+		"another incarnation":  {Cursor: 2, Incarnation: other},
+		"a cursor without one": {Cursor: 2},
+	} {
+		t.Run(name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second) // bounds a failure
+			defer cancel()
+			st, _ := rs.raw(ctx, req)
+			_, err := st.Recv()
+			refused(t, err)
+		})
+	}
+	t.Run("an acknowledgement of another incarnation", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second) // bounds a failure
+		defer cancel()
+		st, _ := rs.raw(ctx, &enginev1.WatchFinishedRequest{})
+		b, err := st.Recv()
+		require.NoError(t, err)
+		require.Equal(t, inc, b.GetIncarnation(), "a batch carries the host's incarnation")
+		require.NoError(t, st.Send(&enginev1.WatchFinishedRequest{Cursor: b.GetNext(), Incarnation: other}))
+		_, err = st.Recv()
+		refused(t, err)
+	})
+	b, _, _ := rs.h.rep.next(0, DefaultBatchBytes)
+	assert.Equal(t, uint64(0), b.Cursor, "a refused cursor acknowledged something")
+
+	// The host's own incarnation with its cursor resumes there.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second) // bounds a failure
+	defer cancel()
+	st, _ := rs.raw(ctx, &enginev1.WatchFinishedRequest{Cursor: 2, Incarnation: inc})
+	b2, err := st.Recv()
+	require.NoError(t, err)
+	assert.Equal(t, []string{"r2", "r3"}, b2.GetFinishedRecving())
 }

@@ -230,3 +230,37 @@ func FuzzValidateRequest(f *testing.F) {
 		}
 	})
 }
+
+// FuzzOutboxAck: whatever incarnation and cursor an engine sends, the
+// report log acknowledges only a cursor of this host process's that it
+// issued (or 0 from an engine with no incarnation yet), and a refused one
+// changes nothing.
+func FuzzOutboxAck(f *testing.F) {
+	f.Add(uint64(0), uint64(0), true)
+	f.Add(uint64(0), uint64(2), false)
+	f.Add(uint64(1), uint64(1), false)
+	f.Add(uint64(0), uint64(3), true)
+	f.Add(uint64(math.MaxUint64), uint64(math.MaxUint64), false)
+	f.Fuzz(func(t *testing.T, inc, cursor uint64, mine bool) {
+		var o outbox
+		o.add(recvRound("a", "b", "c"))
+		if mine {
+			inc = o.incarnation()
+		}
+		err := o.ack(inc, cursor)
+		ok := (inc == o.incarnation() && cursor <= 3) || (inc == 0 && cursor == 0)
+		if (err == nil) != ok {
+			t.Fatalf("ack(%#x, %d) on incarnation %#x: %v", inc, cursor, o.incarnation(), err)
+		}
+		want := uint64(0)
+		if err == nil {
+			want = cursor
+		}
+		if o.base != want {
+			t.Fatalf("ack(%#x, %d): everything below %d is acknowledged, want %d", inc, cursor, o.base, want)
+		}
+		if b, ok, _ := o.next(0, DefaultBatchBytes); ok && (b.Incarnation != o.incarnation() || b.Incarnation == 0) {
+			t.Fatalf("a batch of incarnation %#x on a host of %#x", b.Incarnation, o.incarnation())
+		}
+	})
+}

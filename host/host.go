@@ -69,8 +69,9 @@ type Host struct {
 	lastStats time.Time
 	fences    uint64
 	restarts  uint64
-	metaAddr  string // set by Serve before its ready callback
-	metrAddr  string // likewise, when metrics are served
+	metaAddr  string                         // set by Serve before its ready callback
+	metrAddr  string                         // likewise, when metrics are served
+	engineLn  atomic.Pointer[engineListener] // set by Serve once the engine socket listens
 
 	// Round scheduling (owner goroutine): wake is the transport's wake-up
 	// channel when it has one (sdk.Waker); backoff the wait before the

@@ -61,10 +61,12 @@ func Serve(ctx context.Context, cfg *Config, log hclog.Logger, ready func(*Host)
 		defer func() { _ = msrv.Close(); <-mdone }()
 	}
 
-	ln, err := listenEngine(cfg.Engine.Socket, log)
+	ln, err := listenEngine(cfg.Engine.Socket, cfg.Engine.MaxConnections, log)
 	if err != nil {
 		return err
 	}
+	ln.onRefuse = func() { h.metrics.Failures.WithLabelValues("engine_connection_cap").Inc() }
+	h.engineLn.Store(ln)
 	gs := NewEngineServer(h)
 	gdone := make(chan error, 1)
 	go func() { gdone <- gs.Serve(ln) }()
