@@ -3,6 +3,9 @@ package conformance_test
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -19,6 +22,10 @@ import (
 type broken struct {
 	transport
 	mode string
+	// p is the chance the break happens at each occasion: 1, or P of a
+	// mode given as NAME:P (so that a check's repetitions are shown to
+	// catch a rule broken one time in ten).
+	p float64
 
 	mu       sync.Mutex
 	canceled map[sdk.HandleID]bool
@@ -43,18 +50,30 @@ func brokenFactory(mode string, inner conformance.Factory) conformance.Factory {
 	if inner == nil {
 		inner = func(context.Context) (conformance.Agent, error) { return conformance.Agent{Transport: fake.New()}, nil }
 	}
+	p := 1.0
+	if name, prob, ok := strings.Cut(mode, ":"); ok {
+		f, err := strconv.ParseFloat(prob, 64)
+		if err != nil || f <= 0 || f > 1 {
+			panic("broken: mode " + mode + ": want NAME:P with P in (0, 1]")
+		}
+		mode, p = name, f
+	}
 	return func(ctx context.Context) (conformance.Agent, error) {
 		ag, err := inner(ctx)
 		if err != nil {
 			return ag, err
 		}
-		ag.Transport = &broken{transport: ag.Transport.(transport), mode: mode,
+		ag.Transport = &broken{transport: ag.Transport.(transport), mode: mode, p: p,
 			canceled: map[sdk.HandleID]bool{}, polled: map[sdk.HandleID]bool{},
 			live: map[sdk.HandleID]bool{}, dlistPeer: map[sdk.DlistID]sdk.PeerID{},
 			postNote: map[sdk.HandleID]sdk.OutboundNotification{}, peerIn: map[sdk.PeerID]sdk.PeerID{}}
 		return ag, nil
 	}
 }
+
+// breaks reports whether the break happens at this occasion: always, or
+// with probability p.
+func (b *broken) breaks() bool { return b.p >= 1 || rand.Float64() < b.p }
 
 // lieBase is where the ids broken makes up start.
 const lieBase = 1 << 62
@@ -173,7 +192,7 @@ func (b *broken) Post(ctx context.Context, posts []sdk.PostSpec) ([]sdk.PostResu
 		}
 	}
 	b.mu.Unlock()
-	if b.mode == "post-waits" && err == nil {
+	if b.mode == "post-waits" && err == nil && b.breaks() {
 		var ids []sdk.HandleID
 		for _, r := range res {
 			if r.Err == nil {
@@ -248,7 +267,7 @@ func (b *broken) UnloadPeers(ctx context.Context, ids []sdk.PeerID) ([]error, er
 		if b.mode == "garbage-metadata-ok" && ids[i] >= lieBase {
 			errs[i] = nil // one it made up
 		}
-		if b.mode == "busy-needs-handle" && noHandle && errors.Is(errs[i], sdk.ErrBusy) {
+		if b.mode == "busy-needs-handle" && noHandle && errors.Is(errs[i], sdk.ErrBusy) && b.breaks() {
 			errs[i] = nil // pretends: only a handle would keep the peer
 		}
 	}
@@ -301,7 +320,7 @@ func (b *broken) DeregisterMemory(ctx context.Context, ids []sdk.RegionID) ([]er
 	noHandle := len(b.live) == 0
 	b.mu.Unlock()
 	for i := range errs {
-		if errors.Is(errs[i], sdk.ErrBusy) && (b.mode == "deregister-busy-ok" || b.mode == "busy-needs-handle" && noHandle) {
+		if errors.Is(errs[i], sdk.ErrBusy) && (b.mode == "deregister-busy-ok" || b.mode == "busy-needs-handle" && noHandle) && b.breaks() {
 			errs[i] = nil // pretends
 		}
 	}
