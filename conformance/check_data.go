@@ -242,7 +242,7 @@ var checkSeveralPeers = check{
 				p := p.as(t)
 				pr := prs[i].as(p)
 				hs := uint64((w*len(peers)+i)*3) * slot // the hub's 3 slots for peer i
-				ps := uint64(w*2) * slot                 // the peer's 2 slots
+				ps := uint64(w*2) * slot                // the peer's 2 slots
 				seed := uint64(round)<<8 | uint64(i)<<2
 				// hub WRITEs its slot hs into the peer's slot ps.
 				wb := pattern(seed, slot)
@@ -278,6 +278,7 @@ var checkSeveralPeers = check{
 		})
 	},
 }
+
 // needsRemote runs on transports that claim transfers between processes.
 func needsRemote(d sdk.Description) string {
 	if !d.Capabilities.Remote {
