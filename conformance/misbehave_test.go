@@ -113,21 +113,27 @@ func TestEachCheckCanFail(t *testing.T) {
 		params, brokenParams map[string]string
 	}{
 		{"describe-inconsistent", "contract/describe", false, nil, nil},
+		{"describe-inconsistent:0.1", "contract/describe", false, nil, nil},
 		{"poll-error-with-state", "contract/poll-unknown", false, nil, nil},
 		{"release-unknown-ok", "contract/release-twice", false, nil, nil},
 		{"deregister-busy-ok", "contract/busy-in-use", false, nil, nil},
 		{"deregister-busy-ok:0.1", "contract/busy-in-use", false, nil, nil},
 		{"garbage-metadata-ok", "contract/bad-arguments", false, nil, nil},
 		{"resources-leak", "contract/close-and-teardown", false, nil, nil},
+		{"resources-leak:0.1", "contract/close-and-teardown", false, nil, nil},
 		{"post-waits", "data/post-never-waits", false, nil, nil},
 		{"post-waits:0.1", "data/post-never-waits", false, nil, nil},
 		{"cancel-frees", "cancel/frees-nothing", false, nil, nil},
 		{"canceled-early", "cancel/as-described", false, nil, nil},
 		{"notify-twice", "notifications/exactly-once-in-order", false, nil, nil},
 		{"limit-unenforced", "limits/honoured", false, nil, nil},
+		{"limit-unenforced:0.1", "limits/honoured", false, nil, nil},
 		{"events-twice", "events/terminal-once", false, nil, nil},
+		{"events-twice:0.1", "events/terminal-once", false, nil, nil},
 		{"disconnect-as-backend", "peer-loss/bounded", true, nil, nil},
+		{"disconnect-as-backend:0.1", "peer-loss/bounded", true, nil, nil},
 		{"disconnect-as-done", "peer-loss/bounded", true, nil, nil},
+		{"disconnect-as-done:0.1", "peer-loss/bounded", true, nil, nil},
 		{"fence-incoming-lie", "fence/incoming", true, slow, map[string]string{"fence": "initiated"}},
 		{"release-waits", "contract/release-running-busy", false, nil, nil},
 		{"busy-needs-handle", "contract/busy-in-use", false, nil, nil},
@@ -135,6 +141,7 @@ func TestEachCheckCanFail(t *testing.T) {
 		{"notify-canceled", "notifications/never-unless-done", false, nil, nil},
 		{"ids-across-kinds", "contract/ids-never-reused", false, nil, nil},
 		{"events-over-max", "events/terminal-once", false, nil, nil},
+		{"events-over-max:0.1", "events/terminal-once", false, nil, nil},
 	} {
 		t.Run(tc.mode, func(t *testing.T) {
 			var inner conformance.Factory
