@@ -1,6 +1,7 @@
 package conformance_test
 
 import (
+	"context"
 	"maps"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/custody-dev/custody/conformance"
+	"github.com/custody-dev/custody/plugins/fake"
 	"github.com/custody-dev/custody/sdk/plugin"
 )
 
@@ -26,6 +28,7 @@ func TestSuiteCatchesMisbehaviour(t *testing.T) {
 		plugin      bool              // out of process: the check kills an agent
 		params      map[string]string // more params
 		within      time.Duration     // the check must fail this soon (0: no bound)
+		early       bool              // the mode is given at New (fake.WithMisbehave), not to Open
 	}{
 		{mode: "release-running", check: "contract/release-running-busy", says: "a running handle is BUSY"},
 		{mode: "release-running:0.1", check: "contract/release-running-busy", says: "a running handle is BUSY"},
@@ -43,6 +46,7 @@ func TestSuiteCatchesMisbehaviour(t *testing.T) {
 		{mode: "close-lax", check: "contract/close-busy-peer-dlist", says: "Close is refused while anything is held"},
 		{mode: "close-lax:0.1", check: "contract/close-busy-peer-dlist", says: "Close is refused while anything is held"},
 		{mode: "ungated", check: "contract/before-open-after-close", says: "any call but Describe after Close is refused"},
+		{mode: "ungated", check: "contract/before-open-after-close", says: "any call but Describe before Open is refused", early: true},
 		{mode: "open-lax", check: "contract/open-once", says: "Open with an unknown parameter"},
 		{mode: "cancel-slow:0.1", check: "cancel/bound", says: "over Limits.CancelBoundMillis"},
 		{mode: "cancel-lie", check: "cancel/as-described", says: "Cancel stops nothing"},
@@ -55,7 +59,7 @@ func TestSuiteCatchesMisbehaviour(t *testing.T) {
 		{mode: "peer-loss-lie", check: "peer-loss/bounded", says: "still IN_PROGRESS", plugin: true},
 		{mode: "peer-loss-lie:0.1", check: "peer-loss/bounded", says: "still IN_PROGRESS", plugin: true, params: slow},
 	} {
-		t.Run(tc.mode+" "+tc.check+map[bool]string{true: " slow"}[tc.params != nil], func(t *testing.T) {
+		t.Run(tc.mode+" "+tc.check+map[bool]string{true: " slow"}[tc.params != nil]+map[bool]string{true: " at New"}[tc.early], func(t *testing.T) {
 			// Most of these wait on a bound (a cancel's, a peer loss's, a
 			// lost notification's) more than they compute: side by side.
 			t.Parallel()
@@ -71,6 +75,14 @@ func TestSuiteCatchesMisbehaviour(t *testing.T) {
 				params = map[string]string{}
 			}
 			params["misbehave"] = tc.mode
+			if tc.early {
+				delete(params, "misbehave")
+				opt, err := fake.WithMisbehave(tc.mode)
+				require.NoError(t, err)
+				factory = func(context.Context) (conformance.Agent, error) {
+					return conformance.Agent{Transport: fake.New(opt)}, nil
+				}
+			}
 			var r conformance.Result
 			// A fence race needs the kill to land while bytes move: three
 			// tries on a loaded machine. Every other mode is caught at once.
@@ -216,4 +228,24 @@ func TestRepeatMustBePositive(t *testing.T) {
 	_, err := conformance.Execute(t.Context(), conformance.Config{New: inProcess, Repeat: -1})
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "Config.Repeat -1")
+}
+
+// TestBeforeOpenOutOfProcess: the plugin binary breaks the before-Open
+// rule when told so at its start (fake.MisbehaveEnv), and the gate check
+// catches it out of process as well. Not parallel: the variable is the
+// test process's, inherited by every plugin it launches meanwhile.
+func TestBeforeOpenOutOfProcess(t *testing.T) {
+	if testing.Short() {
+		t.Skip("launches plugin processes")
+	}
+	t.Setenv(fake.MisbehaveEnv, "ungated")
+	rep, err := conformance.Execute(t.Context(), conformance.Config{
+		New:   conformance.PluginFactory(fakePlugin(t), plugin.LaunchOptions{}),
+		Match: func(name string) bool { return name == "contract/before-open-after-close" },
+	})
+	require.NoError(t, err)
+	require.Len(t, rep.Results, 1)
+	r := rep.Results[0]
+	require.Equal(t, conformance.StatusFail, r.Status, "the gate check passed against a plugin ungated from its start: %s", r.Message)
+	assert.Contains(t, r.Message, "before Open is refused")
 }

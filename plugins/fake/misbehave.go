@@ -74,6 +74,26 @@ func parseMisbehave(v string) (misbehave, float64, error) {
 	return "", 0, fmt.Errorf("unknown mode %q; known: %s (each optionally :P)", name, strings.Join(known, ", "))
 }
 
+// MisbehaveEnv is the environment variable the plugin binary reads at
+// start: a mode for WithMisbehave, so that a launched agent breaks its rule
+// before Open too.
+const MisbehaveEnv = "CUSTODY_FAKE_MISBEHAVE"
+
+// WithMisbehave makes the agent break a rule from New on, before Open as
+// well, as the misbehave parameter would from Open: Open brings the
+// parameters, so a rule about calls before Open can only be broken from
+// construction. The mode is also Open's misbehave parameter unless Open
+// gives one. An unknown mode is an error naming it.
+func WithMisbehave(mode string) (Option, error) {
+	m, p, err := parseMisbehave(mode)
+	if err != nil {
+		return nil, fmt.Errorf("fake: misbehave %q: %w", mode, err)
+	}
+	return func(t *Transport) {
+		t.p.misbehave, t.p.misbehaveP, t.early = m, p, mode
+	}, nil
+}
+
 // misbehaves reports whether the agent breaks the rule of mode m at this
 // chance: always under misbehave=m, with its probability under
 // misbehave=m:P. Called with t.mu held (it draws from t.rng).

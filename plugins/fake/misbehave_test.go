@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/custody-dev/custody/sdk"
@@ -142,4 +143,36 @@ func TestMisbehaveParam(t *testing.T) {
 	a := open(t, "a", map[string]string{"misbehave": "open-lax", "bogus": "1"})
 	require.NoError(t, a.Open(ctx, sdk.OpenRequest{Agent: "again"}), "open-lax: a second Open is OK")
 	require.NoError(t, a.Close(ctx))
+}
+
+// TestWithMisbehaveBeforeOpen: a mode given at New is in force before
+// Open (ungated: Poll and Release of an unknown handle answer NOT_FOUND,
+// as if open, where a closed gate answers INVALID_ARGUMENT), carries over
+// into Open unless Open names its own, and an unknown mode is refused,
+// named.
+func TestWithMisbehaveBeforeOpen(t *testing.T) {
+	ctx := t.Context()
+	plain := New()
+	_, err := plain.Poll(ctx, []sdk.HandleID{42})
+	require.ErrorIs(t, err, sdk.ErrInvalidArgument, "a plain agent's gate refuses Poll before Open")
+
+	opt, err := WithMisbehave("ungated")
+	require.NoError(t, err)
+	tr := New(opt)
+	st, err := tr.Poll(ctx, []sdk.HandleID{42})
+	require.NoError(t, err, "ungated from New: Poll before Open goes through")
+	require.Len(t, st, 1)
+	assert.ErrorIs(t, st[0].Err, sdk.ErrNotFound)
+	errs, err := tr.Release(ctx, []sdk.HandleID{42})
+	require.NoError(t, err)
+	assert.ErrorIs(t, errs[0], sdk.ErrNotFound)
+
+	require.NoError(t, tr.Open(ctx, sdk.OpenRequest{Agent: "early-" + t.Name(), Params: map[string]string{"dir": t.TempDir()}}))
+	require.NoError(t, tr.Close(ctx))
+	_, err = tr.Poll(ctx, []sdk.HandleID{42})
+	assert.NoError(t, err, "the mode given at New is Open's too: Poll after Close goes through")
+
+	_, err = WithMisbehave("no-such-mode")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `"no-such-mode"`)
 }
