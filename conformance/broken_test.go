@@ -156,7 +156,7 @@ func (b *broken) Cancel(ctx context.Context, ids []sdk.HandleID) ([]error, error
 }
 
 func (b *broken) Release(ctx context.Context, ids []sdk.HandleID) ([]error, error) {
-	if b.mode == "canceled-early" || b.mode == "release-waits" {
+	if b.mode == "canceled-early" || b.mode == "release-waits" && b.breaks() {
 		// canceled-early said CANCELED: make that true before releasing;
 		// release-waits waits for running transfers, which Release must
 		// never do.

@@ -1,7 +1,10 @@
 package conformance
 
 import (
+	"slices"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/custody-dev/custody/sdk"
 )
@@ -29,8 +32,32 @@ var checkReleaseRunning = check{
 		// loaded machine, one in ten did), but when nine in ten of them
 		// do, Release waited for them.
 		var far, farOK atomic.Int64
+		// waited counts the Releases that returned OK for a handle with
+		// half its bytes to land just before, and took at least as long
+		// as the transfer takes alone at the measured bandwidth: a
+		// Release that waits for its transfer takes about twice that
+		// (half the bytes, sharing the bandwidth with three others) every
+		// time; a timely one only when stalled that long, which three of
+		// them in one check are not.
+		var waited atomic.Int64
 		e.grow(a, b, "Release of a running handle", e.cfg.Repeat, func(f *flight) int {
 			var running atomic.Int64
+			var mu sync.Mutex
+			var okTook []time.Duration
+			defer func() {
+				half := time.Duration(float64(f.n) / f.bw * float64(time.Second))
+				slices.Sort(okTook)
+				e.t.Logf("%d-byte transfers: %d Releases OK with half the bytes to land just before, taking %v (a whole transfer alone at the measured bandwidth: %v)", f.n, len(okTook), okTook, half)
+				for _, d := range okTook {
+					if d >= half {
+						waited.Add(1)
+					}
+				}
+				if n := waited.Load(); n >= 3 && !e.t.Failed() {
+					e.t.Errorf("%d Releases returned OK for handles with half their bytes still to land just before, each taking at least %v, as long as a whole %d-byte transfer takes alone: "+
+						"Release waits for the transfer to end (Release never waits; a running handle is BUSY)", n, half, f.n)
+				}
+			}()
 			e.parallelOn(flightWorkers, e.cfg.Repeat, func(t T, w, _ int) {
 				a := a.as(t)
 				f.reset(t, w)
@@ -46,10 +73,17 @@ var checkReleaseRunning = check{
 					far.Add(1)
 				}
 				ctx, cancel := e.callCtx()
+				asked := time.Now()
 				errs, err := a.tr.Release(ctx, []sdk.HandleID{h})
+				took := time.Since(asked)
 				cancel()
 				switch c := codeOf(errs, err); c {
 				case sdk.CodeOK:
+					if halfway {
+						mu.Lock()
+						okTook = append(okTook, took)
+						mu.Unlock()
+					}
 					// Allowed only if the transfer had already ended: then
 					// every byte is in place, or (FAILED) none moves any
 					// more.

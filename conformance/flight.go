@@ -89,10 +89,11 @@ func (f *flight) probes() [2]uint64 {
 	return [2]uint64{(f.n / 2) &^ 4095, f.n - 4096}
 }
 
-// reset overwrites the probe windows of worker w's slot with bytes that
-// differ from the source's, before a WRITE into it.
+// reset overwrites the probe and sample windows of worker w's slot with
+// bytes that differ from the source's, before a WRITE into it.
 func (f *flight) reset(t T, w int) {
-	for _, off := range f.probes() {
+	p := f.probes()
+	for _, off := range append(p[:], f.sampleOffsets()...) {
 		b := make([]byte, 4096)
 		for i := range b {
 			b[i] = ^f.want[off+uint64(i)]
@@ -155,6 +156,18 @@ func (f *flight) sampleWant() []byte {
 		out = append(out, f.want[off:off+4096]...)
 	}
 	return out
+}
+
+// landedWindows counts the windows of a sample (of sample) that hold
+// what a complete slot holds.
+func (f *flight) landedWindows(got []byte) int {
+	want, n := f.sampleWant(), 0
+	for i := 0; i < len(want); i += 4096 {
+		if string(got[i:i+4096]) == string(want[i:i+4096]) {
+			n++
+		}
+	}
+	return n
 }
 
 func (f *flight) sampleOffsets() []uint64 {
