@@ -3,6 +3,7 @@ package conformance_test
 import (
 	"context"
 	"maps"
+	"strings"
 	"testing"
 	"time"
 
@@ -165,7 +166,15 @@ func TestEachCheckCanFail(t *testing.T) {
 				}
 				inner = conformance.PluginFactory(fakePlugin(t), plugin.LaunchOptions{})
 			}
+			// The unbroken wrapper, and a rule broken every time, need no
+			// more than a short repeat, which keeps CI short; a rule
+			// broken one time in ten (NAME:0.1) gets the default, as a
+			// transport author's run would.
 			for _, mode := range []string{"", tc.mode} {
+				repeat := 20
+				if strings.Contains(mode, ":") {
+					repeat = 0
+				}
 				params := maps.Clone(tc.params)
 				if mode != "" && tc.brokenParams != nil {
 					if params == nil {
@@ -181,6 +190,7 @@ func TestEachCheckCanFail(t *testing.T) {
 						New:    brokenFactory(mode, inner),
 						Params: params,
 						Match:  func(name string) bool { return name == tc.check },
+						Repeat: repeat,
 					})
 					require.NoError(t, err)
 					require.Len(t, rep.Results, 1)

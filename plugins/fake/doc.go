@@ -233,7 +233,8 @@
 //	                 last chunk lands; it lands at least 50ms (or
 //	                 chunk_delay) later
 //	terminal-flip    a handle reported DONE is reported FAILED by every
-//	                 Poll from 20ms after it turned DONE
+//	                 Poll from 20ms after a Poll first reported it DONE
+//	                 (so that the DONE it contradicts was seen)
 //	cancel-terminal  Cancel of a DONE handle makes Poll report it CANCELED
 //	unpin-terminal   ReleaseDescriptors of a dlist whose unreleased handles
 //	                 are all terminal returns OK (the Book frees it once

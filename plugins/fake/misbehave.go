@@ -42,8 +42,8 @@ var misbehaveModes = []misbehave{
 // hands out a released handle id again.
 const reuseAfter = 64
 
-// flipAfter is how long after a handle turned DONE misbehave=terminal-flip
-// reports it FAILED.
+// flipAfter is how long after a Poll first reported a handle DONE
+// misbehave=terminal-flip reports it FAILED.
 const flipAfter = 20 * time.Millisecond
 
 // parseMisbehave parses the misbehave parameter: MODE, or MODE:P to break

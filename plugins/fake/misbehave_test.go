@@ -176,3 +176,34 @@ func TestWithMisbehaveBeforeOpen(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), `"no-such-mode"`)
 }
+
+// TestMisbehaveTerminalFlipAfterReportedDone: under terminal-flip the
+// FAILED comes flipAfter after a Poll first reported DONE, however late
+// that Poll is, so that a check always sees the DONE it contradicts.
+func TestMisbehaveTerminalFlipAfterReportedDone(t *testing.T) {
+	g := newGatedPair(t, 64<<10, 4096, map[string]string{"misbehave": "terminal-flip"})
+	h := postOne(t, g.a, g.whole(sdk.OpWrite, nil))
+	g.open()
+	// The transfer's end, learnt from its event (which tells no lie),
+	// not from a Poll.
+	require.Eventually(t, func() bool {
+		evs, err := g.a.Events(ctx, 0)
+		require.NoError(t, err)
+		for _, ev := range evs {
+			if ev.Handle == h && ev.State == sdk.StateDone {
+				return true
+			}
+		}
+		return false
+	}, wait, time.Millisecond)
+	// Polled first well after the transfer ended: still DONE.
+	time.Sleep(2 * flipAfter) // the stimulus is time passing before the first Poll
+	require.Equal(t, sdk.StateDone, poll(t, g.a, h).State, "the first Poll after DONE must report DONE")
+	deadline := time.Now().Add(10 * time.Second)
+	for poll(t, g.a, h).State == sdk.StateDone {
+		require.True(t, time.Now().Before(deadline), "terminal-flip never reported FAILED after DONE was seen")
+		time.Sleep(time.Millisecond) // paces a bounded poll loop
+	}
+	assert.Equal(t, sdk.StateFailed, poll(t, g.a, h).State)
+	release(t, g.a, h)
+}
