@@ -289,14 +289,13 @@ func needsRemote(d sdk.Description) string {
 	return ""
 }
 
-// A call that should return at once (Post, Release of a running handle)
-// but returns only once its transfer ended, taking as long as the transfer
-// takes alone at the measured bandwidth, waited for it, or was stalled
-// that long: a loaded machine stalls a process for 100 ms and more now and
-// then. So at one size at least waitedMin such calls, and one in
-// waitedShare, fail a check: a transport waiting one time in ten is caught
-// (by 10 expected in 100, missed with probability 0.024), a stall here and
-// there is not.
+// A Release of a running handle that returns OK only once its transfer
+// ended, taking as long as the transfer takes alone at the measured
+// bandwidth, waited for it, or was stalled that long: a loaded machine
+// stalls a process for 100 ms and more now and then. So at one size at
+// least waitedMin such calls, and one in waitedShare, fail the check: a
+// transport waiting one time in ten is caught (10 expected in 100, missed
+// with probability 0.024), a stall here and there is not.
 const (
 	waitedMin   = 5
 	waitedShare = 20
@@ -306,16 +305,20 @@ const (
 var checkPostNeverWaits = check{
 	name: "data/post-never-waits",
 	doc: "Post returns before its transfer's bytes have landed: --repeat (default 100) WRITEs per size, 4 at once, sized from the measured bandwidth and doubled until --repeat of them were found with half their bytes still to land when Post returned; " +
-		"fails when, at one size, at least 5 and one in twenty Posts returned only once every byte had landed, each taking as long as a transfer takes (alone at the measured bandwidth, or half the median from Post to DONE of the others): a transport whose Post waits one time in ten is caught, missed with probability 0.024",
+		"fails when, at one size, at least 5 and half the Posts returned only once every byte had landed, each taking as long as a transfer takes (alone at the measured bandwidth, or half the median from Post to DONE of the others); " +
+		"a Post waiting less often is not told from a loaded machine's stalls",
 	needs: movesData,
 	run: func(e *env) {
 		a, b := e.pair()
 		// A Post that returned only once every byte had landed, and took
-		// at least as long as the transfer takes alone at the measured
-		// bandwidth, waited for it or was stalled that long: a Post that
-		// waits does so every time it breaks the rule, a stall is rare
-		// (waitedMin, waitedShare). A Post that moves a small transfer's
-		// bytes itself, as it returns, is not held to it.
+		// as long as a transfer of its size takes, waited for it or was
+		// stalled that long. Out of process, a starved machine stalls the
+		// answer to a Post while the transport's other threads move its
+		// bytes: UCX over tcp at a load of 10 on 2 cores did so for one
+		// Post in four. So only a Post that waits at least half the time
+		// is told from a stall, and only a transport whose Post does so fails.
+		// A Post that moves a small transfer's bytes itself, as it
+		// returns, is not held to it.
 		e.grow(a, b, "Post returning before its bytes land", e.cfg.Repeat, func(f *flight) int {
 			var posts, early, late atomic.Int64
 			var mu sync.Mutex
@@ -374,7 +377,7 @@ var checkPostNeverWaits = check{
 					waited++
 				}
 			}
-			if waited >= waitedMin && waitedShare*waited >= p && !e.t.Failed() {
+			if waited >= waitedMin && 2*waited >= p && !e.t.Failed() {
 				e.t.Errorf("%d of %d Posts of a %d-byte WRITE returned only once every byte had landed, each taking at least %v, as long as a transfer of that size takes: "+
 					"Post waited for its transfer (Post never waits for bytes to move)", waited, p, f.n, whole)
 			}
