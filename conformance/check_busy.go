@@ -7,12 +7,16 @@ import (
 	"github.com/custody-dev/custody/sdk"
 )
 
+// busyRounds is how many rounds of the four refused frees busy-in-use asks
+// while each handle is unreleased.
+const busyRounds = 4
+
 // checkBusyInUse: what a live transfer or dlist uses cannot be freed.
 var checkBusyInUse = check{
 	name: "contract/busy-in-use",
 	doc: "while a handle is unreleased, ReleaseDescriptors of its dlists is BUSY; while a dlist lives, UnloadPeers of its peer and DeregisterMemory of its region are BUSY, " +
 		"also once no handle is left and only the dlists remain; each refusal changes nothing, and the same calls succeed once the user is gone. " +
-		"Asked of --repeat (default 100) handles, 4 at once, sized from the measured bandwidth until they run while asked, then --repeat times with dlists alone, 8 at once; " +
+		"Each asked --repeat (default 100) times, 4 times of each of a quarter as many handles, 4 at once, sized from the measured bandwidth until they run while asked, then --repeat times with dlists alone, 8 at once; " +
 		"a transport freeing what is in use one time in ten passes with probability 0.9^repeat",
 	needs: movesData,
 	run: func(e *env) {
@@ -29,10 +33,14 @@ var checkBusyInUse = check{
 				t.Fatalf("%s: code %v (%v), want BUSY: what a live handle or dlist uses is not freed", what, c, firstErr(errs, err))
 			}
 		}
-		e.grow(a, b, "frees refused while in use", e.cfg.Repeat, func(f *flight) int {
+		// Each handle is asked busyRounds rounds of the four frees, so
+		// that --repeat asks of each take a quarter of the transfers.
+		handles := max((e.cfg.Repeat+busyRounds-1)/busyRounds, flightWorkers)
+		canStop := e.desc.CancelEffect == sdk.CancelStops
+		e.grow(a, b, "frees refused while in use", handles, func(f *flight) int {
 			var running atomic.Int64
 			before := held()
-			e.parallelOn(flightWorkers, e.cfg.Repeat, func(t T, w, _ int) {
+			e.parallelOn(flightWorkers, handles, func(t T, w, _ int) {
 				a := a.as(t)
 				f.reset(t, w)
 				h := a.post(f.spec(w))[0]
@@ -41,22 +49,31 @@ var checkBusyInUse = check{
 				}
 				// Running or DONE, the handle is unreleased: its dlists,
 				// their peer and regions are in use.
-				refused(t, "ReleaseDescriptors(local dlist of unreleased handle "+itoa(uint64(h))+")", func(ctx context.Context) ([]error, error) {
-					return a.tr.ReleaseDescriptors(ctx, []sdk.DlistID{f.ld})
-				})
-				refused(t, "ReleaseDescriptors(remote dlist of unreleased handle "+itoa(uint64(h))+")", func(ctx context.Context) ([]error, error) {
-					return a.tr.ReleaseDescriptors(ctx, []sdk.DlistID{f.rds[w]})
-				})
-				refused(t, "UnloadPeers(peer of live dlists)", func(ctx context.Context) ([]error, error) {
-					return a.tr.UnloadPeers(ctx, []sdk.PeerID{f.peer})
-				})
-				refused(t, "DeregisterMemory(region of live dlists)", func(ctx context.Context) ([]error, error) {
-					return a.tr.DeregisterMemory(ctx, []sdk.RegionID{f.src.id})
-				})
-				if st := a.wait(h)[0]; st.State != sdk.StateDone {
-					t.Fatalf("handle %d ended %v (%v) after the refused calls, want DONE", h, st.State, st.Reason)
+				for range busyRounds {
+					refused(t, "ReleaseDescriptors(local dlist of unreleased handle "+itoa(uint64(h))+")", func(ctx context.Context) ([]error, error) {
+						return a.tr.ReleaseDescriptors(ctx, []sdk.DlistID{f.ld})
+					})
+					refused(t, "ReleaseDescriptors(remote dlist of unreleased handle "+itoa(uint64(h))+")", func(ctx context.Context) ([]error, error) {
+						return a.tr.ReleaseDescriptors(ctx, []sdk.DlistID{f.rds[w]})
+					})
+					refused(t, "UnloadPeers(peer of live dlists)", func(ctx context.Context) ([]error, error) {
+						return a.tr.UnloadPeers(ctx, []sdk.PeerID{f.peer})
+					})
+					refused(t, "DeregisterMemory(region of live dlists)", func(ctx context.Context) ([]error, error) {
+						return a.tr.DeregisterMemory(ctx, []sdk.RegionID{f.src.id})
+					})
 				}
-				if f.unfinished(t, w) {
+				// The rule is exercised: Cancel spares the rest of the
+				// bytes where it stops transfers (the data checks hold
+				// DONE to them).
+				if canStop {
+					cancelAll(e, a, []sdk.HandleID{h})
+				}
+				st := a.wait(h)[0]
+				switch {
+				case st.State == sdk.StateFailed, !canStop && st.State != sdk.StateDone:
+					t.Fatalf("handle %d ended %v (%v) after the refused calls, want DONE", h, st.State, st.Reason)
+				case st.State == sdk.StateDone && f.unfinished(t, w):
 					t.Fatalf("handle %d DONE after the refused calls, but the last bytes of its %d are not in place", h, f.n)
 				}
 				a.release(h)
