@@ -305,7 +305,7 @@ const (
 var checkPostNeverWaits = check{
 	name: "data/post-never-waits",
 	doc: "Post returns before its transfer's bytes have landed: --repeat (default 100) WRITEs per size, 4 at once, sized from the measured bandwidth and doubled until --repeat of them were found with half their bytes still to land when Post returned; " +
-		"fails when, at one size, at least 5 and half the Posts returned only once every byte had landed, each taking as long as a transfer takes (alone at the measured bandwidth, or half the median from Post to DONE of the others); " +
+		"fails when, at one size, at least 5 and half the Posts returned only once every byte had landed, each taking as long as a transfer takes (alone at the measured bandwidth, or half the median from Post to DONE of the others), or at the cap however long they took; " +
 		"a Post waiting less often is not told from a loaded machine's stalls",
 	needs: movesData,
 	run: func(e *env) {
@@ -391,9 +391,17 @@ var checkPostNeverWaits = check{
 					waited++
 				}
 			}
-			if waited >= waitedMin && 2*waited >= p && !e.t.Failed() {
+			switch {
+			case e.t.Failed():
+			case waited >= waitedMin && 2*waited >= p:
 				e.t.Errorf("%d of %d Posts of a %d-byte WRITE returned only once every byte had landed, each taking at least %v, as long as a transfer of that size takes: "+
 					"Post waited for its transfer (Post never waits for bytes to move)", waited, p, f.n, whole)
+			case f.n >= e.flightCap() && l >= waitedMin && 2*l >= p:
+				// Even the largest transfer had landed by the time half
+				// the Posts returned: however fast the transport, Post
+				// waited.
+				e.t.Errorf("%d of %d Posts of a %d-byte WRITE (the cap) returned only once every byte had landed: "+
+					"Post waited for its transfer (Post never waits for bytes to move)", l, p, f.n)
 			}
 			return int(n)
 		})
