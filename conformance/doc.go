@@ -62,9 +62,9 @@
 // NAME:0.1, break a rule at that rate, and the suite's tests show each
 // caught. A Release that waits for its transfer is told from a stalled
 // one only by count (at least 5, and one in twenty, at one size); a Post
-// that waits only when it does so for half the Posts, since out of process
-// a loaded machine stalls Post's answer while the transport moves the
-// bytes as often as one time in four.
+// that waits only when it does so for half the Posts (20 per size), since
+// out of process a loaded machine stalls Post's answer while the
+// transport moves the bytes as often as one time in four.
 // A mode given at construction (the fake's WithMisbehave, or
 // CUSTODY_FAKE_MISBEHAVE for its plugin binary) breaks the rules about
 // calls before Open, which Open's parameters come too late for. Terminal states are polled again after
