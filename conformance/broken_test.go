@@ -3,6 +3,9 @@ package conformance_test
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -19,6 +22,11 @@ import (
 type broken struct {
 	transport
 	mode string
+	// p is the chance the break happens at each occasion: 1, or P of a
+	// mode given as NAME:P (so that a check's repetitions are shown to
+	// catch a rule broken one time in ten).
+	p    float64
+	salt uint64 // draws breaksFor's choice of handles
 
 	mu       sync.Mutex
 	canceled map[sdk.HandleID]bool
@@ -43,17 +51,42 @@ func brokenFactory(mode string, inner conformance.Factory) conformance.Factory {
 	if inner == nil {
 		inner = func(context.Context) (conformance.Agent, error) { return conformance.Agent{Transport: fake.New()}, nil }
 	}
+	p := 1.0
+	if name, prob, ok := strings.Cut(mode, ":"); ok {
+		f, err := strconv.ParseFloat(prob, 64)
+		if err != nil || f <= 0 || f > 1 {
+			panic("broken: mode " + mode + ": want NAME:P with P in (0, 1]")
+		}
+		mode, p = name, f
+	}
 	return func(ctx context.Context) (conformance.Agent, error) {
 		ag, err := inner(ctx)
 		if err != nil {
 			return ag, err
 		}
-		ag.Transport = &broken{transport: ag.Transport.(transport), mode: mode,
+		ag.Transport = &broken{transport: ag.Transport.(transport), mode: mode, p: p, salt: rand.Uint64(),
 			canceled: map[sdk.HandleID]bool{}, polled: map[sdk.HandleID]bool{},
 			live: map[sdk.HandleID]bool{}, dlistPeer: map[sdk.DlistID]sdk.PeerID{},
 			postNote: map[sdk.HandleID]sdk.OutboundNotification{}, peerIn: map[sdk.PeerID]sdk.PeerID{}}
 		return ag, nil
 	}
+}
+
+// breaks reports whether the break happens at this occasion: always, or
+// with probability p.
+func (b *broken) breaks() bool { return b.p >= 1 || rand.Float64() < b.p }
+
+// breaksFor is breaks decided once for handle id, so that every Poll of
+// it tells the same story.
+func (b *broken) breaksFor(id sdk.HandleID) bool {
+	if b.p >= 1 {
+		return true
+	}
+	x := (uint64(id) ^ b.salt) * 0x9e3779b97f4a7c15
+	x ^= x >> 29
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 32
+	return float64(x>>11)/(1<<53) < b.p
 }
 
 // lieBase is where the ids broken makes up start.
@@ -63,7 +96,9 @@ func (b *broken) Describe(ctx context.Context) (sdk.Description, error) {
 	d, err := b.transport.Describe(ctx)
 	switch b.mode {
 	case "describe-inconsistent":
-		d.Capabilities.Cancel = false
+		if b.breaks() {
+			d.Capabilities.Cancel = false
+		}
 	case "limit-unenforced":
 		d.Limits.MaxItemsPerCall = 8
 	case "fence-incoming-lie":
@@ -73,6 +108,9 @@ func (b *broken) Describe(ctx context.Context) (sdk.Description, error) {
 }
 
 func (b *broken) Poll(ctx context.Context, ids []sdk.HandleID) ([]sdk.HandleStatus, error) {
+	if b.mode == "limit-unenforced" && len(ids) > 8 && !b.breaks() {
+		return nil, sdk.Errorf(sdk.CodeInvalidArgument, "broken: %d ids, over MaxItemsPerCall 8", len(ids))
+	}
 	st, err := b.transport.Poll(ctx, ids)
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -83,11 +121,11 @@ func (b *broken) Poll(ctx context.Context, ids []sdk.HandleID) ([]sdk.HandleStat
 		case b.mode == "cancel-frees" && b.canceled[ids[i]] && !b.polled[ids[i]]:
 			b.polled[ids[i]] = true
 			st[i] = sdk.HandleStatus{Err: sdk.Errorf(sdk.CodeNotFound, "broken: handle %d freed by Cancel", ids[i])}
-		case b.mode == "disconnect-as-backend" && st[i].Err == nil && errors.Is(st[i].Reason, sdk.ErrRemoteDisconnect):
+		case b.mode == "disconnect-as-backend" && st[i].Err == nil && errors.Is(st[i].Reason, sdk.ErrRemoteDisconnect) && b.breaksFor(ids[i]):
 			st[i].Reason = sdk.Errorf(sdk.CodeBackend, "broken: peer gone")
 		case b.mode == "canceled-early" && b.canceled[ids[i]] && st[i].Err == nil && !st[i].State.Terminal():
 			st[i] = sdk.HandleStatus{State: sdk.StateCanceled, Reason: sdk.ErrCanceled}
-		case b.mode == "disconnect-as-done" && st[i].Err == nil && st[i].State == sdk.StateFailed && errors.Is(st[i].Reason, sdk.ErrRemoteDisconnect):
+		case b.mode == "disconnect-as-done" && st[i].Err == nil && st[i].State == sdk.StateFailed && errors.Is(st[i].Reason, sdk.ErrRemoteDisconnect) && b.breaksFor(ids[i]):
 			st[i] = sdk.HandleStatus{State: sdk.StateDone}
 		}
 	}
@@ -118,7 +156,7 @@ func (b *broken) Cancel(ctx context.Context, ids []sdk.HandleID) ([]error, error
 }
 
 func (b *broken) Release(ctx context.Context, ids []sdk.HandleID) ([]error, error) {
-	if b.mode == "canceled-early" || b.mode == "release-waits" {
+	if b.mode == "canceled-early" || b.mode == "release-waits" && b.breaks() {
 		// canceled-early said CANCELED: make that true before releasing;
 		// release-waits waits for running transfers, which Release must
 		// never do.
@@ -173,7 +211,7 @@ func (b *broken) Post(ctx context.Context, posts []sdk.PostSpec) ([]sdk.PostResu
 		}
 	}
 	b.mu.Unlock()
-	if b.mode == "post-waits" && err == nil {
+	if b.mode == "post-waits" && err == nil && b.breaks() {
 		var ids []sdk.HandleID
 		for _, r := range res {
 			if r.Err == nil {
@@ -188,26 +226,30 @@ func (b *broken) Post(ctx context.Context, posts []sdk.PostSpec) ([]sdk.PostResu
 func (b *broken) Notifications(ctx context.Context, max int) ([]sdk.Notification, error) {
 	ns, err := b.transport.Notifications(ctx, max)
 	if b.mode == "notify-twice" {
-		ns = double(ns)
+		ns = double(b, ns)
 	}
 	return ns, err
 }
 
 func (b *broken) Events(ctx context.Context, max int) ([]sdk.Event, error) {
-	if b.mode == "events-over-max" {
+	if b.mode == "events-over-max" && b.breaks() {
 		max = 0 // returns every event, however few were asked for
 	}
 	evs, err := b.transport.Events(ctx, max)
 	if b.mode == "events-twice" {
-		evs = double(evs)
+		evs = double(b, evs)
 	}
 	return evs, err
 }
 
-func double[X any](xs []X) []X {
+// double repeats each of xs, or, under NAME:P, each with probability P.
+func double[X any](b *broken, xs []X) []X {
 	var out []X
 	for _, x := range xs {
-		out = append(out, x, x)
+		out = append(out, x)
+		if b.breaks() {
+			out = append(out, x)
+		}
 	}
 	return out
 }
@@ -248,7 +290,7 @@ func (b *broken) UnloadPeers(ctx context.Context, ids []sdk.PeerID) ([]error, er
 		if b.mode == "garbage-metadata-ok" && ids[i] >= lieBase {
 			errs[i] = nil // one it made up
 		}
-		if b.mode == "busy-needs-handle" && noHandle && errors.Is(errs[i], sdk.ErrBusy) {
+		if b.mode == "busy-needs-handle" && noHandle && errors.Is(errs[i], sdk.ErrBusy) && b.breaks() {
 			errs[i] = nil // pretends: only a handle would keep the peer
 		}
 	}
@@ -301,7 +343,7 @@ func (b *broken) DeregisterMemory(ctx context.Context, ids []sdk.RegionID) ([]er
 	noHandle := len(b.live) == 0
 	b.mu.Unlock()
 	for i := range errs {
-		if errors.Is(errs[i], sdk.ErrBusy) && (b.mode == "deregister-busy-ok" || b.mode == "busy-needs-handle" && noHandle) {
+		if errors.Is(errs[i], sdk.ErrBusy) && (b.mode == "deregister-busy-ok" || b.mode == "busy-needs-handle" && noHandle) && b.breaks() {
 			errs[i] = nil // pretends
 		}
 	}
@@ -310,7 +352,7 @@ func (b *broken) DeregisterMemory(ctx context.Context, ids []sdk.RegionID) ([]er
 
 func (b *broken) Resources(ctx context.Context) (sdk.Resources, error) {
 	r, err := b.transport.Resources(ctx)
-	if b.mode == "resources-leak" {
+	if b.mode == "resources-leak" && b.breaks() {
 		r.Handles++
 	}
 	return r, err

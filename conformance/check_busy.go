@@ -2,69 +2,112 @@ package conformance
 
 import (
 	"context"
+	"sync/atomic"
 
 	"github.com/custody-dev/custody/sdk"
 )
 
+// busyRounds is how many rounds of the four refused frees busy-in-use asks
+// while each handle is unreleased.
+const busyRounds = 4
+
 // checkBusyInUse: what a live transfer or dlist uses cannot be freed.
 var checkBusyInUse = check{
 	name: "contract/busy-in-use",
-	doc: "while a handle is unreleased, ReleaseDescriptors of its dlists is BUSY; while a dlist lives, UnloadPeers of its peer and DeregisterMemory of its region are BUSY; " +
-		"both stay BUSY once the handle is released and only the dlists remain; each refusal changes nothing, and the same calls succeed once the user is gone",
+	doc: "while a handle is unreleased, ReleaseDescriptors of its dlists is BUSY; while a dlist lives, UnloadPeers of its peer and DeregisterMemory of its region are BUSY, " +
+		"also once no handle is left and only the dlists remain; each refusal changes nothing, and the same calls succeed once the user is gone. " +
+		"Each asked --repeat (default 100) times, 4 times of each of a quarter as many handles, 4 at once, sized from the measured bandwidth until they run while asked, then --repeat times with dlists alone, 8 at once; " +
+		"a transport freeing what is in use one time in ten passes with probability 0.9^repeat",
 	needs: movesData,
 	run: func(e *env) {
-		l := e.link(bigTransfer)
-		want := pattern(7, bigTransfer)
-		l.src.write(0, want)
-		h := l.a.post(l.spec(sdk.OpWrite))[0]
-		// The handle may still run or be DONE: either way it is unreleased,
-		// so its dlists are in use.
-		refused := func(what string, call func(context.Context) ([]error, error)) {
-			e.t.Helper()
-			before := l.a.resources()
+		a, b := e.pair()
+		held := func() sdk.Resources {
+			r := a.resources()
+			return sdk.Resources{Regions: r.Regions, Peers: r.Peers, Dlists: r.Dlists}
+		}
+		refused := func(t T, what string, call func(context.Context) ([]error, error)) {
 			ctx, cancel := e.callCtx()
 			errs, err := call(ctx)
 			cancel()
-			c := codeOf(errs, err)
-			if c != sdk.CodeBusy {
-				e.t.Errorf("%s: code %v (%v), want BUSY", what, c, firstErr(errs, err))
-			}
-			after := l.a.resources()
-			// A transfer may finish meanwhile; only its InFlight count may
-			// change.
-			before.InFlight, after.InFlight = 0, 0
-			if after != before {
-				e.t.Errorf("%s: %+v, then %+v", changedResources(what, c, sdk.CodeBusy), before, after)
+			if c := codeOf(errs, err); c != sdk.CodeBusy {
+				t.Fatalf("%s: code %v (%v), want BUSY: what a live handle or dlist uses is not freed", what, c, firstErr(errs, err))
 			}
 		}
-		refused("ReleaseDescriptors(local dlist of an unreleased handle)", func(ctx context.Context) ([]error, error) {
-			return l.a.tr.ReleaseDescriptors(ctx, []sdk.DlistID{l.ld})
+		// Each handle is asked busyRounds rounds of the four frees, so
+		// that --repeat asks of each take a quarter of the transfers.
+		handles := max((e.cfg.Repeat+busyRounds-1)/busyRounds, flightWorkers)
+		canStop := e.desc.CancelEffect == sdk.CancelStops
+		e.grow(a, b, "frees refused while in use", handles, func(f *flight) int {
+			var running atomic.Int64
+			before := held()
+			e.parallelOn(flightWorkers, handles, func(t T, w, _ int) {
+				a := a.as(t)
+				f.reset(t, w)
+				h := a.post(f.spec(w))[0]
+				if a.poll(h)[0].State == sdk.StateInProgress && f.unfinished(t, w) {
+					running.Add(1)
+				}
+				// Running or DONE, the handle is unreleased: its dlists,
+				// their peer and regions are in use.
+				for range busyRounds {
+					refused(t, "ReleaseDescriptors(local dlist of unreleased handle "+itoa(uint64(h))+")", func(ctx context.Context) ([]error, error) {
+						return a.tr.ReleaseDescriptors(ctx, []sdk.DlistID{f.ld})
+					})
+					refused(t, "ReleaseDescriptors(remote dlist of unreleased handle "+itoa(uint64(h))+")", func(ctx context.Context) ([]error, error) {
+						return a.tr.ReleaseDescriptors(ctx, []sdk.DlistID{f.rds[w]})
+					})
+					refused(t, "UnloadPeers(peer of live dlists)", func(ctx context.Context) ([]error, error) {
+						return a.tr.UnloadPeers(ctx, []sdk.PeerID{f.peer})
+					})
+					refused(t, "DeregisterMemory(region of live dlists)", func(ctx context.Context) ([]error, error) {
+						return a.tr.DeregisterMemory(ctx, []sdk.RegionID{f.src.id})
+					})
+				}
+				// The rule is exercised: Cancel spares the rest of the
+				// bytes where it stops transfers (the data checks hold
+				// DONE to them).
+				if canStop {
+					cancelAll(e, a, []sdk.HandleID{h})
+				}
+				st := a.wait(h)[0]
+				switch {
+				case st.State == sdk.StateFailed, !canStop && st.State != sdk.StateDone:
+					t.Fatalf("handle %d ended %v (%v) after the refused calls, want DONE", h, st.State, st.Reason)
+				case st.State == sdk.StateDone && f.unfinished(t, w):
+					t.Fatalf("handle %d DONE after the refused calls, but the last bytes of its %d are not in place", h, f.n)
+				}
+				a.release(h)
+			})
+			if after := held(); !e.t.Failed() && after != before {
+				e.t.Errorf("%s: %+v, then %+v", changedResources("ReleaseDescriptors, UnloadPeers and DeregisterMemory of what is in use", sdk.CodeBusy, sdk.CodeBusy), before, after)
+			}
+			return int(running.Load())
 		})
-		refused("ReleaseDescriptors(remote dlist of an unreleased handle)", func(ctx context.Context) ([]error, error) {
-			return l.a.tr.ReleaseDescriptors(ctx, []sdk.DlistID{l.rd})
-		})
-		refused("UnloadPeers(peer of a live dlist)", func(ctx context.Context) ([]error, error) {
-			return l.a.tr.UnloadPeers(ctx, []sdk.PeerID{l.peer})
-		})
-		refused("DeregisterMemory(region of a live dlist)", func(ctx context.Context) ([]error, error) {
-			return l.a.tr.DeregisterMemory(ctx, []sdk.RegionID{l.src.id})
-		})
-		if st := l.a.wait(h)[0]; st.State != sdk.StateDone {
-			e.t.Fatalf("handle %d ended %v (%v) after the refused calls, want DONE", h, st.State, st.Reason)
+		if e.t.Failed() {
+			return
 		}
-		expectBytes(l.dst, 0, want, "after the refused calls and DONE")
-		l.a.release(h)
 		// No handle is left: the dlists alone still use the peer and the
 		// region.
-		refused("UnloadPeers(peer of a live dlist, no handle left)", func(ctx context.Context) ([]error, error) {
-			return l.a.tr.UnloadPeers(ctx, []sdk.PeerID{l.peer})
+		f := e.newFlight(a, b, 4096)
+		before := held()
+		e.parallel(2*e.cfg.Repeat, func(t T, _, i int) {
+			a := a.as(t)
+			if i%2 == 0 {
+				refused(t, "UnloadPeers(peer of live dlists, no handle left)", func(ctx context.Context) ([]error, error) {
+					return a.tr.UnloadPeers(ctx, []sdk.PeerID{f.peer})
+				})
+				return
+			}
+			refused(t, "DeregisterMemory(region of live dlists, no handle left)", func(ctx context.Context) ([]error, error) {
+				return a.tr.DeregisterMemory(ctx, []sdk.RegionID{f.src.id})
+			})
 		})
-		refused("DeregisterMemory(region of a live dlist, no handle left)", func(ctx context.Context) ([]error, error) {
-			return l.a.tr.DeregisterMemory(ctx, []sdk.RegionID{l.src.id})
-		})
-		l.a.releaseDlists(l.ld, l.rd)
-		l.a.unloadPeer(l.peer)
-		l.a.deregister(l.src.id)
+		if after := held(); !e.t.Failed() && after != before {
+			e.t.Errorf("%s: %+v, then %+v", changedResources("UnloadPeers and DeregisterMemory of what live dlists use", sdk.CodeBusy, sdk.CodeBusy), before, after)
+		}
+		if !e.t.Failed() {
+			f.free() // each free must now succeed
+		}
 	},
 }
 

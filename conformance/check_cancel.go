@@ -89,89 +89,113 @@ func cancelAll(e *env, a *agent, ids []sdk.HandleID) {
 	}
 }
 
+// cancelStopsFloor is the smallest transfer whose DONE after Cancel, with
+// half its bytes still to land when Cancel returned, is held against a
+// transport claiming CancelStops: below it, what the engine already holds
+// may be all that was left.
+const cancelStopsFloor = 1 << 20
+
+// cancelWatched is how many canceled handles a check watches, after they
+// turned terminal, for bytes still moving (each costs a settle).
+const cancelWatched = 8
+
 // checkCancelAsDescribed: what Cancel achieves matches Describe's
 // CancelEffect, and a handle reported terminal moves no byte any more.
 var checkCancelAsDescribed = check{
 	name: "cancel/as-described",
-	doc: "after Cancel of running transfers, each ends as CancelEffect promises (none: DONE or FAILED, never CANCELED; stops: CANCELED or DONE; " +
-		"closes-peer: CANCELED, FAILED or DONE), within the settle bound, and its destination bytes no longer change once it is terminal",
+	doc: "after Cancel of running transfers, each ends as CancelEffect promises (none: DONE or FAILED, never CANCELED; stops: CANCELED or DONE; closes-peer: CANCELED, FAILED or DONE), within the settle bound, " +
+		"DONE only with every byte in place the moment it is seen, and its destination bytes no longer change once it is terminal (watched on the first 8). " +
+		"--repeat (default 100) transfers canceled with half their bytes still to land when Cancel returned, 4 at once, sized from the measured bandwidth; under stops, " +
+		"when at least 3 and one in twenty of those (of 1 MiB or more) end DONE, Cancel stopped nothing for them: a transport whose Cancel does nothing one time in ten is caught",
 	needs: movesData,
 	run: func(e *env) {
-		const slot = bigTransfer / cancelCount
-		l := e.link(bigTransfer)
-		want := pattern(6, bigTransfer)
-		l.src.write(0, want)
-		var specs []sdk.PostSpec
-		for i := range uint64(cancelCount) {
-			specs = append(specs, sdk.PostSpec{Op: sdk.OpWrite,
-				Local: l.a.dlist(0, l.src.desc(i*slot, slot)), LocalIndices: []uint32{0},
-				Remote: l.a.dlist(l.peer, l.dst.desc(i*slot, slot)), RemoteIndices: []uint32{0}})
+		a, b := e.pair()
+		reps := e.cfg.Repeat
+		if e.desc.CancelEffect == sdk.CancelClosesPeer {
+			// The first Cancel closes the connection every later
+			// transfer of the check would use.
+			reps = flightWorkers
 		}
-		ids := l.a.post(specs...)
-		// Which handles are running, far from done, when Cancel is asked:
-		// under CancelStops at least one of them must end CANCELED.
-		running := 0
-		for i, s := range l.a.poll(ids...) {
-			off := uint64(i)*slot + slot/2
-			if s.Err == nil && s.State == sdk.StateInProgress && string(l.dst.read(off, 4096)) != string(want[off:off+4096]) {
-				running++
-			}
-		}
-		cancelAll(e, l.a, ids)
-		// Snapshot each destination slot the moment its handle is seen
-		// terminal; later reads must match.
-		snaps := make([][]byte, len(ids))
-		states := make([]sdk.HandleStatus, len(ids))
-		deadline := time.Now().Add(settleTimeout)
-		var b backoff
-		for pending := len(ids); pending > 0; {
-			for i, s := range l.a.poll(ids...) {
-				if snaps[i] == nil && s.Err == nil && s.State.Terminal() {
-					snaps[i], states[i] = l.dst.read(uint64(i)*slot, slot), s
-					pending--
+		var watched, canceled, farTotal atomic.Int64
+		e.grow(a, b, "Cancel of a running transfer", reps, func(f *flight) int {
+			var far, farDone atomic.Int64
+			e.parallelOn(flightWorkers, reps, func(t T, w, _ int) {
+				a := a.as(t)
+				f.reset(t, w)
+				h := a.post(f.spec(w))[0]
+				cancelAll(e, a, []sdk.HandleID{h})
+				// Right after Cancel returned: half the bytes still to
+				// come? Then Cancel had something to stop.
+				halfToGo := 2*f.landedWindows(f.sample(t, w)) < samples+1
+				// Snapshot the destination the moment the handle is seen
+				// terminal.
+				var st sdk.HandleStatus
+				var snap []byte
+				deadline := time.Now().Add(settleTimeout)
+				var bo backoff
+				for {
+					st = a.poll(h)[0]
+					if st.Err != nil {
+						t.Fatalf("Poll(handle %d) after Cancel: %v: a canceled handle stays valid until released", h, st.Err)
+					}
+					if st.State.Terminal() {
+						snap = f.sample(t, w)
+						break
+					}
+					if time.Now().After(deadline) {
+						t.Fatalf("handle %d still not terminal %v after Cancel", h, settleTimeout)
+					}
+					bo.wait()
 				}
+				ok := false
+				switch e.desc.CancelEffect {
+				case sdk.CancelNone:
+					ok = st.State == sdk.StateDone || st.State == sdk.StateFailed
+				case sdk.CancelStops:
+					ok = st.State == sdk.StateCanceled || st.State == sdk.StateDone
+				case sdk.CancelClosesPeer:
+					ok = true
+				}
+				if !ok {
+					t.Fatalf("handle %d ended %v (%v) after Cancel, which CancelEffect %q does not allow", h, st.State, st.Reason, e.desc.CancelEffect)
+				}
+				if st.State == sdk.StateCanceled {
+					canceled.Add(1)
+				}
+				if st.State == sdk.StateDone && string(snap) != string(f.sampleWant()) {
+					t.Fatalf("handle %d was reported DONE after Cancel but its destination was incomplete at that moment", h)
+				}
+				if halfToGo {
+					far.Add(1)
+					if st.State == sdk.StateDone {
+						farDone.Add(1)
+					}
+				}
+				if st.State != sdk.StateDone && watched.Add(1) <= cancelWatched {
+					f.settle(t)
+					if got := f.sample(t, w); string(got) != string(snap) {
+						t.Fatalf("handle %d reported %v, but its destination bytes changed afterwards (sampled byte %d): bytes still moved after a terminal state",
+							h, st.State, firstDiff(got, snap))
+					}
+				}
+				a.release(h)
+			})
+			n, d := far.Load(), farDone.Load()
+			farTotal.Add(n)
+			e.t.Logf("%d-byte transfers: %d canceled with half their bytes to land, %d of them ended DONE", f.n, n, d)
+			if e.desc.CancelEffect == sdk.CancelStops && f.n >= cancelStopsFloor && d >= 3 && 20*d >= n && !e.t.Failed() {
+				e.t.Errorf("CancelEffect %q is claimed, yet %d of %d transfers of %d bytes canceled with half their bytes still to land ended DONE: for them Cancel stops nothing, as CancelEffect %q would say",
+					e.desc.CancelEffect, d, n, f.n, sdk.CancelNone)
 			}
-			if pending > 0 && time.Now().After(deadline) {
-				e.t.Fatalf("%d of %d canceled handles still not terminal after %v", pending, len(ids), settleTimeout)
-			}
-			if pending > 0 {
-				b.wait()
-			}
+			return int(n)
+		})
+		if e.t.Failed() {
+			return
 		}
-		canceled := 0
-		for i, s := range states {
-			ok := false
-			switch e.desc.CancelEffect {
-			case sdk.CancelNone:
-				ok = s.State == sdk.StateDone || s.State == sdk.StateFailed
-			case sdk.CancelStops:
-				ok = s.State == sdk.StateCanceled || s.State == sdk.StateDone
-			case sdk.CancelClosesPeer:
-				ok = true
-			}
-			if !ok {
-				e.t.Errorf("handle %d ended %v (%v) after Cancel, which CancelEffect %q does not allow", ids[i], s.State, s.Reason, e.desc.CancelEffect)
-			}
-			if s.State == sdk.StateCanceled {
-				canceled++
-			}
-			if s.State == sdk.StateDone && string(snaps[i]) != string(want[uint64(i)*slot:uint64(i+1)*slot]) {
-				e.t.Errorf("handle %d was reported DONE after Cancel but its destination was incomplete at that moment", ids[i])
-			}
-		}
-		e.t.Logf("CancelEffect %q: %d of %d handles ended CANCELED; %d were running with half their bytes to go when canceled", e.desc.CancelEffect, canceled, len(ids), running)
-		if e.desc.CancelEffect == sdk.CancelStops && running > 0 && canceled == 0 {
-			e.t.Errorf("CancelEffect %q is claimed, yet none of the %d handles canceled while running with half their bytes to go ended CANCELED: Cancel stops nothing, as CancelEffect %q would say",
-				e.desc.CancelEffect, running, sdk.CancelNone)
-		}
-		// A barrier: a new transfer through the same agents completes, so
-		// any byte still moving for the old handles had time to land.
-		barrier(e, l)
-		for i := range ids {
-			if got := l.dst.read(uint64(i)*slot, slot); string(got) != string(snaps[i]) {
-				e.t.Errorf("handle %d reported %v, but its destination bytes changed afterwards (first at byte %d): bytes still moved after a terminal state",
-					ids[i], states[i].State, firstDiff(got, snaps[i]))
-			}
+		e.t.Logf("CancelEffect %q: %d handles ended CANCELED; %d were canceled with half their bytes to go", e.desc.CancelEffect, canceled.Load(), farTotal.Load())
+		if e.desc.CancelEffect == sdk.CancelStops && farTotal.Load() > 0 && canceled.Load() == 0 {
+			e.t.Errorf("CancelEffect %q is claimed, yet none of the %d handles canceled with half their bytes to go ended CANCELED: Cancel stops nothing, as CancelEffect %q would say",
+				e.desc.CancelEffect, farTotal.Load(), sdk.CancelNone)
 		}
 	},
 }

@@ -3,6 +3,7 @@ package conformance
 import (
 	"bytes"
 	"context"
+	"sync/atomic"
 
 	"github.com/custody-dev/custody/sdk"
 )
@@ -11,12 +12,20 @@ import (
 // above it is only logged.
 const limitCap = 1 << 16
 
+// A refused request of more than limitBulk items (descriptors, ids) is
+// asked only limitBulkRepeat times: each is megabytes to build, send and
+// refuse.
+const (
+	limitBulk       = 4096
+	limitBulkRepeat = 8
+)
+
 // checkLimits: each limit Describe states is honoured: at the limit works,
 // one past it is INVALID_ARGUMENT and changes nothing.
 var checkLimits = check{
 	name: "limits/honoured",
 	doc: "for every limit Describe states (descriptors per list and per post, items per call, notification and metadata bytes, transfer bytes), " +
-		"a request at the limit succeeds and one past it is INVALID_ARGUMENT and changes nothing",
+		"a request at the limit succeeds and one past it is INVALID_ARGUMENT and changes nothing, asked --repeat (default 100) times, 8 at once (8 times when it carries over 4096 items): a transport letting one in ten through passes with probability 0.9^repeat",
 	needs: movesData,
 	run: func(e *env) {
 		lim := e.desc.Limits
@@ -26,17 +35,33 @@ var checkLimits = check{
 		l := e.link(1 << 20)
 		a := l.a
 		exercised := 0
-		refused := func(what string, call func(ctx context.Context) error) {
+		// refused asks call, a request of items items, --repeat times, 8
+		// at once (a request of more than limitBulk items only
+		// limitBulkRepeat times: each is megabytes): each must be
+		// INVALID_ARGUMENT, and together they change nothing.
+		refused := func(what string, items uint32, call func(ctx context.Context) error) {
 			e.t.Helper()
 			before := a.resources()
-			ctx, cancel := e.callCtx()
-			err := call(ctx)
-			cancel()
-			if !is(err, sdk.CodeInvalidArgument) {
-				e.t.Errorf("%s: %v, want INVALID_ARGUMENT", what, err)
+			reps := e.cfg.Repeat
+			if items > limitBulk {
+				reps = min(reps, limitBulkRepeat)
 			}
+			var last atomic.Pointer[error]
+			e.parallel(reps, func(t T, _, _ int) {
+				ctx, cancel := e.callCtx()
+				err := call(ctx)
+				cancel()
+				last.Store(&err)
+				if !is(err, sdk.CodeInvalidArgument) {
+					t.Fatalf("%s: %v, want INVALID_ARGUMENT: a request past a stated limit is refused", what, err)
+				}
+			})
 			if after := a.resources(); after != before {
-				e.t.Errorf("%s: %+v, then %+v", changedResources(what, sdk.CodeOf(err), sdk.CodeInvalidArgument), before, after)
+				code := sdk.CodeInvalidArgument
+				if err := last.Load(); err != nil {
+					code = sdk.CodeOf(*err)
+				}
+				e.t.Errorf("%s: %+v, then %+v", changedResources(what, code, sdk.CodeInvalidArgument), before, after)
 			}
 		}
 		tooBig := func(n uint32, what string) bool {
@@ -70,7 +95,7 @@ var checkLimits = check{
 		if n := lim.MaxDescriptorsPerList; n > 0 && !tooBig(n, "MaxDescriptorsPerList") {
 			exercised++
 			a.releaseDlists(a.dlist(0, ones(l.src, n)...))
-			refused("PrepareDescriptors(MaxDescriptorsPerList+1 descriptors)", prepare(0, ones(l.src, n+1)))
+			refused("PrepareDescriptors(MaxDescriptorsPerList+1 descriptors)", n+1, prepare(0, ones(l.src, n+1)))
 		}
 		if n := lim.MaxDescriptorsPerPost; n > 0 && !tooBig(n, "MaxDescriptorsPerPost") {
 			exercised++
@@ -87,7 +112,7 @@ var checkLimits = check{
 			a.wait(h)
 			a.release(h)
 			if m > n {
-				refused("Post(MaxDescriptorsPerPost+1 descriptors)", func(ctx context.Context) error {
+				refused("Post(MaxDescriptorsPerPost+1 descriptors)", m, func(ctx context.Context) error {
 					res, err := a.tr.Post(ctx, []sdk.PostSpec{{Op: sdk.OpWrite, Local: ld, LocalIndices: idx, Remote: rd, RemoteIndices: idx}})
 					for _, r := range res {
 						if r.Err == nil && r.ID != 0 {
@@ -114,7 +139,7 @@ var checkLimits = check{
 				e.t.Errorf("Poll of MaxItemsPerCall (%d) unknown ids failed as a whole: %v; each item is NOT_FOUND", n, err)
 			}
 			cancel()
-			refused("Poll(MaxItemsPerCall+1 ids)", func(ctx context.Context) error {
+			refused("Poll(MaxItemsPerCall+1 ids)", n+1, func(ctx context.Context) error {
 				_, err := a.tr.Poll(ctx, ids)
 				return err
 			})
@@ -124,7 +149,7 @@ var checkLimits = check{
 			msg := bytes.Repeat([]byte{'n'}, int(n))
 			a.send(l.peer, string(msg))
 			l.b.drainUntil("a notification of MaxNotificationBytes", hasMessage(string(msg)))
-			refused("SendNotifications(MaxNotificationBytes+1)", func(ctx context.Context) error {
+			refused("SendNotifications(MaxNotificationBytes+1)", 1, func(ctx context.Context) error {
 				errs, err := a.tr.SendNotifications(ctx, []sdk.OutboundNotification{{Peer: l.peer, Message: append(msg, 'x')}})
 				return firstErr(errs, err)
 			})
@@ -143,7 +168,7 @@ var checkLimits = check{
 				Remote: a.dlist(x.peer, x.dst.desc(0, n)), RemoteIndices: []uint32{0}})[0]
 			a.wait(h)
 			a.release(h)
-			refused("Post(MaxTransferBytes+1)", func(ctx context.Context) error {
+			refused("Post(MaxTransferBytes+1)", 1, func(ctx context.Context) error {
 				res, err := a.tr.Post(ctx, []sdk.PostSpec{x.spec(sdk.OpWrite)})
 				for _, r := range res {
 					if r.Err == nil && r.ID != 0 {

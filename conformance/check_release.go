@@ -1,7 +1,10 @@
 package conformance
 
 import (
+	"slices"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/custody-dev/custody/sdk"
 )
@@ -18,7 +21,8 @@ const bigTransfer = 64 << 20
 var checkReleaseRunning = check{
 	name: "contract/release-running-busy",
 	doc: "Release of a running handle is BUSY and the handle stays pollable and is later releasable; a Release that returns OK leaves no byte still moving. " +
-		"Exercised on at least --repeat (default 100) handles seen running just before their Release, 4 at once, sized from the measured bandwidth: a transport that releases a running handle one time in ten passes with probability 0.9^repeat (2.7e-5)",
+		"Exercised on at least --repeat (default 100) handles seen running just before their Release, 4 at once, sized from the measured bandwidth: a transport that releases a running handle one time in ten passes with probability 0.9^repeat (2.7e-5); " +
+		"one whose Release waits for the transfer fails when, at one size, at least 5 and one in twenty Releases returned OK for handles with half their bytes to land, each taking as long as the transfer takes alone (one waiting one time in ten is missed with probability 0.024)",
 	needs: movesData,
 	run: func(e *env) {
 		a, b := e.pair()
@@ -29,8 +33,33 @@ var checkReleaseRunning = check{
 		// loaded machine, one in ten did), but when nine in ten of them
 		// do, Release waited for them.
 		var far, farOK atomic.Int64
+		// A Release that returned OK for a handle with half its bytes to
+		// land just before, taking at least as long as the transfer takes
+		// alone at the measured bandwidth, waited for it (about twice
+		// that: half the bytes, sharing the bandwidth with three others)
+		// or was stalled that long (waitedMin, waitedShare).
 		e.grow(a, b, "Release of a running handle", e.cfg.Repeat, func(f *flight) int {
-			var running atomic.Int64
+			var running, asked atomic.Int64
+			var mu sync.Mutex
+			var okTook []time.Duration
+			defer func() {
+				half := time.Duration(float64(f.n) / f.bw * float64(time.Second))
+				slowest := time.Duration(0)
+				if len(okTook) > 0 {
+					slowest = slices.Max(okTook)
+				}
+				e.t.Logf("%d-byte transfers: %d Releases OK with half the bytes to land just before, the slowest in %v (a whole transfer alone at the measured bandwidth: %v)", f.n, len(okTook), slowest, half)
+				waited := int64(0)
+				for _, d := range okTook {
+					if d >= half {
+						waited++
+					}
+				}
+				if p := asked.Load(); waited >= waitedMin && waitedShare*waited >= p && !e.t.Failed() {
+					e.t.Errorf("%d of %d Releases returned OK for handles with half their bytes still to land just before, each taking at least %v, as long as a whole %d-byte transfer takes alone: "+
+						"Release waits for the transfer to end (Release never waits; a running handle is BUSY)", waited, p, half, f.n)
+				}
+			}()
 			e.parallelOn(flightWorkers, e.cfg.Repeat, func(t T, w, _ int) {
 				a := a.as(t)
 				f.reset(t, w)
@@ -46,10 +75,18 @@ var checkReleaseRunning = check{
 					far.Add(1)
 				}
 				ctx, cancel := e.callCtx()
+				asked.Add(1)
+				start := time.Now()
 				errs, err := a.tr.Release(ctx, []sdk.HandleID{h})
+				took := time.Since(start)
 				cancel()
 				switch c := codeOf(errs, err); c {
 				case sdk.CodeOK:
+					if halfway {
+						mu.Lock()
+						okTook = append(okTook, took)
+						mu.Unlock()
+					}
 					// Allowed only if the transfer had already ended: then
 					// every byte is in place, or (FAILED) none moves any
 					// more.

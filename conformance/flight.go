@@ -89,10 +89,11 @@ func (f *flight) probes() [2]uint64 {
 	return [2]uint64{(f.n / 2) &^ 4095, f.n - 4096}
 }
 
-// reset overwrites the probe windows of worker w's slot with bytes that
-// differ from the source's, before a WRITE into it.
+// reset overwrites the probe and sample windows of worker w's slot with
+// bytes that differ from the source's, before a WRITE into it.
 func (f *flight) reset(t T, w int) {
-	for _, off := range f.probes() {
+	p := f.probes()
+	for _, off := range append(p[:], f.sampleOffsets()...) {
 		b := make([]byte, 4096)
 		for i := range b {
 			b[i] = ^f.want[off+uint64(i)]
@@ -157,6 +158,18 @@ func (f *flight) sampleWant() []byte {
 	return out
 }
 
+// landedWindows counts the windows of a sample (of sample) that hold
+// what a complete slot holds.
+func (f *flight) landedWindows(got []byte) int {
+	want, n := f.sampleWant(), 0
+	for i := 0; i < len(want); i += 4096 {
+		if string(got[i:i+4096]) == string(want[i:i+4096]) {
+			n++
+		}
+	}
+	return n
+}
+
 func (f *flight) sampleOffsets() []uint64 {
 	var offs []uint64
 	for i := range uint64(samples) {
@@ -193,22 +206,13 @@ func (e *env) grow(a, b *agent, what string, need int, try func(f *flight) int) 
 	e.t.Helper()
 	limit := e.flightCap()
 	probe := min(uint64(flightProbe), limit)
-	f := e.newFlight(a, b, probe)
-	start := time.Now()
-	h := a.post(f.spec(0))[0]
-	if st := a.wait(h)[0]; st.State != sdk.StateDone {
-		e.t.Fatalf("the WRITE of %d bytes that measures the bandwidth ended %v (%v), want DONE", probe, st.State, st.Reason)
-	}
-	took := time.Since(start)
-	a.release(h)
-	f.free()
-	bw := float64(probe) / max(took.Seconds(), 1e-9)
+	bw := e.measure(a, b, probe)
 	n := pow2(uint64(bw * flightTarget.Seconds()))
 	n = min(max(n, flightMin), pow2(limit))
 	if n > limit {
 		n = limit
 	}
-	e.t.Logf("%s: %d bytes took %v to land (%.2f GB/s): starting at %d bytes a transfer, up to %d", what, probe, took.Round(time.Microsecond), bw/1e9, n, limit)
+	e.t.Logf("%s: %d bytes landed at %.2f GB/s: starting at %d bytes a transfer, up to %d", what, probe, bw/1e9, n, limit)
 	total := 0
 	for {
 		f := e.newFlight(a, b, n)
@@ -235,6 +239,22 @@ func (e *env) grow(a, b *agent, what string, need int, try func(f *flight) int) 
 		e.t.Logf("%s: %d of %d wanted transfers observed in flight so far, the last of %d bytes: doubling", what, total, need, n)
 		n = min(2*n, limit)
 	}
+}
+
+// measure returns the bandwidth from a to b, bytes per second: one WRITE
+// of n bytes timed from Post to DONE.
+func (e *env) measure(a, b *agent, n uint64) float64 {
+	e.t.Helper()
+	f := e.newFlight(a, b, n)
+	start := time.Now()
+	h := a.post(f.spec(0))[0]
+	if st := a.wait(h)[0]; st.State != sdk.StateDone {
+		e.t.Fatalf("the WRITE of %d bytes that measures the bandwidth ended %v (%v), want DONE", n, st.State, st.Reason)
+	}
+	took := time.Since(start)
+	a.release(h)
+	f.free()
+	return float64(n) / max(took.Seconds(), 1e-9)
 }
 
 // pow2 is the least power of two at or above n (1 for 0).

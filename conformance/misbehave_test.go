@@ -1,7 +1,9 @@
 package conformance_test
 
 import (
+	"context"
 	"maps"
+	"strings"
 	"testing"
 	"time"
 
@@ -9,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/custody-dev/custody/conformance"
+	"github.com/custody-dev/custody/plugins/fake"
 	"github.com/custody-dev/custody/sdk/plugin"
 )
 
@@ -26,6 +29,7 @@ func TestSuiteCatchesMisbehaviour(t *testing.T) {
 		plugin      bool              // out of process: the check kills an agent
 		params      map[string]string // more params
 		within      time.Duration     // the check must fail this soon (0: no bound)
+		early       bool              // the mode is given at New (fake.WithMisbehave), not to Open
 	}{
 		{mode: "release-running", check: "contract/release-running-busy", says: "a running handle is BUSY"},
 		{mode: "release-running:0.1", check: "contract/release-running-busy", says: "a running handle is BUSY"},
@@ -43,14 +47,21 @@ func TestSuiteCatchesMisbehaviour(t *testing.T) {
 		{mode: "close-lax", check: "contract/close-busy-peer-dlist", says: "Close is refused while anything is held"},
 		{mode: "close-lax:0.1", check: "contract/close-busy-peer-dlist", says: "Close is refused while anything is held"},
 		{mode: "ungated", check: "contract/before-open-after-close", says: "any call but Describe after Close is refused"},
+		{mode: "ungated", check: "contract/before-open-after-close", says: "any call but Describe before Open is refused", early: true},
 		{mode: "open-lax", check: "contract/open-once", says: "Open with an unknown parameter"},
 		{mode: "cancel-slow:0.1", check: "cancel/bound", says: "over Limits.CancelBoundMillis"},
 		{mode: "cancel-lie", check: "cancel/as-described", says: "Cancel stops nothing"},
+		{mode: "cancel-lie:0.1", check: "cancel/as-described", says: "Cancel stops nothing"},
 		{mode: "drop-notification:0.1", check: "notifications/exactly-once-in-order", says: "a notification was lost", within: 30 * time.Second},
 		{mode: "fence-lie", check: "fence/incoming", says: "FenceScope", plugin: true, params: slow},
 		{mode: "peer-loss-lie", check: "peer-loss/bounded", says: "still IN_PROGRESS", plugin: true, params: slow},
+		// At full speed the first transfers may all land before the kill:
+		// the check grows them until the kill cuts some, never passing on
+		// a round that cut nothing.
+		{mode: "peer-loss-lie", check: "peer-loss/bounded", says: "still IN_PROGRESS", plugin: true},
+		{mode: "peer-loss-lie:0.1", check: "peer-loss/bounded", says: "still IN_PROGRESS", plugin: true, params: slow},
 	} {
-		t.Run(tc.mode+" "+tc.check, func(t *testing.T) {
+		t.Run(tc.mode+" "+tc.check+map[bool]string{true: " slow"}[tc.params != nil]+map[bool]string{true: " at New"}[tc.early], func(t *testing.T) {
 			// Most of these wait on a bound (a cancel's, a peer loss's, a
 			// lost notification's) more than they compute: side by side.
 			t.Parallel()
@@ -66,6 +77,14 @@ func TestSuiteCatchesMisbehaviour(t *testing.T) {
 				params = map[string]string{}
 			}
 			params["misbehave"] = tc.mode
+			if tc.early {
+				delete(params, "misbehave")
+				opt, err := fake.WithMisbehave(tc.mode)
+				require.NoError(t, err)
+				factory = func(context.Context) (conformance.Agent, error) {
+					return conformance.Agent{Transport: fake.New(opt)}, nil
+				}
+			}
 			var r conformance.Result
 			// A fence race needs the kill to land while bytes move: three
 			// tries on a loaded machine. Every other mode is caught at once.
@@ -108,25 +127,35 @@ func TestEachCheckCanFail(t *testing.T) {
 		params, brokenParams map[string]string
 	}{
 		{"describe-inconsistent", "contract/describe", false, nil, nil},
+		{"describe-inconsistent:0.1", "contract/describe", false, nil, nil},
 		{"poll-error-with-state", "contract/poll-unknown", false, nil, nil},
 		{"release-unknown-ok", "contract/release-twice", false, nil, nil},
 		{"deregister-busy-ok", "contract/busy-in-use", false, nil, nil},
+		{"deregister-busy-ok:0.1", "contract/busy-in-use", false, nil, nil},
 		{"garbage-metadata-ok", "contract/bad-arguments", false, nil, nil},
 		{"resources-leak", "contract/close-and-teardown", false, nil, nil},
+		{"resources-leak:0.1", "contract/close-and-teardown", false, nil, nil},
 		{"post-waits", "data/post-never-waits", false, nil, nil},
 		{"cancel-frees", "cancel/frees-nothing", false, nil, nil},
 		{"canceled-early", "cancel/as-described", false, nil, nil},
 		{"notify-twice", "notifications/exactly-once-in-order", false, nil, nil},
 		{"limit-unenforced", "limits/honoured", false, nil, nil},
+		{"limit-unenforced:0.1", "limits/honoured", false, nil, nil},
 		{"events-twice", "events/terminal-once", false, nil, nil},
+		{"events-twice:0.1", "events/terminal-once", false, nil, nil},
 		{"disconnect-as-backend", "peer-loss/bounded", true, nil, nil},
+		{"disconnect-as-backend:0.1", "peer-loss/bounded", true, nil, nil},
 		{"disconnect-as-done", "peer-loss/bounded", true, nil, nil},
+		{"disconnect-as-done:0.1", "peer-loss/bounded", true, nil, nil},
 		{"fence-incoming-lie", "fence/incoming", true, slow, map[string]string{"fence": "initiated"}},
 		{"release-waits", "contract/release-running-busy", false, nil, nil},
+		{"release-waits:0.1", "contract/release-running-busy", false, nil, nil},
 		{"busy-needs-handle", "contract/busy-in-use", false, nil, nil},
+		{"busy-needs-handle:0.1", "contract/busy-in-use", false, nil, nil},
 		{"notify-canceled", "notifications/never-unless-done", false, nil, nil},
 		{"ids-across-kinds", "contract/ids-never-reused", false, nil, nil},
 		{"events-over-max", "events/terminal-once", false, nil, nil},
+		{"events-over-max:0.1", "events/terminal-once", false, nil, nil},
 	} {
 		t.Run(tc.mode, func(t *testing.T) {
 			var inner conformance.Factory
@@ -136,7 +165,15 @@ func TestEachCheckCanFail(t *testing.T) {
 				}
 				inner = conformance.PluginFactory(fakePlugin(t), plugin.LaunchOptions{})
 			}
+			// The unbroken wrapper, and a rule broken every time, need no
+			// more than a short repeat, which keeps CI short; a rule
+			// broken one time in ten (NAME:0.1) gets the default, as a
+			// transport author's run would.
 			for _, mode := range []string{"", tc.mode} {
+				repeat := 20
+				if strings.Contains(mode, ":") {
+					repeat = 0
+				}
 				params := maps.Clone(tc.params)
 				if mode != "" && tc.brokenParams != nil {
 					if params == nil {
@@ -152,6 +189,7 @@ func TestEachCheckCanFail(t *testing.T) {
 						New:    brokenFactory(mode, inner),
 						Params: params,
 						Match:  func(name string) bool { return name == tc.check },
+						Repeat: repeat,
 					})
 					require.NoError(t, err)
 					require.Len(t, rep.Results, 1)
@@ -201,4 +239,24 @@ func TestRepeatMustBePositive(t *testing.T) {
 	_, err := conformance.Execute(t.Context(), conformance.Config{New: inProcess, Repeat: -1})
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "Config.Repeat -1")
+}
+
+// TestBeforeOpenOutOfProcess: the plugin binary breaks the before-Open
+// rule when told so at its start (fake.MisbehaveEnv), and the gate check
+// catches it out of process as well. Not parallel: the variable is the
+// test process's, inherited by every plugin it launches meanwhile.
+func TestBeforeOpenOutOfProcess(t *testing.T) {
+	if testing.Short() {
+		t.Skip("launches plugin processes")
+	}
+	t.Setenv(fake.MisbehaveEnv, "ungated")
+	rep, err := conformance.Execute(t.Context(), conformance.Config{
+		New:   conformance.PluginFactory(fakePlugin(t), plugin.LaunchOptions{}),
+		Match: func(name string) bool { return name == "contract/before-open-after-close" },
+	})
+	require.NoError(t, err)
+	require.Len(t, rep.Results, 1)
+	r := rep.Results[0]
+	require.Equal(t, conformance.StatusFail, r.Status, "the gate check passed against a plugin ungated from its start: %s", r.Message)
+	assert.Contains(t, r.Message, "before Open is refused")
 }

@@ -278,7 +278,9 @@ func (t *Transport) report(x *transfer, state sdk.State, reason error) {
 	if t.book.Complete(x.h, state, reason) {
 		t.signalFor(true, false)
 		if state == sdk.StateDone && t.misbehaves(misbehaveTerminalFlip) {
-			x.h.Value.lie, x.h.Value.lieAt = sdk.StateFailed, time.Now().Add(flipAfter)
+			// The flip starts flipAfter after a Poll first reports DONE
+			// (handle.go), so that the state it contradicts was seen.
+			x.h.Value.lie, x.h.Value.lieAt = sdk.StateFailed, time.Time{}
 		}
 	}
 	if state != sdk.StateDone || len(x.note) == 0 || x.noteDrop {

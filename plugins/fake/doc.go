@@ -219,7 +219,10 @@
 // around the Book). misbehave=MODE breaks the rule at every chance;
 // misbehave=MODE:P only with probability P at each (drawn from seed), so
 // that the suite shows it catches a transport that breaks a rule one time
-// in ten:
+// in ten. Open brings the parameters, so a rule about calls before Open is
+// broken by a mode given at New instead (WithMisbehave; the plugin binary
+// reads it from CUSTODY_FAKE_MISBEHAVE), which also serves as Open's
+// misbehave parameter unless Open gives one:
 //
 //	release-running  Release of a running handle returns OK and its bytes
 //	                 keep moving (the transfer keeps the memory mapped and
@@ -231,7 +234,8 @@
 //	                 is released (a late write into memory the caller
 //	                 may already reuse)
 //	terminal-flip    a handle reported DONE is reported FAILED by every
-//	                 Poll from 20ms after it turned DONE
+//	                 Poll from 20ms after a Poll first reported it DONE
+//	                 (so that the DONE it contradicts was seen)
 //	cancel-terminal  Cancel of a DONE handle makes Poll report it CANCELED
 //	unpin-terminal   ReleaseDescriptors of a dlist whose unreleased handles
 //	                 are all terminal returns OK (the Book frees it once
@@ -239,7 +243,9 @@
 //	close-lax        Close while only peers and remote dlists are held
 //	                 returns OK and closes nothing
 //	ungated          after Close, Poll and Release answer as if open
-//	                 (NOT_FOUND) instead of INVALID_ARGUMENT
+//	                 (NOT_FOUND) instead of INVALID_ARGUMENT; given at New
+//	                 (WithMisbehave, or CUSTODY_FAKE_MISBEHAVE for the
+//	                 plugin binary), before Open too
 //	open-lax         Open ignores unknown parameters, and a second Open
 //	                 returns OK
 //	cancel-slow      a canceled transfer stops moving but turns CANCELED

@@ -124,8 +124,13 @@ func (t *Transport) Poll(ctx context.Context, ids []sdk.HandleID) ([]sdk.HandleS
 		default:
 			out[i] = t.book.Poll(id)
 			running = running || !out[i].State.Terminal()
-			if v := h.Value; v.lie != 0 && out[i].State == sdk.StateDone && !time.Now().Before(v.lieAt) {
-				out[i] = sdk.HandleStatus{State: v.lie, Reason: sdk.Errorf(sdk.CodeBackend, "fake: handle %d: misbehave=%s", id, t.p.misbehave)}
+			if v := &h.Value; v.lie != 0 && out[i].State == sdk.StateDone {
+				switch {
+				case v.lieAt.IsZero():
+					v.lieAt = time.Now().Add(flipAfter) // DONE reported now: the flip comes later
+				case !time.Now().Before(v.lieAt):
+					out[i] = sdk.HandleStatus{State: v.lie, Reason: sdk.Errorf(sdk.CodeBackend, "fake: handle %d: misbehave=%s", id, t.p.misbehave)}
+				}
 			}
 		}
 	}

@@ -42,8 +42,8 @@ var misbehaveModes = []misbehave{
 // hands out a released handle id again.
 const reuseAfter = 64
 
-// flipAfter is how long after a handle turned DONE misbehave=terminal-flip
-// reports it FAILED.
+// flipAfter is how long after a Poll first reported a handle DONE
+// misbehave=terminal-flip reports it FAILED.
 const flipAfter = 20 * time.Millisecond
 
 // parseMisbehave parses the misbehave parameter: MODE, or MODE:P to break
@@ -72,6 +72,26 @@ func parseMisbehave(v string) (misbehave, float64, error) {
 		known[i] = string(k)
 	}
 	return "", 0, fmt.Errorf("unknown mode %q; known: %s (each optionally :P)", name, strings.Join(known, ", "))
+}
+
+// MisbehaveEnv is the environment variable the plugin binary reads at
+// start: a mode for WithMisbehave, so that a launched agent breaks its rule
+// before Open too.
+const MisbehaveEnv = "CUSTODY_FAKE_MISBEHAVE"
+
+// WithMisbehave makes the agent break a rule from New on, before Open as
+// well, as the misbehave parameter would from Open: Open brings the
+// parameters, so a rule about calls before Open can only be broken from
+// construction. The mode is also Open's misbehave parameter unless Open
+// gives one. An unknown mode is an error naming it.
+func WithMisbehave(mode string) (Option, error) {
+	m, p, err := parseMisbehave(mode)
+	if err != nil {
+		return nil, fmt.Errorf("fake: misbehave %q: %w", mode, err)
+	}
+	return func(t *Transport) {
+		t.p.misbehave, t.p.misbehaveP, t.early = m, p, mode
+	}, nil
 }
 
 // misbehaves reports whether the agent breaks the rule of mode m at this

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/custody-dev/custody/sdk"
@@ -147,4 +148,67 @@ func TestMisbehaveParam(t *testing.T) {
 	a := open(t, "a", map[string]string{"misbehave": "open-lax", "bogus": "1"})
 	require.NoError(t, a.Open(ctx, sdk.OpenRequest{Agent: "again"}), "open-lax: a second Open is OK")
 	require.NoError(t, a.Close(ctx))
+}
+
+// TestWithMisbehaveBeforeOpen: a mode given at New is in force before
+// Open (ungated: Poll and Release of an unknown handle answer NOT_FOUND,
+// as if open, where a closed gate answers INVALID_ARGUMENT), carries over
+// into Open unless Open names its own, and an unknown mode is refused,
+// named.
+func TestWithMisbehaveBeforeOpen(t *testing.T) {
+	ctx := t.Context()
+	plain := New()
+	_, err := plain.Poll(ctx, []sdk.HandleID{42})
+	require.ErrorIs(t, err, sdk.ErrInvalidArgument, "a plain agent's gate refuses Poll before Open")
+
+	opt, err := WithMisbehave("ungated")
+	require.NoError(t, err)
+	tr := New(opt)
+	st, err := tr.Poll(ctx, []sdk.HandleID{42})
+	require.NoError(t, err, "ungated from New: Poll before Open goes through")
+	require.Len(t, st, 1)
+	assert.ErrorIs(t, st[0].Err, sdk.ErrNotFound)
+	errs, err := tr.Release(ctx, []sdk.HandleID{42})
+	require.NoError(t, err)
+	assert.ErrorIs(t, errs[0], sdk.ErrNotFound)
+
+	require.NoError(t, tr.Open(ctx, sdk.OpenRequest{Agent: "early-" + t.Name(), Params: map[string]string{"dir": t.TempDir()}}))
+	require.NoError(t, tr.Close(ctx))
+	_, err = tr.Poll(ctx, []sdk.HandleID{42})
+	assert.NoError(t, err, "the mode given at New is Open's too: Poll after Close goes through")
+
+	_, err = WithMisbehave("no-such-mode")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `"no-such-mode"`)
+}
+
+// TestMisbehaveTerminalFlipAfterReportedDone: under terminal-flip the
+// FAILED comes flipAfter after a Poll first reported DONE, however late
+// that Poll is, so that a check always sees the DONE it contradicts.
+func TestMisbehaveTerminalFlipAfterReportedDone(t *testing.T) {
+	g := newGatedPair(t, 64<<10, 4096, map[string]string{"misbehave": "terminal-flip"})
+	h := postOne(t, g.a, g.whole(sdk.OpWrite, nil))
+	g.open()
+	// The transfer's end, learnt from its event (which tells no lie),
+	// not from a Poll.
+	require.Eventually(t, func() bool {
+		evs, err := g.a.Events(ctx, 0)
+		require.NoError(t, err)
+		for _, ev := range evs {
+			if ev.Handle == h && ev.State == sdk.StateDone {
+				return true
+			}
+		}
+		return false
+	}, wait, time.Millisecond)
+	// Polled first well after the transfer ended: still DONE.
+	time.Sleep(2 * flipAfter) // the stimulus is time passing before the first Poll
+	require.Equal(t, sdk.StateDone, poll(t, g.a, h).State, "the first Poll after DONE must report DONE")
+	deadline := time.Now().Add(10 * time.Second)
+	for poll(t, g.a, h).State == sdk.StateDone {
+		require.True(t, time.Now().Before(deadline), "terminal-flip never reported FAILED after DONE was seen")
+		time.Sleep(time.Millisecond) // paces a bounded poll loop
+	}
+	assert.Equal(t, sdk.StateFailed, poll(t, g.a, h).State)
+	release(t, g.a, h)
 }

@@ -2,6 +2,7 @@ package fake
 
 import (
 	"context"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -66,6 +67,7 @@ type Transport struct {
 	next     int                   // round-robin position in active
 	maps     map[*mapping]struct{} // every live mapping, for teardown
 	calls    map[string]int        // calls per crash point, for crash rules
+	early    string                // the misbehave mode given at New (WithMisbehave)
 	faultLog *os.File              // fault_log: where firings are appended
 	freed    []sdk.HandleID        // released handle ids, for reuse-ids
 	posts    int                   // transfers posted, for post= selectors
@@ -201,6 +203,13 @@ func (t *Transport) Open(ctx context.Context, req sdk.OpenRequest) error {
 	}
 	if t.book.Opened() && t.p.misbehave == misbehaveOpenLax {
 		return nil // misbehave=open-lax: a second Open is OK
+	}
+	if _, ok := req.Params["misbehave"]; !ok && t.early != "" {
+		req.Params = maps.Clone(req.Params)
+		if req.Params == nil {
+			req.Params = map[string]string{}
+		}
+		req.Params["misbehave"] = t.early
 	}
 	return t.book.Open(req.Agent, func() error { return t.open(req) })
 }
@@ -381,6 +390,9 @@ func (t *Transport) lock(ctx context.Context, call string) error {
 // crashDue counts a call at a crash point and reports whether a crash rule
 // fires on it.
 func (t *Transport) crashDue(call string) bool {
+	if t.calls == nil {
+		return false // not opened: no fault rule yet
+	}
 	t.calls[call]++
 	for i := range t.p.faults {
 		r := &t.p.faults[i]
@@ -449,7 +461,8 @@ func shutdownError() error {
 }
 
 // ungated reports whether misbehave=ungated lets call through the gate of
-// a closed agent: Poll and Release answer as if it were open.
+// an agent that is not open: Poll and Release answer as if it were, after
+// Close, and before Open when the mode was given at New (WithMisbehave).
 func (t *Transport) ungated(call string) bool {
-	return t.p.misbehave == misbehaveUngated && t.book.Agent() != "" && (call == crashAtPoll || call == crashAtRelease)
+	return t.p.misbehave == misbehaveUngated && (call == crashAtPoll || call == crashAtRelease)
 }
