@@ -54,7 +54,6 @@ func TestSuiteCatchesMisbehaviour(t *testing.T) {
 		{mode: "cancel-lie:0.1", check: "cancel/as-described", says: "Cancel stops nothing"},
 		{mode: "drop-notification:0.1", check: "notifications/exactly-once-in-order", says: "a notification was lost", within: 30 * time.Second},
 		{mode: "fence-lie", check: "fence/incoming", says: "FenceScope", plugin: true, params: slow},
-		{mode: "peer-loss-lie", check: "peer-loss/bounded", says: "still IN_PROGRESS", plugin: true, params: slow},
 		// At full speed the first transfers may all land before the kill:
 		// the check grows them until the kill cuts some, never passing on
 		// a round that cut nothing.
