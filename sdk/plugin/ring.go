@@ -72,9 +72,18 @@ import (
 // the new entries on its last check, or the waker sees the flag; and the
 // kernel's FUTEX_WAIT returns at once if the word moved since it was
 // loaded. Nothing spins while idle.
+//
+// Waking a sleeper costs both sides (tens of µs on a small virtual
+// machine), so the plugin wakes the host lazily: the host stamps its
+// doorbell each time anyone on its side looks at the completion ring
+// (drained), and while that stamp is fresh (ringLazyWake) a caller is
+// polling and will find the entry itself; the plugin then wakes the host
+// only if the entry is still unconsumed once the stamp has aged, and
+// always before it sleeps itself. Without this, a host polling in a loop
+// would have its sleeping reader woken once per completion for nothing.
 
 // ringVersion is the layout version; a plugin refuses any other.
-const ringVersion = 2
+const ringVersion = 3
 
 // ringMagic starts the header of a ring file.
 const ringMagic uint64 = 0x31474e4952594443 // "CDYRING1"
@@ -92,8 +101,8 @@ const (
 	offSubHead     = 128 // plugin writes
 	offCompTail    = 192 // plugin writes
 	offCompHead    = 256 // host writes
-	offPluginBell  = 320 // word, sleeping flag, cpu
-	offHostBell    = 384 // word, sleeping flag, cpu
+	offPluginBell  = 320 // word, sleeping flag, cpu, drained
+	offHostBell    = 384 // word, sleeping flag, cpu, drained
 	ringHeaderSize = 4096
 )
 
@@ -157,6 +166,10 @@ func u64At(mem []byte, off int) *atomic.Uint64 {
 	return (*atomic.Uint64)(unsafe.Pointer(&mem[off]))
 }
 
+func i64At(mem []byte, off int) *atomic.Int64 {
+	return (*atomic.Int64)(unsafe.Pointer(&mem[off]))
+}
+
 func u32At(mem []byte, off int) *atomic.Uint32 {
 	return (*atomic.Uint32)(unsafe.Pointer(&mem[off]))
 }
@@ -211,8 +224,8 @@ func newRingMap(mem []byte, l ringLayout) *ringMap {
 	m.comp = ringMem{ents: take(int(l.compEntries) * ringEntrySize), n: uint64(l.compEntries), tail: u64At(mem, offCompTail), head: u64At(mem, offCompHead)}
 	m.sub.arena = take(int(l.subArena))
 	m.comp.arena = take(int(l.compArena))
-	m.plugin = doorbell{word: u32At(mem, offPluginBell), sleeping: u32At(mem, offPluginBell+4), cpu: u32At(mem, offPluginBell+8)}
-	m.host = doorbell{word: u32At(mem, offHostBell), sleeping: u32At(mem, offHostBell+4), cpu: u32At(mem, offHostBell+8)}
+	m.plugin = doorbell{word: u32At(mem, offPluginBell), sleeping: u32At(mem, offPluginBell+4), cpu: u32At(mem, offPluginBell+8), drained: i64At(mem, offPluginBell+16)}
+	m.host = doorbell{word: u32At(mem, offHostBell), sleeping: u32At(mem, offHostBell+4), cpu: u32At(mem, offHostBell+8), drained: i64At(mem, offHostBell+16)}
 	return m
 }
 
@@ -337,8 +350,22 @@ func (c *consumer) advance() {
 //
 // cpu is where the owner last spun (CPU number + 1; 0: not known), so that
 // a spinner can tell whether it holds the very CPU its peer needs.
+//
+// drained is when the owner last looked at the ring it consumes (Unix
+// nanoseconds; the host's only, so far): a producer whose consumer looks
+// that often need not wake it (recentlyDrained). Like cpu it is a hint,
+// never trusted: a wrong value costs a wake-up, or delays one by at most
+// ringLazyWake.
 type doorbell struct {
 	word, sleeping, cpu *atomic.Uint32
+	drained             *atomic.Int64
+}
+
+// recentlyDrained reports whether the owner looked at its ring within
+// ringLazyWake before now (Unix nanoseconds).
+func (d doorbell) recentlyDrained(now int64) bool {
+	ago := now - d.drained.Load()
+	return ago >= 0 && ago < int64(ringLazyWake)
 }
 
 // ring wakes the owner if it sleeps. Call it after publishing.
@@ -372,6 +399,11 @@ func (d doorbell) wait(v uint32, timeout time.Duration) {
 
 // cancel undoes prepare.
 func (d doorbell) cancel() { d.sleeping.Store(0) }
+
+// ringLazyWake: a consumer that looked at its ring within this long is
+// taken to be looking still (a caller polling in a loop); its producer
+// wakes it only if the entries stay unconsumed this long.
+const ringLazyWake = 20 * time.Microsecond
 
 // ringPureSpin is how long a spinner keeps its CPU before it starts
 // giving it away.

@@ -37,8 +37,12 @@ import (
 //
 // Whoever waits drains the completion ring itself (a caller spinning for
 // its result, Poll); a reader goroutine drains it when nobody does, sleeping
-// on the host's doorbell. Every completion that may change a handle's state
-// or brings a notification wakes Wake's channel.
+// on the host's doorbell, which the plugin rings lazily: not while a
+// caller here looked at the ring within ringLazyWake (ring.go). Every
+// completion that may change a handle's state or brings a notification
+// wakes Wake's channel. A caller that Polls in a loop for transfers still
+// running gives its core up between Polls (pollSpin), as a transport's
+// own Poll does in process: the transport process needs it to move them.
 //
 // A completion ring that breaks the protocol fences the transport: the
 // process is killed (as Kill does), and every pending and later call
@@ -53,6 +57,10 @@ const (
 	// ringReaderSpin is how long the reader goroutine keeps looking after
 	// the last completion before it sleeps.
 	ringReaderSpin = 20 * time.Microsecond
+	// ringPollSpin: a Poll that finds transfers running within this long
+	// of the previous one comes from a caller polling in a loop
+	// (pollSpin).
+	ringPollSpin = 20 * time.Microsecond
 	// fallbackWakeEvery paces Wake's channel when the rings are not in use
 	// (off, refused, or the agent closed): the host then learns nothing by
 	// itself and must poll.
@@ -107,9 +115,11 @@ type ringHost struct {
 	readerDone chan struct{}
 	stopAfter  func() bool
 	// spinning counts callers draining the completion ring themselves;
-	// while there are any, the reader parks until handoff.
+	// while there are any, the reader sleeps.
 	spinning atomic.Int32
-	handoff  chan struct{}
+	// lastPoll is when a Poll last found transfers running and nothing
+	// new (Unix nanoseconds; pollSpin).
+	lastPoll atomic.Int64
 }
 
 // known is what the completion ring said of a handle posted through it.
@@ -143,7 +153,6 @@ func newRingHost(c *grpcClient, mem []byte, l ringLayout, log hclog.Logger, kill
 		known:      map[sdk.HandleID]known{},
 		stopped:    make(chan struct{}),
 		readerDone: make(chan struct{}),
-		handoff:    make(chan struct{}, 1),
 	}
 }
 
@@ -242,15 +251,10 @@ func (r *ringHost) reader() {
 			last = time.Now()
 			continue
 		}
-		if r.spinning.Load() > 0 {
-			// A caller drains; it hands back when it stops.
-			select {
-			case <-r.handoff:
-			case <-r.stopped:
-			}
-			continue
-		}
-		if time.Since(last) < ringReaderSpin {
+		// While a caller drains the ring itself, the reader sleeps at
+		// once: the plugin wakes it if an entry stays unconsumed
+		// (lazily, see ring.go).
+		if r.spinning.Load() == 0 && time.Since(last) < ringReaderSpin {
 			yield(last, r.m.host, r.m.plugin)
 			continue
 		}
@@ -276,6 +280,20 @@ func (r *ringHost) yield(since time.Time) {
 	pause(since, same)
 }
 
+// pollSpin is called by a Poll that found transfers running and nothing
+// new in the completion ring. A caller that polls in a tight loop would
+// take a core from the transport process (its ring pump, and threads of
+// the transport's own that move the bytes); one that polled again within
+// ringPollSpin of its last such Poll gives its core up to them
+// (sched_yield), as a transport's own Poll does in process. A Poll now
+// and then (a host's rounds) does not.
+func (r *ringHost) pollSpin() {
+	now := time.Now().UnixNano()
+	if prev := r.lastPoll.Swap(now); prev != 0 && now-prev < int64(ringPollSpin) {
+		_, _, _ = unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+	}
+}
+
 // pending reports whether the completion ring holds anything (or is
 // broken: drain says so).
 func (r *ringHost) pending() bool {
@@ -296,6 +314,7 @@ func (r *ringHost) drain() int {
 	if r.unmapped || r.broken != nil {
 		return 0
 	}
+	r.m.host.drained.Store(time.Now().UnixNano())
 	n, err := r.comp.available()
 	if err != nil {
 		r.fence(err)
@@ -557,12 +576,7 @@ func (r *ringHost) submit(ctx context.Context, method string, kind, resKind uint
 			r.yield(spun)
 		}
 	}
-	if r.spinning.Add(-1) == 0 {
-		select {
-		case r.handoff <- struct{}{}:
-		default:
-		}
-	}
+	r.spinning.Add(-1)
 	select {
 	case <-c.done:
 	case <-ctx.Done():
@@ -753,12 +767,13 @@ func (p *Plugin) Poll(ctx context.Context, ids []sdk.HandleID) ([]sdk.HandleStat
 	if err := r.gone("Poll"); err != nil {
 		return nil, err
 	}
-	r.drain()
+	drained := r.drain()
 	if err := r.gone("Poll"); err != nil {
 		return nil, err
 	}
 	out := make([]sdk.HandleStatus, len(ids))
 	var miss []int
+	running := false
 	r.mu.Lock()
 	for i, id := range ids {
 		k, ok := r.known[id]
@@ -769,9 +784,13 @@ func (p *Plugin) Poll(ctx context.Context, ids []sdk.HandleID) ([]sdk.HandleStat
 			out[i] = k.st
 		default:
 			out[i].State = sdk.StateInProgress
+			running = true
 		}
 	}
 	r.mu.Unlock()
+	if running && drained == 0 {
+		r.pollSpin()
+	}
 	if len(miss) == 0 {
 		return out, nil
 	}
