@@ -362,10 +362,11 @@ type doorbell struct {
 }
 
 // recentlyDrained reports whether the owner looked at its ring within
-// ringLazyWake before now (Unix nanoseconds).
-func (d doorbell) recentlyDrained(now int64) bool {
+// window before now (Unix nanoseconds). A stamp in the future is not
+// recent: a wrong stamp may cost a wake-up, never withhold one for long.
+func (d doorbell) recentlyDrained(now int64, window time.Duration) bool {
 	ago := now - d.drained.Load()
-	return ago >= 0 && ago < int64(ringLazyWake)
+	return ago >= 0 && ago < int64(window)
 }
 
 // ring wakes the owner if it sleeps. Call it after publishing.

@@ -125,8 +125,10 @@ type ringServer struct {
 	postedAt time.Time
 	doneTime time.Duration
 	// owed: entries were published that the host may not have seen and
-	// it was not woken for them yet (wakeHost).
-	owed bool
+	// it was not woken for them yet (wakeHost). lazyWake is ringLazyWake
+	// (tests raise it).
+	owed     bool
+	lazyWake time.Duration
 	// pending holds the items of a call submitted in parts.
 	pendingPosts []sdk.PostSpec
 	pendingIDs   []sdk.HandleID
@@ -144,6 +146,7 @@ func newRingServer(ctx context.Context, impl sdk.Transport, mem []byte, l ringLa
 		done:      make(chan struct{}),
 		listen:    make(chan struct{}, 1),
 		notesPace: ringActiveNotes,
+		lazyWake:  ringLazyWake,
 	}
 	if es, ok := impl.(sdk.EventSource); ok {
 		if d, err := impl.Describe(ctx); err == nil && d.Capabilities.Events {
@@ -713,7 +716,7 @@ func (s *ringServer) wakeHost(now bool) {
 	if s.m.host.sleeping.Load() == 0 {
 		return // awake: it will look (and says so before it sleeps)
 	}
-	if now || !s.m.host.recentlyDrained(time.Now().UnixNano()) {
+	if now || !s.m.host.recentlyDrained(time.Now().UnixNano(), s.lazyWake) {
 		s.owed = false
 		s.m.host.ring()
 	}
