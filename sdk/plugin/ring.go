@@ -74,13 +74,16 @@ import (
 // loaded. Nothing spins while idle.
 //
 // Waking a sleeper costs both sides (tens of µs on a small virtual
-// machine), so the plugin wakes the host lazily: the host stamps its
-// doorbell each time anyone on its side looks at the completion ring
-// (drained), and while that stamp is fresh (ringLazyWake) a caller is
-// polling and will find the entry itself; the plugin then wakes the host
-// only if the entry is still unconsumed once the stamp has aged, and
-// always before it sleeps itself. Without this, a host polling in a loop
-// would have its sleeping reader woken once per completion for nothing.
+// machine), so the plugin wakes the host lazily: a caller on the host side
+// that looks at the completion ring in a loop (one spinning for its call's
+// result, or Polling again and again) stamps the host's doorbell
+// (drained) as it goes, and takes the stamp back when its loop ends.
+// While the stamp is fresh (ringLazyWake), that caller will find the
+// entry itself; the plugin then wakes the host only if the entry is still
+// unconsumed once the stamp has aged, and always before it sleeps itself.
+// Without this, a host polling in a loop would have its sleeping reader
+// woken once per completion for nothing; a caller that looked once and
+// then waits on Wake does not stamp, so its wake-up is not delayed.
 
 // ringVersion is the layout version; a plugin refuses any other.
 const ringVersion = 3
@@ -351,9 +354,10 @@ func (c *consumer) advance() {
 // cpu is where the owner last spun (CPU number + 1; 0: not known), so that
 // a spinner can tell whether it holds the very CPU its peer needs.
 //
-// drained is when the owner last looked at the ring it consumes (Unix
-// nanoseconds; the host's only, so far): a producer whose consumer looks
-// that often need not wake it (recentlyDrained). Like cpu it is a hint,
+// drained is when a caller of the owner's side last looked at the ring it
+// consumes in a loop (Unix nanoseconds; 0: nobody loops; the host's only,
+// so far): a producer whose consumer looks that often need not wake it
+// (recentlyDrained). Like cpu it is a hint,
 // never trusted: a wrong value costs a wake-up, or delays one by at most
 // ringLazyWake.
 type doorbell struct {

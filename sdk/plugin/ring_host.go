@@ -120,6 +120,7 @@ type ringHost struct {
 	// lastPoll is when a Poll last found transfers running and nothing
 	// new (Unix nanoseconds; pollSpin).
 	lastPoll atomic.Int64
+	pollLoop atomic.Int64 // when the current Poll loop began
 }
 
 // known is what the completion ring said of a handle posted through it.
@@ -281,17 +282,44 @@ func (r *ringHost) yield(since time.Time) {
 }
 
 // pollSpin is called by a Poll that found transfers running and nothing
-// new in the completion ring. A caller that polls in a tight loop would
-// take a core from the transport process (its ring pump, and threads of
-// the transport's own that move the bytes); one that polled again within
-// ringPollSpin of its last such Poll gives its core up to them
-// (sched_yield), as a transport's own Poll does in process. A Poll now
-// and then (a host's rounds) does not.
+// new in the completion ring. A caller that polls in a tight loop (it
+// polled again within ringPollSpin of its last such Poll) may hold the
+// core the transport process needs (its ring pump, or threads of the
+// transport's own that move the bytes): it gives its core up
+// (sched_yield) by the rings' spinning rule (yield): when the pump last
+// ran on this very CPU, or once the loop has lasted ringPureSpin. A Poll
+// now and then (a host's rounds) does not.
+//
+// Such a caller also stamps the host's doorbell (looking): it will find
+// what the plugin publishes itself, so the plugin need not wake the
+// reader for it.
 func (r *ringHost) pollSpin() {
 	now := time.Now().UnixNano()
-	if prev := r.lastPoll.Swap(now); prev != 0 && now-prev < int64(ringPollSpin) {
+	if prev := r.lastPoll.Swap(now); prev == 0 || now-prev >= int64(ringPollSpin) {
+		r.pollLoop.Store(now) // a loop starts here, or this Poll is alone
+		return
+	}
+	r.looking(now)
+	same := false
+	r.mu.Lock()
+	if !r.unmapped {
+		same = sameCPU(r.m.host, r.m.plugin)
+	}
+	r.mu.Unlock()
+	if same || now-r.pollLoop.Load() > int64(ringPureSpin) {
 		_, _, _ = unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
 	}
+}
+
+// looking stamps the host's doorbell: a caller here looks at the
+// completion ring in a loop (see ring.go, lazy wake-ups). now 0 takes the
+// stamp back (the loop ended).
+func (r *ringHost) looking(now int64) {
+	r.mu.Lock()
+	if !r.unmapped {
+		r.m.host.drained.Store(now)
+	}
+	r.mu.Unlock()
 }
 
 // pending reports whether the completion ring holds anything (or is
@@ -314,7 +342,6 @@ func (r *ringHost) drain() int {
 	if r.unmapped || r.broken != nil {
 		return 0
 	}
-	r.m.host.drained.Store(time.Now().UnixNano())
 	n, err := r.comp.available()
 	if err != nil {
 		r.fence(err)
@@ -572,11 +599,16 @@ func (r *ringHost) submit(ctx context.Context, method string, kind, resKind uint
 	// microseconds, and a goroutine hand-off would cost more.
 	r.spinning.Add(1)
 	for spun := time.Now(); !c.fin.Load() && time.Since(spun) < ringWaitSpin; {
+		r.looking(time.Now().UnixNano())
 		if r.drain() == 0 {
 			r.yield(spun)
 		}
 	}
-	r.spinning.Add(-1)
+	if r.spinning.Add(-1) == 0 {
+		// Nobody looks any more: the plugin wakes the reader at once
+		// from now on.
+		r.looking(0)
+	}
 	select {
 	case <-c.done:
 	case <-ctx.Done():
