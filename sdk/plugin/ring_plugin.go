@@ -438,6 +438,12 @@ func (s *ringServer) step(kickedStates, kickedNotes bool, now time.Time, notesAt
 				limit = ringAwakeGap
 			}
 			s.followGap = min(max(2*s.followGap, took), limit)
+			if !s.postedAt.IsZero() && t0.Sub(s.postedAt) < s.doneSpin() {
+				// A Post's change is about due: ask again as soon as
+				// the answer's own time allows, as a host polling in
+				// process would.
+				s.followGap = took
+			}
 		}
 		s.followAt = t0.Add(took + s.followGap)
 		worked = worked || w
