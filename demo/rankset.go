@@ -143,3 +143,6 @@ func (rs *RankSet) Stop() error {
 	}
 	return errors.Join(errs...)
 }
+
+// Pid is the host's process id (its transport process is its child).
+func (h *Host) Pid() int { return h.p.cmd.Process.Pid }

@@ -16,6 +16,16 @@ import (
 // out. Each call is bounded by the call timeout; a transport that keeps
 // timing out is fenced by core (Config.WedgedAfter), never waited on by the
 // engine API.
+//
+// Consecutive Posts queued for one transport are made as one call, and so
+// are consecutive Releases, as many as one call may carry (job.most): each
+// Work still gets its own items' results, and a call-level error reaches
+// every Work of the call, as it would have reached each alone (a call that
+// times out so counts once per Work toward core's Config.WedgedAfter: each
+// Work made alone would have waited out a timeout of its own). While one
+// call is out, the reads the engine starts meanwhile queue up, so under
+// load they cost one round trip to the transport together instead of one
+// each; a lone Work is made as it comes.
 type executor struct {
 	timeout time.Duration
 	results chan workResult
@@ -32,6 +42,10 @@ type executor struct {
 type job struct {
 	w  core.Work
 	tp sdk.Transport
+	// most is how many items one call to tp may carry; a Post or Release
+	// is made together with the same calls after it while they fit
+	// (below 2: alone).
+	most int
 }
 
 // workResult is the outcome of one job, for core.Done.
@@ -81,20 +95,16 @@ func (e *executor) run() {
 		q := e.queue
 		e.queue = nil
 		e.mu.Unlock()
-		for _, j := range q {
-			r := workResult{id: j.w.ID}
-			if j.tp == nil {
-				r.err = sdk.Errorf(sdk.CodePluginShutdown, "epoch %d: its transport process is gone", j.w.Epoch)
-			} else {
-				ctx, cancel := context.WithTimeout(context.Background(), e.timeout)
-				r.res, r.err = runWork(ctx, j.tp, j.w)
-				cancel()
+		for rest := q; len(rest) > 0; {
+			n := oneCall(rest)
+			for _, r := range e.call(rest[:n]) {
+				select {
+				case e.results <- r:
+				case <-e.stop:
+					return
+				}
 			}
-			select {
-			case e.results <- r:
-			case <-e.stop:
-				return
-			}
+			rest = rest[n:]
 		}
 		if len(q) > 0 {
 			continue
@@ -105,6 +115,83 @@ func (e *executor) run() {
 			return
 		}
 	}
+}
+
+// oneCall returns how many jobs at the head of q are made as one call: a
+// Post, or a Release, with the same calls to the same transport after it,
+// while their items fit in the head's most.
+func oneCall(q []job) int {
+	head := q[0]
+	if head.tp == nil || (head.w.Kind != core.WorkPost && head.w.Kind != core.WorkRelease) {
+		return 1
+	}
+	items, n := workItems(head.w), 1
+	for ; n < len(q); n++ {
+		j := q[n]
+		if j.tp != head.tp || j.w.Epoch != head.w.Epoch || j.w.Kind != head.w.Kind || items+workItems(j.w) > head.most {
+			break
+		}
+		items += workItems(j.w)
+	}
+	return n
+}
+
+// workItems counts the items of a Post or Release.
+func workItems(w core.Work) int {
+	if w.Kind == core.WorkPost {
+		return len(w.Posts)
+	}
+	return len(w.Handles)
+}
+
+// call makes the jobs' call (one call for all of them, as oneCall grouped
+// them) and returns each job's result, in order.
+func (e *executor) call(jobs []job) []workResult {
+	out := make([]workResult, len(jobs))
+	for i, j := range jobs {
+		out[i].id = j.w.ID
+	}
+	head := jobs[0]
+	if head.tp == nil {
+		out[0].err = sdk.Errorf(sdk.CodePluginShutdown, "epoch %d: its transport process is gone", head.w.Epoch)
+		return out
+	}
+	w := head.w
+	if len(jobs) > 1 {
+		w.Posts, w.Handles = nil, nil
+		for _, j := range jobs {
+			w.Posts = append(w.Posts, j.w.Posts...)
+			w.Handles = append(w.Handles, j.w.Handles...)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), e.timeout)
+	res, err := runWork(ctx, head.tp, w)
+	cancel()
+	if len(jobs) == 1 {
+		out[0].res, out[0].err = res, err
+		return out
+	}
+	// Each job takes its own items' results; a transport that returned
+	// fewer than it was given leaves the later jobs short, which core
+	// reports as it would for a lone call.
+	at := 0
+	for i, j := range jobs {
+		n := workItems(j.w)
+		out[i].err = err
+		if w.Kind == core.WorkPost {
+			out[i].res.Posts = part(res.Posts, at, n)
+		} else {
+			out[i].res.Errs = part(res.Errs, at, n)
+		}
+		at += n
+	}
+	return out
+}
+
+// part is s[at:at+n], cut short where s ends.
+func part[T any](s []T, at, n int) []T {
+	lo, hi := min(at, len(s)), min(at+n, len(s))
+	return s[lo:hi:hi]
 }
 
 // runWork makes w's call against tp.

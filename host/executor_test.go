@@ -3,6 +3,7 @@ package host
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -179,4 +180,125 @@ func TestWakeWhileARoundIsOutIsNotLost(t *testing.T) {
 	np.release <- struct{}{}
 	wait("the host never asked again after a wake-up it took while its round was out")
 	np.release <- struct{}{}
+}
+
+// batchProc records the Post and Release calls it gets: each call's items.
+// Its first call waits for hold to close, so that the test queues work
+// behind it; callErr, when set, fails every later call whole.
+type batchProc struct {
+	stubProc
+	entered chan struct{}
+	hold    chan struct{}
+	calls   []string
+	callErr error
+}
+
+func (b *batchProc) wait() {
+	if b.entered != nil {
+		b.entered <- struct{}{}
+		b.entered = nil
+		<-b.hold
+	}
+}
+
+func (b *batchProc) Post(ctx context.Context, posts []sdk.PostSpec) ([]sdk.PostResult, error) {
+	b.wait()
+	b.calls = append(b.calls, fmt.Sprintf("Post %d", len(posts)))
+	if b.callErr != nil {
+		return nil, b.callErr
+	}
+	out := make([]sdk.PostResult, len(posts))
+	for i, p := range posts {
+		out[i].ID = sdk.HandleID(p.LocalIndices[0]) // the test names each post's handle
+	}
+	return out, nil
+}
+
+func (b *batchProc) Release(ctx context.Context, ids []sdk.HandleID) ([]error, error) {
+	b.wait()
+	b.calls = append(b.calls, fmt.Sprintf("Release %d", len(ids)))
+	out := make([]error, len(ids))
+	for i, id := range ids {
+		out[i] = fmt.Errorf("release %d", id)
+	}
+	return out, nil
+}
+
+func posts(ids ...uint32) []sdk.PostSpec {
+	out := make([]sdk.PostSpec, len(ids))
+	for i, id := range ids {
+		out[i] = sdk.PostSpec{Op: sdk.OpRead, LocalIndices: []uint32{id}}
+	}
+	return out
+}
+
+// Posts queued behind a call are made as one call, and so are Releases,
+// within the items a call may carry, in the order handed out; each Work
+// gets its own items' results.
+func TestExecutorMakesQueuedPostsOneCall(t *testing.T) {
+	e := newExecutor(time.Minute)
+	defer e.close()
+	bp := &batchProc{entered: make(chan struct{}), hold: make(chan struct{})}
+	other := &batchProc{}
+	mk := func(id core.WorkID, kind core.WorkKind, tp sdk.Transport, items ...uint32) job {
+		w := core.Work{ID: id, Epoch: 1, Kind: kind}
+		if kind == core.WorkPost {
+			w.Posts = posts(items...)
+		} else {
+			for _, i := range items {
+				w.Handles = append(w.Handles, sdk.HandleID(i))
+			}
+		}
+		return job{w: w, tp: tp, most: 4}
+	}
+	e.submit(mk(1, core.WorkPost, bp, 10))
+	<-bp.entered // the first call is out: what follows queues
+	e.submit(
+		mk(2, core.WorkPost, bp, 20, 21), mk(3, core.WorkPost, bp, 30), mk(4, core.WorkPost, bp, 40), // 4 items: one call
+		mk(5, core.WorkPost, bp, 50), // a fifth would not fit
+		mk(6, core.WorkRelease, bp, 60), mk(7, core.WorkRelease, bp, 70, 71),
+		mk(8, core.WorkPost, other, 80), // another transport's
+		mk(9, core.WorkPost, bp, 90),
+	)
+	close(bp.hold)
+	want := map[core.WorkID][]string{
+		1: {"10"}, 2: {"20", "21"}, 3: {"30"}, 4: {"40"}, 5: {"50"},
+		6: {"release 60"}, 7: {"release 70", "release 71"}, 8: {"80"}, 9: {"90"},
+	}
+	for id := core.WorkID(1); id <= 9; id++ {
+		r := <-e.results
+		require.Equal(t, id, r.id, "results come in the order the Work was handed out")
+		require.NoError(t, r.err)
+		var got []string
+		for _, p := range r.res.Posts {
+			got = append(got, fmt.Sprint(p.ID))
+		}
+		for _, err := range r.res.Errs {
+			got = append(got, err.Error())
+		}
+		assert.Equal(t, want[id], got, "work %d", id)
+	}
+	assert.Equal(t, []string{"Post 1", "Post 4", "Post 1", "Release 3", "Post 1"}, bp.calls)
+	assert.Equal(t, []string{"Post 1"}, other.calls)
+}
+
+// A call-level error of a call made for several Works reaches each of them.
+func TestExecutorCallErrorReachesEveryWorkOfTheCall(t *testing.T) {
+	e := newExecutor(time.Minute)
+	defer e.close()
+	bp := &batchProc{entered: make(chan struct{}), hold: make(chan struct{}), callErr: sdk.Errorf(sdk.CodeBackend, "stub: down")}
+	e.submit(job{w: core.Work{ID: 1, Epoch: 1, Kind: core.WorkRelease, Handles: []sdk.HandleID{1}}, tp: bp, most: 8})
+	<-bp.entered
+	e.submit(job{w: core.Work{ID: 2, Epoch: 1, Kind: core.WorkPost, Posts: posts(2)}, tp: bp, most: 8},
+		job{w: core.Work{ID: 3, Epoch: 1, Kind: core.WorkPost, Posts: posts(3, 4)}, tp: bp, most: 8})
+	close(bp.hold)
+	r := <-e.results
+	require.NoError(t, r.err)
+	for id := core.WorkID(2); id <= 3; id++ {
+		r := <-e.results
+		assert.Equal(t, id, r.id)
+		assert.Equal(t, sdk.CodeBackend, sdk.CodeOf(r.err), "work %d: %v", id, r.err)
+		assert.Empty(t, r.res.Posts)
+	}
+	assert.Equal(t, []string{"Release 1", "Post 3"}, bp.calls)
 }

@@ -86,9 +86,11 @@ type outbox struct {
 	mu    sync.Mutex
 	base  uint64 // position of items[0]; everything below is acknowledged
 	items []item
-	// changed is closed (and replaced) whenever items are added or
-	// acknowledged, waking the streams that wait on it.
-	changed chan struct{}
+	// grew is closed (and replaced) whenever items are added, waking the
+	// streams that wait on it; shrank likewise whenever items are
+	// acknowledged. An acknowledgement gives no stream anything to send,
+	// so it wakes none: one wake-up less per report.
+	grew, shrank chan struct{}
 }
 
 // add appends a round's report as one round of items. It is the owner's
@@ -116,7 +118,7 @@ func (o *outbox) add(rd core.Ready) {
 		o.items = append(o.items, item{kind: itemQuarantined, block: b, wire: blockWire(b)})
 	}
 	o.items[len(o.items)-1].endsRound = true
-	o.wake()
+	wake(&o.grew)
 }
 
 func failureItem(f core.Failure) item {
@@ -165,12 +167,20 @@ func truncate(s string, n int) string {
 	return s + "…"
 }
 
-// wake wakes every stream waiting for a change. Call with mu held.
-func (o *outbox) wake() {
-	if o.changed != nil {
-		close(o.changed)
-		o.changed = nil
+// wake wakes everyone waiting on *ch. Call with mu held.
+func wake(ch *chan struct{}) {
+	if *ch != nil {
+		close(*ch)
+		*ch = nil
 	}
+}
+
+// waitOn returns *ch, made if nobody waits yet. Call with mu held.
+func waitOn(ch *chan struct{}) <-chan struct{} {
+	if *ch == nil {
+		*ch = make(chan struct{})
+	}
+	return *ch
 }
 
 // end is the position after the last item. Call with mu held.
@@ -196,13 +206,13 @@ func (o *outbox) ackLocked(cursor uint64) error {
 	clear(o.items[:n])
 	o.items = o.items[n:]
 	o.base = cursor
-	o.wake()
+	wake(&o.shrank)
 	return nil
 }
 
 // next returns the batch that starts at from (or at the acknowledged
 // position, if that is later) and fits in limit bytes, or, when no item is
-// there yet, a channel closed once one may be.
+// there yet, a channel closed once items are added.
 func (o *outbox) next(from uint64, limit int) (Batch, bool, <-chan struct{}) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -210,10 +220,7 @@ func (o *outbox) next(from uint64, limit int) (Batch, bool, <-chan struct{}) {
 		from = o.base
 	}
 	if from >= o.end() {
-		if o.changed == nil {
-			o.changed = make(chan struct{})
-		}
-		return Batch{}, false, o.changed
+		return Batch{}, false, waitOn(&o.grew)
 	}
 	return o.cut(from, limit), true, nil
 }

@@ -157,6 +157,27 @@ func has(id string) func(client.Finished) bool {
 
 func (r received) with(f client.Finished) received { r.add(f); return r }
 
+// A stream waiting past the log's end is woken by a round added, not by an
+// acknowledgement, which gives it nothing to send.
+func TestOutboxAcknowledgementWakesNoStream(t *testing.T) {
+	var o outbox
+	o.add(recvRound("a"))
+	_, ok, waiting := o.next(1, DefaultBatchBytes)
+	require.False(t, ok)
+	require.NoError(t, o.ack(1))
+	select {
+	case <-waiting:
+		t.Fatal("an acknowledgement woke a stream that has nothing to send")
+	default:
+	}
+	o.add(recvRound("b"))
+	select {
+	case <-waiting:
+	default:
+		t.Fatal("adding a round did not wake the waiting stream")
+	}
+}
+
 func TestOutboxKeepsEveryReportUntilAcknowledged(t *testing.T) {
 	var o outbox
 	_, ok, changed := o.next(0, DefaultBatchBytes)
@@ -444,10 +465,7 @@ func (o *outbox) acked(n uint64) <-chan struct{} {
 				o.mu.Unlock()
 				return
 			}
-			if o.changed == nil {
-				o.changed = make(chan struct{})
-			}
-			ch := o.changed
+			ch := waitOn(&o.shrank)
 			o.mu.Unlock()
 			<-ch
 		}

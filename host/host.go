@@ -419,7 +419,7 @@ func (h *Host) absorb1(rd core.Ready) {
 	for i, w := range rd.Work {
 		jobs[i] = job{w: w}
 		if w.Epoch == h.epoch && h.tp != nil {
-			jobs[i].tp = h.tp
+			jobs[i].tp, jobs[i].most = h.tp, callItems(h.desc)
 		}
 	}
 	h.exec.submit(jobs...)
@@ -433,10 +433,15 @@ func (h *Host) absorb1(rd core.Ready) {
 			h.core.Fenced(e) // that process is already dead
 		}
 	}
+	// A ranked host holds the requests finished here back for the group
+	// (holdBack), but is done with them all the same: what the group's
+	// outcome needs, holdBack copied.
+	finished := rd
 	if h.ranks != nil {
 		rd = h.holdBack(rd)
 	}
 	h.rep.add(rd)
+	rd = finished
 	done := func(id core.RequestID, outcome string) {
 		ri := h.reqs[id]
 		h.untrack(id)
@@ -460,6 +465,15 @@ func (h *Host) absorb1(rd core.Ready) {
 			h.dropStalePeer(peer)
 		}
 	}
+}
+
+// callItems is how many items one batched call to a transport of desc may
+// carry: what it states, within what core puts in one call.
+func callItems(desc sdk.Description) int {
+	if m := int(desc.Limits.MaxItemsPerCall); m > 0 && m < core.DefaultBatch {
+		return m
+	}
+	return core.DefaultBatch
 }
 
 func (h *Host) alert(a core.Alert) {

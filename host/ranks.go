@@ -44,9 +44,12 @@ type rankSync struct {
 	out     *outbox
 	holdCap time.Duration
 	self    int
+	// publishEvery paces the writes of terminal states (publishEvery).
+	publishEvery time.Duration
 
 	mu       sync.Mutex
 	in       []*heldReq
+	busy     bool              // other requests ran on this rank when in was last added to
 	toPoison map[string]string // pool -> reason, not yet published
 	poisoned map[string]string // every pool this rank knows poisoned -> reason
 	lost     error             // this rank's membership is gone
@@ -92,10 +95,26 @@ type heldReq struct {
 // cost no write of their own.
 const collectEvery = 50 * time.Millisecond
 
+// publishEvery paces this rank's writes of terminal states while other
+// requests run on it: a rank that wrote less than publishEvery ago holds
+// the states that finish meanwhile until publishEvery has passed, then
+// writes them all in one transaction. A rank that wrote longer ago, or
+// that runs no other request (nothing could ride along), writes at once,
+// so a lone request waits for nothing; under load each state waits at most
+// publishEvery, and the group costs one etcd write per rank per
+// publishEvery instead of one per round (rounds that finish a request or
+// two each, on a prefill rank where each consumer's notification ends its
+// own). Under bench --e2e --ranks 2 at 64 in flight, 10 ms took a prefill
+// rank from about 270 writes per second to about 75, and the coordinated
+// set's CPU per pull from about +40 % over the independent set to about
+// +15 %; 5 ms left about 130 writes per second and +20 %.
+var publishEvery = 10 * time.Millisecond // a var for tests
+
 func newRankSync(h *Host) *rankSync {
 	return &rankSync{
 		g: h.group, log: h.log.Named("ranks"), metrics: h.metrics, out: &h.rep, holdCap: h.cfg.Escalation.Cap, self: h.group.Rank(),
-		toPoison: map[string]string{}, poisoned: map[string]string{},
+		publishEvery: publishEvery,
+		toPoison:     map[string]string{}, poisoned: map[string]string{},
 		kick: make(chan struct{}, 1), held: map[core.RequestID]*heldReq{},
 	}
 }
@@ -123,13 +142,15 @@ func (r *rankSync) wake() {
 	}
 }
 
-// hold hands the sync goroutine requests finished on this rank (owner).
-func (r *rankSync) hold(reqs []*heldReq) {
+// hold hands the sync goroutine requests finished on this rank (owner);
+// busy says other requests still run on this rank.
+func (r *rankSync) hold(reqs []*heldReq, busy bool) {
 	if len(reqs) == 0 {
 		return
 	}
 	r.mu.Lock()
 	r.in = append(r.in, reqs...)
+	r.busy = busy
 	r.mu.Unlock()
 	r.wake()
 }
@@ -219,11 +240,14 @@ func (r *rankSync) Poisoned() []string {
 func (r *rankSync) run(ctx context.Context) {
 	t := time.NewTimer(time.Hour)
 	defer t.Stop()
-	lastFlush := time.Now()
+	lastFlush := time.Now().Add(-r.publishEvery)
 	for {
 		now := time.Now()
 		since := now.Sub(lastFlush)
-		flushed := r.step(ctx, since >= collectEvery)
+		r.mu.Lock()
+		publish := since >= r.publishEvery || !r.busy
+		r.mu.Unlock()
+		flushed := r.step(ctx, since >= collectEvery, publish)
 		if flushed {
 			lastFlush = now
 		}
@@ -242,6 +266,9 @@ func (r *rankSync) run(ctx context.Context) {
 		r.mu.Lock()
 		if len(r.toPoison) > 0 {
 			at(collectEvery)
+		}
+		if len(r.in) > 0 {
+			at(r.publishEvery - time.Since(lastFlush))
 		}
 		r.mu.Unlock()
 		if wait >= 0 {
@@ -281,11 +308,15 @@ func (r *rankSync) nextHoldCap(now time.Time) (time.Duration, bool) {
 // step publishes poison and new terminal states (with the acknowledgements
 // and deletions due, in one write), resolves what is held from the group's
 // watched view and reports what resolved. With no new state it writes only
-// when flush is set. It says whether it wrote.
-func (r *rankSync) step(ctx context.Context, flush bool) bool {
+// when flush is set; new states wait for publish (publishEvery). It says
+// whether it wrote.
+func (r *rankSync) step(ctx context.Context, flush, publish bool) bool {
 	r.mu.Lock()
-	in := r.in
-	r.in = nil
+	var in []*heldReq
+	if publish {
+		in = r.in
+		r.in = nil
+	}
 	poison := r.toPoison
 	r.toPoison = map[string]string{}
 	r.mu.Unlock()

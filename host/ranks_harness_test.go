@@ -195,3 +195,14 @@ func (th *testHost) waitGroup(what string, cond func(GroupStatus) bool) {
 		time.Sleep(time.Millisecond) // pacing between status reads
 	}
 }
+
+// tracked is how many requests, and blocks of requests, the host tracks
+// (read on its owner goroutine).
+func (th *testHost) tracked() (reqs, blocks int) {
+	th.t.Helper()
+	require.NoError(th.t, th.h.do(th.ctx(), func(context.Context) error {
+		reqs, blocks = len(th.h.reqs), len(th.h.blockReq)
+		return nil
+	}))
+	return reqs, blocks
+}

@@ -57,7 +57,9 @@ func (h *Host) holdBack(rd core.Ready) core.Ready {
 			h.ranks.poison(h.pools[b.Pool-1].name, fmt.Sprintf("block %d quarantined on rank %d (request %q): a transfer may still touch it", b.Block, h.group.Rank(), h.blockReq[b]))
 		}
 	}
-	h.ranks.hold(held)
+	// Requests of this rank that are still running (h.reqs still holds
+	// the ones finished here): none, and nothing can ride along with these.
+	h.ranks.hold(held, len(h.reqs) > len(held))
 	return rest
 }
 

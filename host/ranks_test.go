@@ -115,6 +115,13 @@ func TestRule10RanksFailTogether(t *testing.T) {
 			assert.Empty(t, f.Failed, "rank %d", r)
 			sameBlocks(t, src[r], h.read(dst[r]), "rank "+string(rune('0'+r)))
 		}
+		// Held back for the group or not, a request finished here is
+		// forgotten by the host: nothing of r1 and r2 stays tracked.
+		for r, h := range d {
+			reqs, blocks := h.tracked()
+			assert.Zero(t, reqs, "rank %d still tracks requests it reported", r)
+			assert.Zero(t, blocks, "rank %d still maps blocks to requests it reported", r)
+		}
 	})
 
 	t.Run("a rank that never reports is expired at the hold cap", func(t *testing.T) {

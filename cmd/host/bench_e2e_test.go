@@ -36,6 +36,26 @@ func TestBenchE2EPrintsItsGoalLine(t *testing.T) {
 		assert.Regexp(t, regexp.MustCompile(re), out.String())
 	}
 	assert.Contains(t, out.String(), "method:", "the output says how it measured")
+	assert.Contains(t, out.String(), "fake: fence=initiated", "the output says how the fake copies")
+}
+
+// TestBenchE2EFakeCopiesAsInitiator: unless --param fence= says otherwise,
+// the fake copies as the initiator in the hosts and in the in-process
+// reference alike, and the output says so; a fence given is kept.
+func TestBenchE2EFakeCopiesAsInitiator(t *testing.T) {
+	c := e2eConfig{custody: "custody", transport: "fake", pulls: 1, concurrency: 1, duration: time.Second, blockSize: 1,
+		params: map[string]string{"chunk": "4096"}}
+	assert.Contains(t, c.fakeFence(), "fence=initiated")
+	assert.Equal(t, map[string]string{"chunk": "4096", "fence": "initiated"}, c.params)
+
+	c = e2eConfig{custody: "custody", transport: "fake", pulls: 1, concurrency: 1, duration: time.Second, blockSize: 1,
+		params: map[string]string{"fence": "incoming"}}
+	assert.Empty(t, c.fakeFence())
+	assert.Equal(t, map[string]string{"fence": "incoming"}, c.params, "a fence given is kept")
+
+	c = e2eConfig{custody: "custody", transport: "ucx", pulls: 1, concurrency: 1, duration: time.Second, blockSize: 1}
+	assert.Empty(t, c.fakeFence())
+	assert.NotContains(t, c.params, "fence", "only the fake has the parameter")
 }
 
 func TestBenchE2ERefusesBadFlags(t *testing.T) {

@@ -53,6 +53,10 @@ type ranksRound struct {
 	// during the throughput run; revs the etcd revisions it advanced.
 	writes map[string]int
 	revs   int64
+	// cpu is the CPU time the four hosts and their transport processes
+	// (the embedded etcd included) used during the throughput run; hostCPU
+	// the hosts' part.
+	cpu, hostCPU time.Duration
 }
 
 // runE2ERanks measures, in one run, pulls per second with cfg.concurrency
@@ -107,8 +111,12 @@ func runE2ERanks(ctx context.Context, out io.Writer, cfg e2eConfig) (err error) 
 		}
 	}
 	rounds := make([][]ranksRound, 2)
-	for range ranksBenchRounds {
-		for i, m := range modes {
+	for n := range ranksBenchRounds {
+		// Each mode goes first in every other round, so that neither
+		// always meets the machine as the other left it.
+		for k := range modes {
+			i := (k + n) % len(modes)
+			m := modes[i]
 			r, err := m.round(ctx, cfg)
 			if err != nil {
 				return fmt.Errorf("%s: %w", m.name, err)
@@ -122,7 +130,7 @@ func runE2ERanks(ctx context.Context, out io.Writer, cfg e2eConfig) (err error) 
 	if v := os.Getenv("CUSTODY_TRANSPORT_RINGS"); v != "" {
 		fmt.Fprintf(out, "rings: CUSTODY_TRANSPORT_RINGS=%s in the transports' environment\n", v)
 	}
-	fmt.Fprintf(out, "method: a prefill and a decode engine of two ranks each, one `custody serve` host and one fake transport process per rank. A pull is one logical request: ExpectSend of two blocks (one per decode rank) on each prefill rank, then on each decode rank a Read of one block from each prefill rank (notify_producer); it is timed from the first Read until the last decode rank's finished report, and ends once both prefill ranks reported it too. Coordinated: each engine's ranks are a rank group agreeing through an etcd embedded in prefill rank 0 (as `custody demo --ranks 2`); independent: the same four hosts with no group section. Both sets run side by side; %d warm-up pulls each, then %d rounds of each interleaved (coordinated first), each round %d sequential pulls then %d pulls kept in flight for %v; the median round of each is reported. etcd writes are each rank's write transactions during the throughput run, from the hosts' Status (group_writes).\n",
+	fmt.Fprintf(out, "method: a prefill and a decode engine of two ranks each, one `custody serve` host and one fake transport process per rank. A pull is one logical request: ExpectSend of two blocks (one per decode rank) on each prefill rank, then on each decode rank a Read of one block from each prefill rank (notify_producer); it is timed from the first Read until the last decode rank's finished report, and ends once both prefill ranks reported it too. Coordinated: each engine's ranks are a rank group agreeing through an etcd embedded in prefill rank 0 (as `custody demo --ranks 2`); independent: the same four hosts with no group section. Both sets run side by side; %d warm-up pulls each, then %d rounds of each interleaved (each mode first in every other round, coordinated in the first), each round %d sequential pulls then %d pulls kept in flight for %v; the median round of each is reported. etcd writes are each rank's write transactions during the throughput run, from the hosts' Status (group_writes).\n",
 		e2eWarmup, ranksBenchRounds, ranksSeqPulls, cfg.concurrency, cfg.duration)
 	for i, rs := range rounds {
 		var rates []string
@@ -146,6 +154,14 @@ func runE2ERanks(ctx context.Context, out io.Writer, cfg e2eConfig) (err error) 
 		strings.Join(per, "  "), float64(co.revs)/secs, float64(co.revs)/4/(co.rate*secs))
 	fmt.Fprintf(out, "added p50 latency       seq %s  at %d %s  (coordinated minus independent)\n",
 		signedUs(pct(co.seq, 50)-pct(in.seq, 50)), cfg.concurrency, signedUs(pct(co.conc, 50)-pct(in.conc, 50)))
+	perPull := func(r ranksRound, d time.Duration) time.Duration {
+		return time.Duration(float64(d) / (r.rate * r.elapsed.Seconds()))
+	}
+	cpuCo, cpuIn := perPull(co, co.cpu), perPull(in, in.cpu)
+	hostCo, hostIn := perPull(co, co.hostCPU), perPull(in, in.hostCPU)
+	fmt.Fprintf(out, "CPU per pull            coordinated %s  independent %s  (%+.1f %%; the hosts and their transports, etcd included, during the throughput run, from /proc)\n",
+		us(cpuCo), us(cpuIn), 100*(float64(cpuCo)/float64(cpuIn)-1))
+	fmt.Fprintf(out, "  of which the hosts    coordinated %s  independent %s  (etcd runs in prefill rank 0's host)\n", us(hostCo), us(hostIn))
 	loss := 100 * (in.rate - co.rate) / in.rate
 	fmt.Fprintf(out, "goal name=rank-cost value=%.1f target=5 met=%s\n", loss, yesNo(loss <= 5))
 	return nil
@@ -287,6 +303,10 @@ func (m *rankMode) round(ctx context.Context, cfg e2eConfig) (ranksRound, error)
 			return r, err
 		}
 	}
+	cpu0, host0, err := m.cpu()
+	if err != nil {
+		return r, err
+	}
 	var (
 		mu   sync.Mutex
 		wg   sync.WaitGroup
@@ -314,6 +334,11 @@ func (m *rankMode) round(ctx context.Context, cfg e2eConfig) (ranksRound, error)
 	}
 	wg.Wait()
 	r.elapsed = time.Since(start)
+	cpu1, host1, err := m.cpu()
+	if err != nil {
+		return r, err
+	}
+	r.cpu, r.hostCPU = cpu1-cpu0, host1-host0
 	close(errs)
 	if err := <-errs; err != nil {
 		return r, err
@@ -369,4 +394,68 @@ func (m *rankMode) countWrites(ctx context.Context) (func() (map[string]int, int
 		}
 		return out, to - from, nil
 	}, nil
+}
+
+// cpu sums the CPU time used so far by the mode's hosts and every process
+// below them (their transports), and by the hosts alone, as /proc counts
+// it.
+func (m *rankMode) cpu() (all, hosts time.Duration, err error) {
+	var ticks, own int64
+	for _, h := range append(append([]*demo.Host{}, m.set.Prefill...), m.set.Decode...) {
+		t, o, err := procTreeTicks(h.Pid())
+		if err != nil {
+			return 0, 0, fmt.Errorf("%s: CPU time: %w", h.Name, err)
+		}
+		ticks, own = ticks+t, own+o
+	}
+	return time.Duration(ticks) * time.Second / clockTicks, time.Duration(own) * time.Second / clockTicks, nil
+}
+
+// clockTicks is the unit of /proc/<pid>/stat's times (USER_HZ, 100 on
+// Linux).
+const clockTicks = 100
+
+// procTreeTicks is the user and system time of pid and its descendants,
+// and of pid alone, in clock ticks.
+func procTreeTicks(pid int) (total, own int64, err error) {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	// The fields after the command name (which may hold spaces), from
+	// field 3 (state): utime and stime are fields 14 and 15.
+	i := strings.LastIndexByte(string(raw), ')')
+	f := strings.Fields(string(raw[i+1:]))
+	if len(f) < 13 {
+		return 0, 0, fmt.Errorf("/proc/%d/stat: %d fields after the name", pid, len(f))
+	}
+	ut, err1 := strconv.ParseInt(f[11], 10, 64)
+	st, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+	}
+	own = ut + st
+	total = own
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, t := range tasks {
+		kids, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", pid, t.Name()))
+		if err != nil {
+			continue // the thread ended
+		}
+		for _, k := range strings.Fields(string(kids)) {
+			kid, err := strconv.Atoi(k)
+			if err != nil {
+				return 0, 0, fmt.Errorf("/proc/%d/task/%s/children: %w", pid, t.Name(), err)
+			}
+			n, _, err := procTreeTicks(kid)
+			if err != nil {
+				continue // the child ended
+			}
+			total += n
+		}
+	}
+	return total, own, nil
 }

@@ -37,6 +37,9 @@ func TestBenchRanksPrintsItsGoalLine(t *testing.T) {
 		// The coordinated ranks write to etcd: every rank of both engines.
 		`(?m)^etcd writes/s per rank +pre/0 [1-9][0-9]* +pre/1 [1-9][0-9]* +dec/0 [1-9][0-9]* +dec/1 [1-9][0-9]* +\(all ranks: [1-9][0-9]* revisions/s`,
 		`(?m)^added p50 latency +seq [+-]` + num + ` +at 4 [+-]` + num,
+		// Both sets' processes used CPU while they pulled.
+		`(?m)^CPU per pull +coordinated [1-9][0-9]*\.[0-9]us +independent [1-9][0-9]*\.[0-9]us +\([+-][0-9]+\.[0-9] %;`,
+		`(?m)^  of which the hosts +coordinated [0-9]+\.[0-9]us +independent [0-9]+\.[0-9]us`,
 		`(?m)^goal name=rank-cost value=-?[0-9]+\.[0-9] target=5 met=(yes|no)$`,
 	} {
 		assert.Regexp(t, regexp.MustCompile(re), out.String())

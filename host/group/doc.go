@@ -22,9 +22,11 @@
 //     exit: no transport may be built.
 //  2. Publish the host's metadata address and compatibility hash once its
 //     metadata endpoint listens; Lookup peers by name before connecting.
-//  3. Each round, after core's Poll: Report the requests core finished
-//     (Succeeded), failed (Failed) or escalated past the hold cap (TimedOut)
-//     in that round, then Resolve every request reported and not yet
+//  3. Report the requests core finished (Succeeded), failed (Failed) or
+//     escalated past the hold cap (TimedOut): each Report is one etcd
+//     write, so a host may gather the states of several rounds into one
+//     Report while other requests run (a bounded wait; a lone request is
+//     reported at once). Then Resolve every request reported and not yet
 //     resolved; Resolve again whenever Changed signals (the watch saw
 //     another rank's state, or a loss), and Report with no states within
 //     a bounded time when Stats says writes are waiting (deletions). Tell the engine about a request only once Resolve returns it

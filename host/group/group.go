@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
+	"go.etcd.io/etcd/server/v3/etcdserver/api/v3client"
 )
 
 // Group is one rank's membership in its engine's rank group. Make it with
@@ -107,9 +108,16 @@ func (g *Group) connect(ctx context.Context) error {
 		}
 		endpoints = []string{g.addr}
 	}
-	cli, err := dial(endpoints, cc.TLS, g.cfg.Timeouts.Dial)
-	if err != nil {
-		return err
+	var cli *clientv3.Client
+	if g.etcd != nil {
+		// The rank that runs the etcd calls it in-process: no socket, no
+		// HTTP/2 framing, for its writes, its watch and its lease.
+		cli = v3client.New(g.etcd.Server)
+	} else {
+		var err error
+		if cli, err = dial(endpoints, cc.TLS, g.cfg.Timeouts.Dial); err != nil {
+			return err
+		}
 	}
 	g.cli = cli
 	lease, err := cli.Grant(ctx, int64(g.cfg.Timeouts.LeaseTTL/time.Second))

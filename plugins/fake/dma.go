@@ -19,10 +19,6 @@ const stallScan = 10 * time.Millisecond
 // initiated-only fence means for the agent that died.
 const peerWatch = 20 * time.Millisecond
 
-// earlyTail is the least time by which misbehave=early-done reports DONE
-// before the last chunk lands.
-const earlyTail = 50 * time.Millisecond
-
 // engine is the agent's DMA engine: it copies one chunk of one transfer per
 // step, round robin over the transfers in flight, pausing chunk_delay after
 // each chunk, and sleeps while nothing can move. It ends when the agent
@@ -100,8 +96,9 @@ func (t *Transport) step() (copied, again bool, wait time.Duration) {
 			wait = shorter(wait, x.cancelAt.Sub(now))
 		case x.canceled && !x.earlyDone:
 			t.finish(x, sdk.StateCanceled, sdk.Errorf(sdk.CodeCanceled, "fake: handle %d canceled", x.h.ID))
-		case x.earlyDone && now.Before(x.earlyAt):
-			wait = shorter(wait, x.earlyAt.Sub(now))
+		case x.earlyDone && !x.released:
+			// Parked: what reads the bytes between DONE and Release finds
+			// the last chunk missing, however slowly it runs.
 		case x.stall && (x.stallUntil.IsZero() || now.Before(x.stallUntil)):
 			if !x.leasesHeld(0, len(x.segs)) {
 				t.lost(x, disconnected(x))
@@ -136,7 +133,7 @@ func (t *Transport) step() (copied, again bool, wait time.Duration) {
 	}
 	last := seg == len(x.segs)
 	if last && !x.earlyDone && t.misbehaves(misbehaveEarlyDone) {
-		x.earlyDone, x.earlyAt = true, now.Add(max(earlyTail, t.p.chunkDelay))
+		x.earlyDone = true
 		t.report(x, sdk.StateDone, nil)
 		t.mu.Unlock()
 		return false, true, wait

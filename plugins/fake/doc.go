@@ -227,8 +227,9 @@
 //	reuse-ids        handle ids repeat after 64 posts: each later post
 //	                 takes the oldest released handle id, if any
 //	early-done       DONE (and the notification) is reported before the
-//	                 last chunk lands; it lands at least 50ms (or
-//	                 chunk_delay) later
+//	                 last chunk lands; it lands only after the handle
+//	                 is released (a late write into memory the caller
+//	                 may already reuse)
 //	terminal-flip    a handle reported DONE is reported FAILED by every
 //	                 Poll from 20ms after it turned DONE
 //	cancel-terminal  Cancel of a DONE handle makes Poll report it CANCELED

@@ -199,11 +199,24 @@ func (t *Transport) Release(ctx context.Context, ids []sdk.HandleID) ([]error, e
 			for _, d := range []sdk.DlistID{h.Local.ID, h.Remote.ID} {
 				delete(t.users[d], h)
 			}
+			t.unpark(h)
 			return nil
 		})
 	}
 	t.freeGhosts()
 	return out, nil
+}
+
+// unpark lets the last chunk of h's transfer land once h is released,
+// when misbehave=early-done reported it DONE early: after the release, as
+// the late write of a lying transport would.
+func (t *Transport) unpark(h *handle) {
+	for _, x := range t.active {
+		if x.h == h && x.earlyDone {
+			x.released = true
+			t.kick()
+		}
+	}
 }
 
 // Events drains up to max state changes (all when max <= 0) in the order

@@ -67,7 +67,7 @@ func TestIDsUnique(t *testing.T) {
 }
 
 // TestMisbehaveEarlyDone: DONE is reported while the last chunk has not
-// landed, and it lands later.
+// landed, and it lands only after the handle is released.
 func TestMisbehaveEarlyDone(t *testing.T) {
 	g := newGatedPair(t, 16<<10, 4096, map[string]string{"misbehave": "early-done"})
 	h := postOne(t, g.a, g.whole(sdk.OpWrite, nil))
@@ -77,8 +77,13 @@ func TestMisbehaveEarlyDone(t *testing.T) {
 	src := readFile(t, g.aPath)
 	require.False(t, bytes.Equal(src, readFile(t, g.bPath)), "DONE came before every byte was in place")
 	g.open()
-	require.Eventually(t, func() bool { return bytes.Equal(src, readFile(t, g.bPath)) }, wait, time.Millisecond)
+	// The engine runs freely and has nothing it may do: the transfer
+	// stays in flight, its last chunk parked, until the release.
+	r, err := g.a.Resources(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, r.InFlight, "the transfer reported DONE early must stay in flight until its last chunk lands")
 	release(t, g.a, h)
+	require.Eventually(t, func() bool { return bytes.Equal(src, readFile(t, g.bPath)) }, wait, time.Millisecond)
 	require.Eventually(t, func() bool {
 		r, err := g.a.Resources(ctx)
 		return err == nil && r.InFlight == 0

@@ -34,8 +34,10 @@ type transfer struct {
 	to        *net.UnixAddr // the peer's notification socket
 	noteDrop  bool
 	noteDelay time.Duration
-	earlyAt   time.Time // misbehave=early-done: DONE reported, last chunk lands then
+	// earlyDone: misbehave=early-done reported DONE with the last chunk
+	// still to land; it lands once the handle is released (released).
 	earlyDone bool
+	released  bool
 }
 
 // segment is one descriptor pair: bytes to copy from src to dst, and the
