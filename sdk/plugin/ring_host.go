@@ -41,8 +41,7 @@ import (
 // caller here looked at the ring within ringLazyWake (ring.go). Every
 // completion that may change a handle's state or brings a notification
 // wakes Wake's channel. A caller that Polls in a loop for transfers still
-// running gives its core up between Polls (pollSpin), as a transport's
-// own Poll does in process: the transport process needs it to move them.
+// running stamps the doorbell too (pollSpin).
 //
 // A completion ring that breaks the protocol fences the transport: the
 // process is killed (as Kill does), and every pending and later call
@@ -120,7 +119,6 @@ type ringHost struct {
 	// lastPoll is when a Poll last found transfers running and nothing
 	// new (Unix nanoseconds; pollSpin).
 	lastPoll atomic.Int64
-	pollLoop atomic.Int64 // when the current Poll loop began
 }
 
 // known is what the completion ring said of a handle posted through it.
@@ -256,7 +254,7 @@ func (r *ringHost) reader() {
 		// once: the plugin wakes it if an entry stays unconsumed
 		// (lazily, see ring.go).
 		if r.spinning.Load() == 0 && time.Since(last) < ringReaderSpin {
-			yield(last, r.m.host, r.m.plugin)
+			yield()
 			continue
 		}
 		v := r.m.host.prepare()
@@ -268,47 +266,19 @@ func (r *ringHost) reader() {
 	}
 }
 
-// yield is one round of a caller's spin that began at since. Callers do
-// not own the mapping, which the reader may unmap meanwhile: it is touched
-// under r.mu only.
-func (r *ringHost) yield(since time.Time) {
-	same := false
-	r.mu.Lock()
-	if !r.unmapped {
-		same = sameCPU(r.m.host, r.m.plugin)
-	}
-	r.mu.Unlock()
-	pause(since, same)
-}
-
 // pollSpin is called by a Poll that found transfers running and nothing
 // new in the completion ring. A caller that polls in a tight loop (it
-// polled again within ringPollSpin of its last such Poll) may hold the
-// core the transport process needs (its ring pump, or threads of the
-// transport's own that move the bytes): it gives its core up
-// (sched_yield) by the rings' spinning rule (yield): when the pump last
-// ran on this very CPU, or once the loop has lasted ringPureSpin. A Poll
-// now and then (a host's rounds) does not.
-//
-// Such a caller also stamps the host's doorbell (looking): it will find
-// what the plugin publishes itself, so the plugin need not wake the
-// reader for it.
+// polled again within ringPollSpin of its last such Poll) stamps the
+// host's doorbell (looking): it will find what the plugin publishes
+// itself, so the plugin need not wake the reader for it. A Poll now and
+// then (a host's rounds) does not. Like every spin here it keeps its CPU
+// (yield): the caller's own loop decides when to sleep.
 func (r *ringHost) pollSpin() {
 	now := time.Now().UnixNano()
 	if prev := r.lastPoll.Swap(now); prev == 0 || now-prev >= int64(ringPollSpin) {
-		r.pollLoop.Store(now) // a loop starts here, or this Poll is alone
-		return
+		return // a loop starts here, or this Poll is alone
 	}
 	r.looking(now)
-	same := false
-	r.mu.Lock()
-	if !r.unmapped {
-		same = sameCPU(r.m.host, r.m.plugin)
-	}
-	r.mu.Unlock()
-	if same || now-r.pollLoop.Load() > int64(ringPureSpin) {
-		_, _, _ = unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
-	}
 }
 
 // looking stamps the host's doorbell: a caller here looks at the
@@ -571,7 +541,7 @@ func (r *ringHost) submit(ctx context.Context, method string, kind, resKind uint
 		}
 		r.m.plugin.ring()
 		if time.Since(spun) < ringWaitSpin {
-			r.yield(spun)
+			yield()
 		} else {
 			time.Sleep(ringMinBackoff)
 		}
@@ -601,7 +571,7 @@ func (r *ringHost) submit(ctx context.Context, method string, kind, resKind uint
 	for spun := time.Now(); !c.fin.Load() && time.Since(spun) < ringWaitSpin; {
 		r.looking(time.Now().UnixNano())
 		if r.drain() == 0 {
-			r.yield(spun)
+			yield()
 		}
 	}
 	if r.spinning.Add(-1) == 0 {

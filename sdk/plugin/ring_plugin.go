@@ -328,7 +328,7 @@ func (s *ringServer) run() {
 		}
 		if now.Sub(last) < spin || (s.tracked() > 0 && now.Sub(s.postedAt) < s.doneSpin()) {
 			s.wakeHost(false)
-			yield(last, s.m.plugin, s.m.host)
+			yield()
 			continue
 		}
 		s.wakeHost(true)
@@ -679,7 +679,7 @@ func (s *ringServer) push(e ringEntry, payload []byte) error {
 		}
 		s.m.host.ring()
 		if time.Since(spun) < ringMaxSpin {
-			yield(spun, s.m.plugin, s.m.host)
+			yield()
 			continue
 		}
 		v := s.m.plugin.prepare()
