@@ -362,3 +362,84 @@ func FuzzRingDecode(f *testing.F) {
 		}
 	})
 }
+
+// TestLazyHostWake: the plugin wakes a sleeping host for a completion at
+// once when nobody on the host side looked at the ring lately; while
+// someone did (the drained stamp is fresh), only once the stamp ages or
+// the plugin is about to sleep, and not at all once the host consumed
+// the entry; a host that is awake is never woken.
+func TestLazyHostWake(t *testing.T) {
+	hostMap, plugMap := testRings(t, smallLayout)
+	s := &ringServer{m: plugMap, comp: newProducer(plugMap.comp, "completion"), lazyWake: time.Hour}
+	hc := newConsumer(hostMap.comp, "completion")
+	rung := func() uint32 { return hostMap.host.word.Load() }
+	now := func() int64 { return time.Now().UnixNano() }
+	consume := func() {
+		n, err := hc.available()
+		require.NoError(t, err)
+		for range n {
+			_, _, err := hc.next()
+			require.NoError(t, err)
+			hc.advance()
+		}
+	}
+
+	// Asleep, nobody looked lately: woken at once.
+	hostMap.host.prepare()
+	hostMap.host.drained.Store(now() - int64(2*time.Hour))
+	w := rung()
+	require.NoError(t, s.pushOnce(ringEntry{kind: kindEvents}, nil))
+	assert.Equal(t, w+1, rung(), "a host that sleeps and does not look is woken at once")
+	assert.False(t, s.owed)
+	consume()
+
+	// Asleep, but a caller looked just now: not yet; woken once the
+	// stamp has aged.
+	hostMap.host.drained.Store(now())
+	w = rung()
+	require.NoError(t, s.pushOnce(ringEntry{kind: kindEvents}, nil))
+	assert.Equal(t, w, rung(), "a host whose caller looks is not woken at once")
+	assert.True(t, s.owed)
+	s.wakeHost(false)
+	assert.Equal(t, w, rung(), "not while the stamp is fresh")
+	hostMap.host.drained.Store(now() - int64(2*time.Hour))
+	s.wakeHost(false)
+	assert.Equal(t, w+1, rung(), "woken once the stamp aged")
+	assert.False(t, s.owed)
+	consume()
+
+	// A stamp from the future is not recent.
+	hostMap.host.drained.Store(now() + int64(time.Hour))
+	w = rung()
+	require.NoError(t, s.pushOnce(ringEntry{kind: kindEvents}, nil))
+	assert.Equal(t, w+1, rung(), "a stamp in the future withholds nothing")
+	consume()
+
+	// Consumed before the stamp aged: nothing owed, nobody woken.
+	hostMap.host.drained.Store(now())
+	w = rung()
+	require.NoError(t, s.pushOnce(ringEntry{kind: kindEvents}, nil))
+	consume()
+	s.wakeHost(true)
+	assert.Equal(t, w, rung(), "an entry the host consumed owes no wake-up")
+	assert.False(t, s.owed)
+
+	// Fresh stamp, but the plugin is about to sleep: woken now.
+	require.NoError(t, s.pushOnce(ringEntry{kind: kindEvents}, nil))
+	assert.True(t, s.owed)
+	s.wakeHost(true)
+	assert.Equal(t, w+1, rung(), "woken before the plugin sleeps")
+	consume()
+
+	// Awake: never woken; the entry stays owed until it is consumed.
+	hostMap.host.cancel()
+	hostMap.host.drained.Store(now() - int64(2*time.Hour))
+	w = rung()
+	require.NoError(t, s.pushOnce(ringEntry{kind: kindEvents}, nil))
+	s.wakeHost(true)
+	assert.Equal(t, w, rung(), "an awake host is not woken")
+	assert.True(t, s.owed)
+	consume()
+	s.wakeHost(false)
+	assert.False(t, s.owed)
+}
