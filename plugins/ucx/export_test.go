@@ -26,7 +26,3 @@ func SetSleepMax(d time.Duration) (restore func()) {
 
 // FenceScope is fenceScope, for the tests.
 var FenceScope = fenceScope
-
-// PauseProgress stops (or resumes) the agent's progress thread, so that
-// only what callers progress themselves moves (tests).
-func (t *Transport) PauseProgress(on bool) { t.agent.Load().nw.pauseThread(on) }

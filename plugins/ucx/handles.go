@@ -177,19 +177,9 @@ func (t *Transport) Release(ctx context.Context, ids []sdk.HandleID) ([]error, e
 	return out, nil
 }
 
-// Events drains up to max state changes (all when max <= 0). While
-// transfers run it first progresses the worker on the caller's thread, as
-// Poll does: a caller that asks for events in a loop (the ring pump of a
-// transport process does) is then its own progress engine, and finds a
-// completion without waiting for the progress thread or a wake-up.
+// Events drains up to max state changes (all when max <= 0).
 func (t *Transport) Events(ctx context.Context, max int) ([]sdk.Event, error) {
 	var out []sdk.Event
-	err := t.do(ctx, "Events", 0, func(a *agent) {
-		if a.nw.running() > 0 {
-			a.nw.callerProgress()
-			a.reap()
-		}
-		out = a.book.Events(max)
-	})
+	err := t.do(ctx, "Events", 0, func(a *agent) { out = a.book.Events(max) })
 	return out, err
 }

@@ -144,23 +144,9 @@ func (w *nativeWorker) sleeping() bool {
 	return (*atomic.Int32)(unsafe.Pointer(&w.cw.sleeping)).Load() != 0
 }
 
-// running is how many ops, sends and closes UCX still runs.
-func (w *nativeWorker) running() int32 {
-	return (*atomic.Int32)(unsafe.Pointer(&w.cw.running)).Load()
-}
-
 // threadStats are the progress thread's rounds and sleeps so far.
 func (w *nativeWorker) threadStats() (rounds, sleeps uint64) {
 	return counter(&w.cw.rounds), counter(&w.cw.sleeps)
-}
-
-// pauseThread stops (or resumes) the progress thread's rounds (tests).
-func (w *nativeWorker) pauseThread(on bool) {
-	v := C.int(0)
-	if on {
-		v = 1
-	}
-	C.cu_pause_thread(w.cw, v)
 }
 
 // failMsgAllocs makes the next n copies of received notifications fail

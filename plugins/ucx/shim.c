@@ -307,11 +307,6 @@ static void *cu_thread(void *arg)
     while (!LOAD(&w->stop)) {
         unsigned n;
         int32_t running;
-        if (LOAD(&w->paused)) {
-            struct timespec ts = {0, CU_CALLER_NAP_NS};
-            nanosleep(&ts, NULL);
-            continue;
-        }
         cu_thread_lock(w);
         n = cu_round(w);
         cu_unlock(w);
@@ -968,9 +963,4 @@ void cu_fail_msg_allocs(cu_worker *w, int n)
     cu_lock(w);
     w->fail_msg_allocs = n;
     cu_unlock(w);
-}
-
-void cu_pause_thread(cu_worker *w, int on)
-{
-    STORE(&w->paused, on);
 }

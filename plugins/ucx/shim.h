@@ -132,7 +132,6 @@ typedef struct cu_worker {
     uint64_t        msg_seq;      /* notifications received, ever (atomic) */
     uint64_t        msg_lost;     /* notifications dropped: out of memory (atomic) */
     int             fail_msg_allocs; /* tests: fail this many message copies */
-    int32_t         paused;       /* tests: the progress thread progresses nothing (atomic) */
 
     uint64_t        peer_failures;/* bumped by every endpoint error (atomic) */
 
@@ -217,9 +216,6 @@ const char *cu_msg_data(const cu_msg *m); /* from, then message */
 /* cu_fail_msg_allocs makes the next n copies of received notifications
  * fail as if malloc had (tests). */
 void cu_fail_msg_allocs(cu_worker *w, int n);
-/* cu_pause_thread stops (1) or resumes (0) the progress thread's rounds
- * (tests: what callers progress themselves). */
-void cu_pause_thread(cu_worker *w, int on);
 
 
 #define CU_AM_ID 7

@@ -7,11 +7,10 @@
 //
 // Transport wraps a Backend: the author writes only native work (map and
 // register a region, load and unload a peer, start a transfer and report
-// its end, send a notification) and gets sdk.Transport, sdk.EventSource,
-// sdk.Waker and sdk.WakeReasoner. Its calls run one at a time under one
-// lock; the backend reports completions and received notifications
-// through a Reporter from any goroutine. examples/memcopy is a whole
-// transport built this way.
+// its end, send a notification) and gets sdk.Transport, sdk.EventSource
+// and sdk.Waker. Its calls run one at a time under one lock; the backend
+// reports completions and received notifications through a Reporter from
+// any goroutine. examples/memcopy is a whole transport built this way.
 //
 // Book is the bookkeeping alone, for a transport with a concurrency model
 // of its own (a simulator whose engine shares its lock, a native library

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"sync"
-	"sync/atomic"
 
 	"github.com/custody-dev/custody/sdk"
 )
@@ -77,8 +76,8 @@ type Reporter interface {
 	Deliver(from string, msg []byte)
 }
 
-// Transport implements sdk.Transport, sdk.EventSource, sdk.Waker and
-// sdk.WakeReasoner around a Backend: it checks every argument, keeps the tables, pins,
+// Transport implements sdk.Transport, sdk.EventSource and sdk.Waker
+// around a Backend: it checks every argument, keeps the tables, pins,
 // handle states, events and inbox in a Book, and calls the backend only
 // for native work. It is safe for concurrent use.
 type Transport[R, P any] struct {
@@ -92,10 +91,6 @@ type Transport[R, P any] struct {
 	repMu   sync.Mutex // guards what reports wait to apply
 	done    []report
 	arrived []sdk.Notification
-
-	// What the wake-ups since the last WakeReasons were for; each is set
-	// before its wake-up is sent.
-	wokeStates, wokeNotes atomic.Bool
 }
 
 type report struct {
@@ -105,10 +100,9 @@ type report struct {
 }
 
 var (
-	_ sdk.Transport    = (*Transport[int, int])(nil)
-	_ sdk.EventSource  = (*Transport[int, int])(nil)
-	_ sdk.Waker        = (*Transport[int, int])(nil)
-	_ sdk.WakeReasoner = (*Transport[int, int])(nil)
+	_ sdk.Transport   = (*Transport[int, int])(nil)
+	_ sdk.EventSource = (*Transport[int, int])(nil)
+	_ sdk.Waker       = (*Transport[int, int])(nil)
 )
 
 // New wraps a backend in a Transport that is not open yet.
@@ -320,15 +314,6 @@ func (t *Transport[R, P]) Resources(ctx context.Context) (sdk.Resources, error) 
 // Wake signals whenever a report arrived.
 func (t *Transport[R, P]) Wake() <-chan struct{} { return t.wake }
 
-// WakeReasons implements sdk.WakeReasoner: states when a completion was
-// reported since the previous call, notifications when a notification
-// was delivered. A host (or the ring pump of a transport process) then
-// drains notifications only when one may have come, not after every
-// completion.
-func (t *Transport[R, P]) WakeReasons() (states, notifications bool) {
-	return t.wokeStates.Swap(false), t.wokeNotes.Swap(false)
-}
-
 // apply moves waiting reports into the Book. The caller holds t.mu.
 func (t *Transport[R, P]) apply() {
 	t.repMu.Lock()
@@ -352,7 +337,6 @@ func (r *reporter[R, P]) Complete(id sdk.HandleID, state sdk.State, reason error
 	r.repMu.Lock()
 	r.done = append(r.done, report{id, state, reason})
 	r.repMu.Unlock()
-	r.wokeStates.Store(true)
 	r.signal()
 }
 
@@ -360,7 +344,6 @@ func (r *reporter[R, P]) Deliver(from string, msg []byte) {
 	r.repMu.Lock()
 	r.arrived = append(r.arrived, sdk.Notification{From: from, Message: msg})
 	r.repMu.Unlock()
-	r.wokeNotes.Store(true)
 	r.signal()
 }
 

@@ -198,31 +198,3 @@ func TestTransportGateAndContext(t *testing.T) {
 		t.Errorf("Poll after Close: %v", err)
 	}
 }
-
-// TestTransportWakeReasons: a wake-up says what it was for; a completion
-// alone does not claim a notification, nor a notification a state change.
-func TestTransportWakeReasons(t *testing.T) {
-	ctx := context.Background()
-	s := &stub{}
-	tr, spec := linked(t, s)
-	if st, n := tr.WakeReasons(); st || n {
-		t.Fatalf("reasons before any report: states=%v notifications=%v", st, n)
-	}
-	res, err := tr.Post(ctx, []sdk.PostSpec{spec})
-	if err != nil || res[0].Err != nil {
-		t.Fatal(err, res)
-	}
-	s.r.Complete(res[0].ID, sdk.StateDone, nil)
-	<-tr.Wake()
-	if st, n := tr.WakeReasons(); !st || n {
-		t.Errorf("after a completion: states=%v notifications=%v, want true false", st, n)
-	}
-	s.r.Deliver("b", []byte("hi"))
-	<-tr.Wake()
-	if st, n := tr.WakeReasons(); st || !n {
-		t.Errorf("after a notification: states=%v notifications=%v, want false true", st, n)
-	}
-	if st, n := tr.WakeReasons(); st || n {
-		t.Errorf("reasons are taken once: states=%v notifications=%v", st, n)
-	}
-}

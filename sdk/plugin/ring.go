@@ -72,21 +72,9 @@ import (
 // the new entries on its last check, or the waker sees the flag; and the
 // kernel's FUTEX_WAIT returns at once if the word moved since it was
 // loaded. Nothing spins while idle.
-//
-// Waking a sleeper costs both sides (tens of µs on a small virtual
-// machine), so the plugin wakes the host lazily: a caller on the host side
-// that looks at the completion ring in a loop (one spinning for its call's
-// result, or Polling again and again) stamps the host's doorbell
-// (drained) as it goes, and takes the stamp back when its loop ends.
-// While the stamp is fresh (ringLazyWake), that caller will find the
-// entry itself; the plugin then wakes the host only if the entry is still
-// unconsumed once the stamp has aged, and always before it sleeps itself.
-// Without this, a host polling in a loop would have its sleeping reader
-// woken once per completion for nothing; a caller that looked once and
-// then waits on Wake does not stamp, so its wake-up is not delayed.
 
 // ringVersion is the layout version; a plugin refuses any other.
-const ringVersion = 3
+const ringVersion = 2
 
 // ringMagic starts the header of a ring file.
 const ringMagic uint64 = 0x31474e4952594443 // "CDYRING1"
@@ -104,8 +92,8 @@ const (
 	offSubHead     = 128 // plugin writes
 	offCompTail    = 192 // plugin writes
 	offCompHead    = 256 // host writes
-	offPluginBell  = 320 // word, sleeping flag, (unused), drained
-	offHostBell    = 384 // word, sleeping flag, (unused), drained
+	offPluginBell  = 320 // word, sleeping flag, cpu
+	offHostBell    = 384 // word, sleeping flag, cpu
 	ringHeaderSize = 4096
 )
 
@@ -169,10 +157,6 @@ func u64At(mem []byte, off int) *atomic.Uint64 {
 	return (*atomic.Uint64)(unsafe.Pointer(&mem[off]))
 }
 
-func i64At(mem []byte, off int) *atomic.Int64 {
-	return (*atomic.Int64)(unsafe.Pointer(&mem[off]))
-}
-
 func u32At(mem []byte, off int) *atomic.Uint32 {
 	return (*atomic.Uint32)(unsafe.Pointer(&mem[off]))
 }
@@ -227,8 +211,8 @@ func newRingMap(mem []byte, l ringLayout) *ringMap {
 	m.comp = ringMem{ents: take(int(l.compEntries) * ringEntrySize), n: uint64(l.compEntries), tail: u64At(mem, offCompTail), head: u64At(mem, offCompHead)}
 	m.sub.arena = take(int(l.subArena))
 	m.comp.arena = take(int(l.compArena))
-	m.plugin = doorbell{word: u32At(mem, offPluginBell), sleeping: u32At(mem, offPluginBell+4), drained: i64At(mem, offPluginBell+16)}
-	m.host = doorbell{word: u32At(mem, offHostBell), sleeping: u32At(mem, offHostBell+4), drained: i64At(mem, offHostBell+16)}
+	m.plugin = doorbell{word: u32At(mem, offPluginBell), sleeping: u32At(mem, offPluginBell+4), cpu: u32At(mem, offPluginBell+8)}
+	m.host = doorbell{word: u32At(mem, offHostBell), sleeping: u32At(mem, offHostBell+4), cpu: u32At(mem, offHostBell+8)}
 	return m
 }
 
@@ -351,23 +335,10 @@ func (c *consumer) advance() {
 // doorbell wakes a sleeping side: word is the futex word, sleeping is set
 // while its owner sleeps (or is about to).
 //
-// drained is when a caller of the owner's side last looked at the ring it
-// consumes in a loop (Unix nanoseconds; 0: nobody loops; the host's only,
-// so far): a producer whose consumer looks that often need not wake it
-// (recentlyDrained). It is a hint,
-// never trusted: a wrong value costs a wake-up, or delays one by at most
-// ringLazyWake.
+// cpu is where the owner last spun (CPU number + 1; 0: not known), so that
+// a spinner can tell whether it holds the very CPU its peer needs.
 type doorbell struct {
-	word, sleeping *atomic.Uint32
-	drained        *atomic.Int64
-}
-
-// recentlyDrained reports whether the owner looked at its ring within
-// window before now (Unix nanoseconds). A stamp in the future is not
-// recent: a wrong stamp may cost a wake-up, never withhold one for long.
-func (d doorbell) recentlyDrained(now int64, window time.Duration) bool {
-	ago := now - d.drained.Load()
-	return ago >= 0 && ago < int64(window)
+	word, sleeping, cpu *atomic.Uint32
 }
 
 // ring wakes the owner if it sleeps. Call it after publishing.
@@ -402,21 +373,41 @@ func (d doorbell) wait(v uint32, timeout time.Duration) {
 // cancel undoes prepare.
 func (d doorbell) cancel() { d.sleeping.Store(0) }
 
-// ringLazyWake: a consumer that looked at its ring within this long is
-// taken to be looking still (a caller polling in a loop); its producer
-// wakes it only if the entries stay unconsumed this long.
-const ringLazyWake = 20 * time.Microsecond
+// ringPureSpin is how long a spinner keeps its CPU before it starts
+// giving it away.
+const ringPureSpin = 50 * time.Microsecond
 
-// yield is one round of a spin: it lets the other goroutines of this
-// process run, and never gives the CPU to other processes (sched_yield).
-// A spin is bounded by its caller, who then sleeps on a doorbell or a
-// channel, which is how the CPU goes to the peer. Giving it away inside a
-// spin looked like a courtesy to a peer on the same CPU, but on a machine
-// with more runnable threads than CPUs the CPU goes to whoever else waits,
-// for a scheduler slice: measured with bench --sdk (fake, 4 KiB Post to
-// DONE), a pump and a host that both yielded whenever they last ran on the
-// same CPU took 26-30 µs at the median, against 7-9 µs with Gosched alone.
-func yield() { runtime.Gosched() }
+// yield is one round of a spin that began at since, by the owner of mine
+// waiting for the owner of peer. While the peer last ran on another CPU,
+// and for at most ringPureSpin, it only lets the other goroutines of this
+// process run: a peer on another CPU answers in well under a microsecond,
+// and giving the CPU away (sched_yield) costs some 8 µs per hand-off on a
+// busy machine. When the peer last ran on this very CPU, or the spin has
+// lasted, the spinner gives its CPU to other processes too: otherwise a
+// spinner that shares its CPU with its peer stalls them both for a
+// scheduler slice.
+func yield(since time.Time, mine, peer doorbell) {
+	pause(since, sameCPU(mine, peer))
+}
+
+// sameCPU records where the owner of mine runs and reports whether the
+// owner of peer last ran there too. The caller must hold the mapping.
+func sameCPU(mine, peer doorbell) bool {
+	var cpu uint32
+	if _, _, errno := unix.RawSyscall(unix.SYS_GETCPU, uintptr(unsafe.Pointer(&cpu)), 0, 0); errno != 0 {
+		return false
+	}
+	mine.cpu.Store(cpu + 1)
+	return peer.cpu.Load() == cpu+1
+}
+
+// pause is yield's second half; it touches no mapping.
+func pause(since time.Time, same bool) {
+	runtime.Gosched()
+	if same || time.Since(since) > ringPureSpin {
+		_, _, _ = unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+	}
+}
 
 // FUTEX_WAIT and FUTEX_WAKE without FUTEX_PRIVATE_FLAG: the word is in a
 // mapping shared between processes.

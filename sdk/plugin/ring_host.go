@@ -37,11 +37,8 @@ import (
 //
 // Whoever waits drains the completion ring itself (a caller spinning for
 // its result, Poll); a reader goroutine drains it when nobody does, sleeping
-// on the host's doorbell, which the plugin rings lazily: not while a
-// caller here looked at the ring within ringLazyWake (ring.go). Every
-// completion that may change a handle's state or brings a notification
-// wakes Wake's channel. A caller that Polls in a loop for transfers still
-// running stamps the doorbell too (pollSpin).
+// on the host's doorbell. Every completion that may change a handle's state
+// or brings a notification wakes Wake's channel.
 //
 // A completion ring that breaks the protocol fences the transport: the
 // process is killed (as Kill does), and every pending and later call
@@ -56,10 +53,6 @@ const (
 	// ringReaderSpin is how long the reader goroutine keeps looking after
 	// the last completion before it sleeps.
 	ringReaderSpin = 20 * time.Microsecond
-	// ringPollSpin: a Poll that finds transfers running within this long
-	// of the previous one comes from a caller polling in a loop
-	// (pollSpin).
-	ringPollSpin = 20 * time.Microsecond
 	// fallbackWakeEvery paces Wake's channel when the rings are not in use
 	// (off, refused, or the agent closed): the host then learns nothing by
 	// itself and must poll.
@@ -114,11 +107,9 @@ type ringHost struct {
 	readerDone chan struct{}
 	stopAfter  func() bool
 	// spinning counts callers draining the completion ring themselves;
-	// while there are any, the reader sleeps.
+	// while there are any, the reader parks until handoff.
 	spinning atomic.Int32
-	// lastPoll is when a Poll last found transfers running and nothing
-	// new (Unix nanoseconds; pollSpin).
-	lastPoll atomic.Int64
+	handoff  chan struct{}
 }
 
 // known is what the completion ring said of a handle posted through it.
@@ -152,6 +143,7 @@ func newRingHost(c *grpcClient, mem []byte, l ringLayout, log hclog.Logger, kill
 		known:      map[sdk.HandleID]known{},
 		stopped:    make(chan struct{}),
 		readerDone: make(chan struct{}),
+		handoff:    make(chan struct{}, 1),
 	}
 }
 
@@ -250,11 +242,16 @@ func (r *ringHost) reader() {
 			last = time.Now()
 			continue
 		}
-		// While a caller drains the ring itself, the reader sleeps at
-		// once: the plugin wakes it if an entry stays unconsumed
-		// (lazily, see ring.go).
-		if r.spinning.Load() == 0 && time.Since(last) < ringReaderSpin {
-			yield()
+		if r.spinning.Load() > 0 {
+			// A caller drains; it hands back when it stops.
+			select {
+			case <-r.handoff:
+			case <-r.stopped:
+			}
+			continue
+		}
+		if time.Since(last) < ringReaderSpin {
+			yield(last, r.m.host, r.m.plugin)
 			continue
 		}
 		v := r.m.host.prepare()
@@ -266,30 +263,17 @@ func (r *ringHost) reader() {
 	}
 }
 
-// pollSpin is called by a Poll that found transfers running and nothing
-// new in the completion ring. A caller that polls in a tight loop (it
-// polled again within ringPollSpin of its last such Poll) stamps the
-// host's doorbell (looking): it will find what the plugin publishes
-// itself, so the plugin need not wake the reader for it. A Poll now and
-// then (a host's rounds) does not. Like every spin here it keeps its CPU
-// (yield): the caller's own loop decides when to sleep.
-func (r *ringHost) pollSpin() {
-	now := time.Now().UnixNano()
-	if prev := r.lastPoll.Swap(now); prev == 0 || now-prev >= int64(ringPollSpin) {
-		return // a loop starts here, or this Poll is alone
-	}
-	r.looking(now)
-}
-
-// looking stamps the host's doorbell: a caller here looks at the
-// completion ring in a loop (see ring.go, lazy wake-ups). now 0 takes the
-// stamp back (the loop ended).
-func (r *ringHost) looking(now int64) {
+// yield is one round of a caller's spin that began at since. Callers do
+// not own the mapping, which the reader may unmap meanwhile: it is touched
+// under r.mu only.
+func (r *ringHost) yield(since time.Time) {
+	same := false
 	r.mu.Lock()
 	if !r.unmapped {
-		r.m.host.drained.Store(now)
+		same = sameCPU(r.m.host, r.m.plugin)
 	}
 	r.mu.Unlock()
+	pause(since, same)
 }
 
 // pending reports whether the completion ring holds anything (or is
@@ -541,7 +525,7 @@ func (r *ringHost) submit(ctx context.Context, method string, kind, resKind uint
 		}
 		r.m.plugin.ring()
 		if time.Since(spun) < ringWaitSpin {
-			yield()
+			r.yield(spun)
 		} else {
 			time.Sleep(ringMinBackoff)
 		}
@@ -569,15 +553,15 @@ func (r *ringHost) submit(ctx context.Context, method string, kind, resKind uint
 	// microseconds, and a goroutine hand-off would cost more.
 	r.spinning.Add(1)
 	for spun := time.Now(); !c.fin.Load() && time.Since(spun) < ringWaitSpin; {
-		r.looking(time.Now().UnixNano())
 		if r.drain() == 0 {
-			yield()
+			r.yield(spun)
 		}
 	}
 	if r.spinning.Add(-1) == 0 {
-		// Nobody looks any more: the plugin wakes the reader at once
-		// from now on.
-		r.looking(0)
+		select {
+		case r.handoff <- struct{}{}:
+		default:
+		}
 	}
 	select {
 	case <-c.done:
@@ -769,13 +753,12 @@ func (p *Plugin) Poll(ctx context.Context, ids []sdk.HandleID) ([]sdk.HandleStat
 	if err := r.gone("Poll"); err != nil {
 		return nil, err
 	}
-	drained := r.drain()
+	r.drain()
 	if err := r.gone("Poll"); err != nil {
 		return nil, err
 	}
 	out := make([]sdk.HandleStatus, len(ids))
 	var miss []int
-	running := false
 	r.mu.Lock()
 	for i, id := range ids {
 		k, ok := r.known[id]
@@ -786,13 +769,9 @@ func (p *Plugin) Poll(ctx context.Context, ids []sdk.HandleID) ([]sdk.HandleStat
 			out[i] = k.st
 		default:
 			out[i].State = sdk.StateInProgress
-			running = true
 		}
 	}
 	r.mu.Unlock()
-	if running && drained == 0 {
-		r.pollSpin()
-	}
 	if len(miss) == 0 {
 		return out, nil
 	}

@@ -41,7 +41,7 @@ func newPair(t *testing.T) *pair {
 
 // newPairOf serves wrap(the fake) (the fake itself when wrap is nil), with
 // the host's call timeout.
-func newPairOf(t *testing.T, wrap func(sdk.Transport) sdk.Transport, timeout time.Duration, tune ...func(*ringServer)) *pair {
+func newPairOf(t *testing.T, wrap func(sdk.Transport) sdk.Transport, timeout time.Duration) *pair {
 	t.Helper()
 	ctx := context.Background()
 	impl := fake.New()
@@ -79,9 +79,6 @@ func newPairOf(t *testing.T, wrap func(sdk.Transport) sdk.Transport, timeout tim
 		served = wrap(impl)
 	}
 	pr.server = newRingServer(ctx, served, pmem, l, hclog.NewNullLogger())
-	for _, f := range tune {
-		f(pr.server)
-	}
 	pr.server.start()
 	t.Cleanup(func() {
 		pr.server.stop()
@@ -354,15 +351,14 @@ func (c *countNotes) Notifications(ctx context.Context, max int) ([]sdk.Notifica
 
 // TestRingPairWakeReasons: for a transport that says what its wake-ups
 // were for (sdk.WakeReasoner), the pump drains notifications only when a
-// notification may have come, or at its pace while awake (raised here
-// past the test's length): completions alone cost no drain, and a
+// notification may have come: completions alone cost no drain, and a
 // notification still reaches the host without the host asking.
 func TestRingPairWakeReasons(t *testing.T) {
 	var cn *countNotes
 	pr := newPairOf(t, func(tr sdk.Transport) sdk.Transport {
 		cn = &countNotes{Transport: tr.(*fake.Transport)}
 		return cn
-	}, 10*time.Second, func(s *ringServer) { s.notesPace = time.Hour })
+	}, 10*time.Second)
 	for range 20 {
 		res := pr.post(t, 1)
 		require.NoError(t, res[0].Err)
@@ -408,7 +404,7 @@ func TestRingPairPromptAsksNothing(t *testing.T) {
 	pr := newPairOf(t, func(tr sdk.Transport) sdk.Transport {
 		cn = &countNotes{Transport: tr.(*fake.Transport)}
 		return cn
-	}, 10*time.Second, func(s *ringServer) { s.notesPace = time.Hour }) // only the drains asked for count
+	}, 10*time.Second)
 	p := &Plugin{grpcClient: pr.host.c}
 	p.rings.Store(pr.host)
 	ctx := context.Background()

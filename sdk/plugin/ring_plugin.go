@@ -20,31 +20,20 @@ import (
 // and pushes what changed: the transport's events when it is an
 // EventSource (claimed in Describe), else the terminal states it finds by
 // polling the handles posted and not yet terminal; and the notifications it
-// drains, so that the host's Waker covers them.
-//
-// While awake, the pump asks the transport itself: for its changes after
-// each submission and then at a pace that follows how long the answers
-// take (at most ringAwakeGap apart for a Waker), and for its
-// notifications at most every ringActiveNotes. A transport that
-// progresses on its caller's thread (UCX's Events and Poll do) then
-// completes transfers on the pump's own thread, as an in-process host's
-// Poll does. A Waker's wake-ups are forwarded only while the pump sleeps
-// (forward): while it is awake they wait in Wake's slot, so that a
-// completion costs no eventfd write, goroutine hop or second wake-up.
-// A forwarded wake-up makes the pump ask for the transport's changes and
-// its notifications; for a WakeReasoner, only for what the wake-up was
-// for, so that completions do not cost a notification drain each.
+// drains, so that the host's Waker covers them. A transport's wake-up
+// makes the pump ask for its changes and its notifications; for a
+// WakeReasoner, only for what the wake-up was for, so that completions do
+// not cost a notification drain each.
 //
 // The pump spins while work comes (adapting how long), then sleeps on its
-// doorbell: for a Waker, until the host or the transport wakes it (with
-// transfers in flight, ringMaxBackoff at most, a safety net); for another
-// transport, with transfers in flight, for a backoff that grows from
-// ringMinBackoff to ringBusyBackoff, and to ringMaxBackoff once nothing
-// moved for ringStalled; otherwise (a transport that cannot say when a
-// notification arrives, so that the pump drains its notifications to
-// wake the host) for a pause that grows from ringMinIdleNotes to
-// ringIdleNotePoll. An idle pump costs next to nothing: some ten wake-ups
-// a second, none for a Waker. It wakes the host lazily (ring.go).
+// doorbell: with nothing in flight and a transport that is a Waker, until
+// the host or the transport wakes it; with transfers in flight, for a
+// backoff that grows from ringMinBackoff to ringBusyBackoff, and to
+// ringMaxBackoff once nothing moved for ringStalled; otherwise (a
+// transport that cannot say when a notification arrives, so that the
+// pump drains its notifications to wake the host) for a pause that grows
+// from ringMinIdleNotes to ringIdleNotePoll. An idle pump costs next to
+// nothing: some ten wake-ups a second, none for a Waker.
 //
 // step is the pump's unit of work (take what was submitted, answer it,
 // push what changed); a transport whose own progress thread should take
@@ -67,7 +56,6 @@ const (
 	ringMinIdleNotes = time.Millisecond
 	ringIdleNotePoll = 100 * time.Millisecond
 	ringActiveNotes  = 50 * time.Microsecond // least time between two notification drains while busy
-	ringAwakeGap     = 20 * time.Microsecond // longest gap between two asks for a Waker's changes while the pump is awake
 	ringDrainTimeout = time.Second           // bounds the pump's own calls (events, polls, notifications)
 )
 
@@ -95,14 +83,9 @@ type ringServer struct {
 	kickedStates atomic.Bool
 	kickedNotes  atomic.Bool
 	stopped      atomic.Bool
-	// listen tells the goroutine that forwards the transport's wake-ups
-	// that the pump is about to sleep, so that it forwards the next one
-	// (capacity 1). While the pump is awake it asks the transport itself
-	// and the transport's wake-ups wait in Wake's slot, unforwarded: a
-	// transport that learns of a completion on a thread of its own
-	// (UCX) then writes no eventfd and wakes no goroutine per
-	// completion, and the pump is not woken twice for one change.
-	listen chan struct{}
+	// taken tells the goroutine that forwards the transport's wake-ups
+	// that the pump took the last one (capacity 1).
+	taken chan struct{}
 	// mapMu guards the mapping's life against wake-ups from gRPC
 	// handlers: unmapped is set, under it, once the pump unmapped it.
 	mapMu    sync.RWMutex
@@ -114,9 +97,6 @@ type ringServer struct {
 	followAt  time.Time
 	followGap time.Duration
 	notesGap  time.Duration
-	// notesPace is the least time between two notification drains while
-	// the pump is awake (ringActiveNotes; tests raise it).
-	notesPace time.Duration
 	// lastSent is when the host published the submission served last.
 	lastSent int64
 	// postedAt is when the pump served the last Post; doneTime is a
@@ -124,11 +104,6 @@ type ringServer struct {
 	// the pump spins while a change is about due (doneSpin).
 	postedAt time.Time
 	doneTime time.Duration
-	// owed: entries were published that the host may not have seen and
-	// it was not woken for them yet (wakeHost). lazyWake is ringLazyWake
-	// (tests raise it).
-	owed     bool
-	lazyWake time.Duration
 	// pending holds the items of a call submitted in parts.
 	pendingPosts []sdk.PostSpec
 	pendingIDs   []sdk.HandleID
@@ -140,13 +115,11 @@ func newRingServer(ctx context.Context, impl sdk.Transport, mem []byte, l ringLa
 	m := newRingMap(mem, l)
 	s := &ringServer{
 		impl: impl, log: log, mem: mem, m: m,
-		sub:       newConsumer(m.sub, "submission"),
-		comp:      newProducer(m.comp, "completion"),
-		inflight:  map[sdk.HandleID]struct{}{},
-		done:      make(chan struct{}),
-		listen:    make(chan struct{}, 1),
-		notesPace: ringActiveNotes,
-		lazyWake:  ringLazyWake,
+		sub:      newConsumer(m.sub, "submission"),
+		comp:     newProducer(m.comp, "completion"),
+		inflight: map[sdk.HandleID]struct{}{},
+		done:     make(chan struct{}),
+		taken:    make(chan struct{}, 1),
 	}
 	if es, ok := impl.(sdk.EventSource); ok {
 		if d, err := impl.Describe(ctx); err == nil && d.Capabilities.Events {
@@ -163,37 +136,32 @@ func newRingServer(ctx context.Context, impl sdk.Transport, mem []byte, l ringLa
 func (s *ringServer) start() {
 	go s.run()
 	if s.waker != nil {
-		go s.forward()
-	}
-}
-
-// forward turns the transport's wake-ups into kicks of the pump while the
-// pump sleeps (or is about to): it takes a wake-up from Wake only after
-// the pump said it stops asking the transport itself (listen), so that
-// meanwhile the transport's wake-ups coalesce in Wake's slot and a busy
-// pump is not woken, nor this goroutine run, once per completion.
-func (s *ringServer) forward() {
-	for {
-		select {
-		case <-s.listen:
-		case <-s.done:
-			return
-		}
-		for {
-			select {
-			case <-s.waker.Wake():
-			case <-s.done:
-				return
-			}
-			states, notes := true, true
-			if s.reasons != nil {
-				states, notes = s.reasons.WakeReasons()
-			}
-			if states || notes {
+		go func() {
+			for {
+				select {
+				case <-s.waker.Wake():
+				case <-s.done:
+					return
+				}
+				states, notes := true, true
+				if s.reasons != nil {
+					states, notes = s.reasons.WakeReasons()
+				}
+				if !states && !notes {
+					continue
+				}
 				s.kickFor(states, notes)
-				break
+				// Take the next wake-up only once the pump took this
+				// one: meanwhile the transport's wake-ups coalesce in
+				// Wake's slot, so that a busy pump is not woken, nor
+				// this goroutine run, once per completion.
+				select {
+				case <-s.taken:
+				case <-s.done:
+					return
+				}
 			}
-		}
+		}()
 	}
 }
 
@@ -299,11 +267,16 @@ func (s *ringServer) run() {
 	spin := 50 * time.Microsecond
 	backoff, idleNotes := ringMinBackoff, ringMinIdleNotes
 	last := time.Now()
-	notesAt := time.Now() // the first drain comes after the pace, or with a kick
-	s.notesGap = s.notesPace
+	var notesAt time.Time
 	for !s.stopped.Load() {
 		now := time.Now()
 		states, notes := s.kickedStates.Swap(false), s.kickedNotes.Swap(false)
+		if states || notes {
+			select {
+			case s.taken <- struct{}{}:
+			default:
+			}
+		}
 		worked, err := s.step(states, notes, now, &notesAt)
 		if err != nil {
 			s.fatal(err)
@@ -327,20 +300,13 @@ func (s *ringServer) run() {
 			continue
 		}
 		if now.Sub(last) < spin || (s.tracked() > 0 && now.Sub(s.postedAt) < s.doneSpin()) {
-			s.wakeHost(false)
-			yield()
+			yield(last, s.m.plugin, s.m.host)
 			continue
 		}
-		s.wakeHost(true)
 		// Spinning did not pay this time: shorten it.
 		spin = max(spin*3/4, ringMinSpin)
 		var timeout time.Duration // forever
 		switch {
-		case s.tracked() > 0 && s.waker != nil:
-			// Transfers in flight, and the transport wakes the pump
-			// when one ends: a short timer would only cost wake-ups
-			// (each one tens of µs here). The period is a safety net.
-			timeout = ringMaxBackoff
 		case s.tracked() > 0:
 			// Transfers in flight: look again soon, less often the
 			// longer nothing moves.
@@ -353,15 +319,6 @@ func (s *ringServer) run() {
 		case s.waker == nil:
 			timeout = idleNotes
 			idleNotes = min(2*idleNotes, ringIdleNotePoll)
-		}
-		if s.waker != nil {
-			// From here the transport's wake-ups must reach the pump;
-			// one that came while it was awake waits in Wake's slot
-			// and is forwarded at once.
-			select {
-			case s.listen <- struct{}{}:
-			default:
-			}
 		}
 		v := s.m.plugin.prepare()
 		if n, err := s.sub.available(); err != nil || n > 0 || s.kickedStates.Load() || s.kickedNotes.Load() || s.stopped.Load() {
@@ -388,7 +345,6 @@ func (s *ringServer) fatal(err error) {
 	}
 	// Best effort: the completion ring may be what is broken.
 	_ = s.pushOnce(ringEntry{kind: kindFatal}, msg)
-	s.m.host.ring()
 }
 
 // step does one round of work and says whether there was any.
@@ -414,6 +370,8 @@ func (s *ringServer) step(kickedStates, kickedNotes bool, now time.Time, notesAt
 		worked = true
 	}
 	if n > 0 {
+		// Slots were freed: a host waiting for room may sleep.
+		s.m.host.ring()
 		s.followGap, s.followAt = 0, now
 	}
 	if kickedStates || (s.tracked() > 0 && !now.Before(s.followAt)) {
@@ -431,26 +389,12 @@ func (s *ringServer) step(kickedStates, kickedNotes bool, now time.Time, notesAt
 				s.postedAt = time.Time{}
 			}
 		} else {
-			limit := ringBusyBackoff
-			if s.waker != nil {
-				// Its wake-ups are not forwarded while the pump is
-				// awake: look often enough not to sit on a change.
-				limit = ringAwakeGap
-			}
-			s.followGap = min(max(2*s.followGap, took), limit)
-			if !s.postedAt.IsZero() && t0.Sub(s.postedAt) < s.doneSpin() {
-				// A Post's change is about due: ask again as soon as
-				// the answer's own time allows, as a host polling in
-				// process would.
-				s.followGap = took
-			}
+			s.followGap = min(max(2*s.followGap, took), ringBusyBackoff)
 		}
 		s.followAt = t0.Add(took + s.followGap)
 		worked = worked || w
 	}
-	// While the pump is awake, a Waker's wake-ups are not forwarded
-	// (forward), so its notifications are drained at a pace then too.
-	due := kickedNotes || now.Sub(*notesAt) >= s.notesGap
+	due := kickedNotes || (s.waker == nil && now.Sub(*notesAt) >= s.notesGap)
 	if due {
 		t0 := time.Now()
 		w, err := s.forwardNotes()
@@ -458,7 +402,7 @@ func (s *ringServer) step(kickedStates, kickedNotes bool, now time.Time, notesAt
 			return false, err
 		}
 		*notesAt = time.Now()
-		s.notesGap = max(s.notesPace, 2*notesAt.Sub(t0))
+		s.notesGap = max(ringActiveNotes, 2*notesAt.Sub(t0))
 		worked = worked || w
 	}
 	return worked, nil
@@ -679,7 +623,7 @@ func (s *ringServer) push(e ringEntry, payload []byte) error {
 		}
 		s.m.host.ring()
 		if time.Since(spun) < ringMaxSpin {
-			yield()
+			yield(spun, s.m.plugin, s.m.host)
 			continue
 		}
 		v := s.m.plugin.prepare()
@@ -701,29 +645,6 @@ func (s *ringServer) pushOnce(e ringEntry, payload []byte) error {
 	e.arenaOff, e.arenaLen = off, uint32(len(payload))
 	e.encode(ent)
 	s.comp.publish()
-	s.owed = true
-	s.wakeHost(false)
+	s.m.host.ring()
 	return nil
-}
-
-// wakeHost wakes the host for what the pump published, lazily (see
-// ring.go): at once when the host sleeps and nobody on its side looked at
-// the completion ring lately; later, while someone did and the entries
-// wait; always when now (the pump is about to sleep). Once the host
-// consumed everything, or was woken, nothing is owed.
-func (s *ringServer) wakeHost(now bool) {
-	if !s.owed {
-		return
-	}
-	if s.comp.r.head.Load() >= s.comp.tail {
-		s.owed = false // consumed (a head past the tail is the host's lie; the producer checks it)
-		return
-	}
-	if s.m.host.sleeping.Load() == 0 {
-		return // awake: it will look (and says so before it sleeps)
-	}
-	if now || !s.m.host.recentlyDrained(time.Now().UnixNano(), s.lazyWake) {
-		s.owed = false
-		s.m.host.ring()
-	}
 }
