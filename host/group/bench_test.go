@@ -53,8 +53,11 @@ func batch(round, n int) ([]Terminal, []core.RequestID) {
 // reports 64 newly terminal requests, then resolves them (the previous
 // rounds' acknowledgements and deletions ride along), woken by its watch.
 // It reports etcd write and read transactions per round per rank.
-func BenchmarkRound(b *testing.B) {
-	const inflight = 64
+// BenchmarkRound1 is one lone request's round trip the same way.
+func BenchmarkRound(b *testing.B)  { benchRound(b, 64) }
+func BenchmarkRound1(b *testing.B) { benchRound(b, 1) }
+
+func benchRound(b *testing.B, inflight int) {
 	ranks := benchCluster(b, 2)
 	ctx := context.Background()
 	before := make([]Stats, len(ranks))
