@@ -195,7 +195,11 @@ func (b *broken) settle(ctx context.Context, ids []sdk.HandleID) {
 		if !running {
 			return
 		}
-		time.Sleep(time.Millisecond) // paces a bounded poll loop
+		// Pacing, not synchronisation: the loop ends on the state Poll
+		// reads. The wrapper cannot wait on the transport's Wake instead:
+		// the check under test waits on that channel, and a wake-up taken
+		// here would be one the check never sees.
+		time.Sleep(time.Millisecond)
 	}
 }
 

@@ -207,7 +207,7 @@ func TestMisbehaveTerminalFlipAfterReportedDone(t *testing.T) {
 	deadline := time.Now().Add(10 * time.Second)
 	for poll(t, g.a, h).State == sdk.StateDone {
 		require.True(t, time.Now().Before(deadline), "terminal-flip never reported FAILED after DONE was seen")
-		time.Sleep(time.Millisecond) // paces a bounded poll loop
+		time.Sleep(time.Millisecond) // paces a bounded poll loop: the flip is timed, no event announces it
 	}
 	assert.Equal(t, sdk.StateFailed, poll(t, g.a, h).State)
 	release(t, g.a, h)
