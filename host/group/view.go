@@ -51,12 +51,12 @@ type viewEntry struct {
 }
 
 // viewKey is one request key as read: its kind ('s' state, 't' expiry),
-// rank and value, and what the value decodes to.
+// rank, and what its value decodes to.
 type viewKey struct {
-	kind  byte
-	rank  int
-	value string
-	// state keys: the record, its state, or why it is malformed.
+	kind byte
+	rank int
+	// state keys of other ranks: the record, its state, or why it is
+	// malformed (this rank's own are not decoded).
 	rec   stateRecord
 	state State
 	err   error
@@ -77,9 +77,17 @@ func (g *Group) decodeViewKey(id core.RequestID, rest string, value []byte) (*vi
 	if err != nil {
 		return nil, err
 	}
-	k := &viewKey{kind: kind, rank: rank, value: string(value)}
+	k := &viewKey{kind: kind, rank: rank}
 	switch kind {
 	case 's':
+		if rank == g.cfg.Rank {
+			// The union reads this rank's own state from what it
+			// reported (readRanks), never from its key: half of the
+			// state keys a rank sees are its own, and not decoding them
+			// halves the view's JSON work. Report's transaction refuses
+			// a key it did not write (reconcile).
+			break
+		}
 		k.rec, k.state, k.err = decodeState(value, rank)
 		if k.err != nil {
 			g.log.Error("group_malformed_state", "request", id, "rank", rank, "error", k.err)
