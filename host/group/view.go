@@ -184,7 +184,8 @@ func (g *Group) applyWatch(wr clientv3.WatchResponse, rev int64) int64 {
 }
 
 // applyEvent applies one event to the view, membership or poison; it says
-// whether a request's keys changed. Called with rv.mu and g.mu held.
+// whether it changed what a rank resolves (any request key but this
+// rank's own state, or membership). Called with rv.mu and g.mu held.
 func (g *Group) applyEvent(ev *clientv3.Event) bool {
 	key := string(ev.Kv.Key)
 	switch {
@@ -221,7 +222,11 @@ func (g *Group) applyEvent(ev *clientv3.Event) bool {
 			g.rv.reqs[id] = e
 		}
 		e.keys[rest] = k
-		return true
+		// This rank's own state coming back wakes no one: nothing this
+		// rank resolves changes with it (readRanks reads its own state
+		// from what it reported), and a host woken for it would resolve
+		// for nothing once per write.
+		return k.kind != 's' || k.rank != g.cfg.Rank
 	default:
 		g.log.Error("group_unexpected_key", "key", fmt.Sprintf("%.200q", key))
 	}
