@@ -107,8 +107,12 @@ const collectEvery = 50 * time.Millisecond
 // own). Under bench --e2e --ranks 2 at 64 in flight, 10 ms took a prefill
 // rank from about 270 writes per second to about 75, and the coordinated
 // set's CPU per pull from about +40 % over the independent set to about
-// +15 %; 5 ms left about 130 writes per second and +20 %.
-var publishEvery = 10 * time.Millisecond // a var for tests
+// +15 %; 5 ms left about 130 writes per second and +20 %. Most of what is
+// left is etcd's per-transaction work in the process that embeds it (raft,
+// WAL, gRPC, apply; see CUSTODY_CPU_PROFILE_DIR): 20 ms halves it again
+// (0.08-0.09 etcd writes per pull per rank at 10 ms, 0.04-0.06 at 20 ms),
+// for at most 20 ms more before a state is published under load.
+var publishEvery = 20 * time.Millisecond // a var for tests
 
 func newRankSync(h *Host) *rankSync {
 	return &rankSync{
@@ -241,13 +245,14 @@ func (r *rankSync) run(ctx context.Context) {
 	t := time.NewTimer(time.Hour)
 	defer t.Stop()
 	lastFlush := time.Now().Add(-r.publishEvery)
+	resolve := true
 	for {
 		now := time.Now()
 		since := now.Sub(lastFlush)
 		r.mu.Lock()
 		publish := since >= r.publishEvery || !r.busy
 		r.mu.Unlock()
-		flushed := r.step(ctx, since >= collectEvery, publish)
+		flushed := r.step(ctx, since >= collectEvery, publish, resolve)
 		if flushed {
 			lastFlush = now
 		}
@@ -274,12 +279,18 @@ func (r *rankSync) run(ctx context.Context) {
 		if wait >= 0 {
 			t.Reset(wait)
 		}
+		// Only the group's watch (Changed), this rank's own write, and
+		// time (the hold cap) change what Resolve returns: a wake-up by
+		// the owner alone, whose states wait for publishEvery, skips it.
 		select {
 		case <-ctx.Done():
 			return
 		case <-r.kick:
+			resolve = false
 		case <-r.g.Changed():
+			resolve = true
 		case <-t.C:
+			resolve = true
 		}
 		if !t.Stop() {
 			select {
@@ -308,9 +319,9 @@ func (r *rankSync) nextHoldCap(now time.Time) (time.Duration, bool) {
 // step publishes poison and new terminal states (with the acknowledgements
 // and deletions due, in one write), resolves what is held from the group's
 // watched view and reports what resolved. With no new state it writes only
-// when flush is set; new states wait for publish (publishEvery). It says
-// whether it wrote.
-func (r *rankSync) step(ctx context.Context, flush, publish bool) bool {
+// when flush is set; new states wait for publish (publishEvery). It
+// resolves when resolve is set or it wrote. It says whether it wrote.
+func (r *rankSync) step(ctx context.Context, flush, publish, resolve bool) bool {
 	r.mu.Lock()
 	var in []*heldReq
 	if publish {
@@ -377,6 +388,10 @@ func (r *rankSync) step(ctx context.Context, flush, publish bool) bool {
 			}
 			hr.accepted = true
 		}
+	}
+	if !resolve && !wrote && len(poison) == 0 {
+		r.out.add(rd)
+		return wrote
 	}
 	var ids []core.RequestID
 	for id, hr := range r.held {

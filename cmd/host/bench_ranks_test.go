@@ -40,6 +40,7 @@ func TestBenchRanksPrintsItsGoalLine(t *testing.T) {
 		// Both sets' processes used CPU while they pulled.
 		`(?m)^CPU per pull +coordinated [1-9][0-9]*\.[0-9]us +independent [1-9][0-9]*\.[0-9]us +\([+-][0-9]+\.[0-9] %;`,
 		`(?m)^  of which the hosts +coordinated [0-9]+\.[0-9]us +independent [0-9]+\.[0-9]us`,
+		fmt.Sprintf(`(?m)^loss per round +(-?[0-9]+\.[0-9] ){%d}%% +\(median -?[0-9]+\.[0-9] %%;`, ranksBenchRounds),
 		`(?m)^goal name=rank-cost value=-?[0-9]+\.[0-9] target=5 met=(yes|no)$`,
 	} {
 		assert.Regexp(t, regexp.MustCompile(re), out.String())

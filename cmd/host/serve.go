@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"os"
 	"os/signal"
 	"syscall"
@@ -22,10 +23,14 @@ func init() {
 			if err != nil {
 				return err
 			}
+			stopProfile, err := startProfile(cfg.Name)
+			if err != nil {
+				return err
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			log := hclog.New(&hclog.LoggerOptions{Name: "custody." + cfg.Name, Level: hclog.LevelFromString(cfg.LogLevel), Output: os.Stderr})
-			return host.Serve(ctx, cfg, log, nil)
+			return errors.Join(host.Serve(ctx, cfg, log, nil), stopProfile())
 		},
 	}
 	cmd.Flags().StringVar(&config, "config", "", "host configuration (YAML)")

@@ -3,7 +3,9 @@ package group
 import (
 	"context"
 	"fmt"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -64,6 +66,7 @@ func benchRound(b *testing.B, inflight int) {
 	for r, g := range ranks {
 		before[r] = g.Stats()
 	}
+	cpu0 := processCPU(b)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		ts, ids := batch(i, inflight)
@@ -88,6 +91,7 @@ func benchRound(b *testing.B, inflight int) {
 		}
 	}
 	b.StopTimer()
+	cpu := processCPU(b) - cpu0
 	var w, rd uint64
 	for r, g := range ranks {
 		s := g.Stats()
@@ -97,6 +101,19 @@ func benchRound(b *testing.B, inflight int) {
 	perRound := float64(b.N * len(ranks))
 	b.ReportMetric(float64(w)/perRound, "writes/round/rank")
 	b.ReportMetric(float64(rd)/perRound, "reads/round/rank")
+	// CPU time (user and system, of the whole process: both ranks and the
+	// embedded etcd) per request per rank: less sensitive than ns/op to
+	// other processes taking the machine's CPUs.
+	b.ReportMetric(float64(cpu.Nanoseconds())/perRound/float64(inflight), "cpu-ns/request/rank")
+}
+
+// processCPU is the CPU time this process has used so far.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // BenchmarkResolve64 is the cost of one Resolve of 64 in-flight requests:

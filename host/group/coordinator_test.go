@@ -3,6 +3,8 @@ package group
 import (
 	"context"
 	"net"
+	"os"
+	"runtime/debug"
 	"testing"
 	"time"
 
@@ -132,4 +134,24 @@ func TestConfigValidate(t *testing.T) {
 	}
 	solo := Config{Engine: "e1", Size: 1}
 	require.NoError(t, solo.Validate(), "a group of one needs no coordinator")
+}
+
+// TestEmbeddedEtcdRaisesGCPercent: the process that runs the embedded etcd
+// collects garbage at embeddedGCPercent unless GOGC says otherwise; a rank
+// that only connects leaves the process's setting alone.
+func TestEmbeddedEtcdRaisesGCPercent(t *testing.T) {
+	if os.Getenv("GOGC") != "" {
+		t.Skip("GOGC is set: the embedded etcd keeps the operator's choice")
+	}
+	prev := debug.SetGCPercent(100)
+	defer debug.SetGCPercent(prev)
+	dir := t.TempDir()
+	g0, err := Open(ctxT(t), rankConfig("gc", 0, 2, dir, "127.0.0.1:0"), nil)
+	require.NoError(t, err)
+	defer g0.Close()
+	assert.Equal(t, embeddedGCPercent, debug.SetGCPercent(100), "after the embedded etcd started")
+	g1, err := Open(ctxT(t), rankConfig("gc", 1, 2, dir, g0.CoordinatorAddr()), nil)
+	require.NoError(t, err)
+	defer g1.Close()
+	assert.Equal(t, 100, debug.SetGCPercent(100), "after a rank connected to it")
 }

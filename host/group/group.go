@@ -166,8 +166,10 @@ func (g *Group) Rank() int { return g.cfg.Rank }
 func (g *Group) Size() int { return g.cfg.Size }
 
 // Changed is signalled (coalesced, never blocking the group) when a rank
-// joins or is lost, this rank's membership is lost, or a pool is poisoned
-// or cleared. Read LostRanks, Live, Err and Poisoned then.
+// joins or is lost, this rank's membership is lost, a pool is poisoned or
+// cleared, or the watch brings another rank's state, an expiry or the
+// deletion of a request's keys (never this rank's own state coming back).
+// Read LostRanks, Live, Err and Poisoned, and Resolve, then.
 func (g *Group) Changed() <-chan struct{} { return g.changed }
 
 func (g *Group) notify() {

@@ -96,8 +96,15 @@ func (g *Group) publishMember(ctx context.Context, mode Mode) error {
 		g.cfg.Engine, g.cfg.Rank, holder, lease, g.member, g.cfg.Rank, g.cfg.Timeouts.LeaseTTL, ErrDuplicateRank)
 }
 
+// joinWaits, when set (tests only), is called as Join starts waiting for
+// the other ranks, its own record published.
+var joinWaits func(*Group)
+
 // awaitAll waits for the first complete view of the group.
 func (g *Group) awaitAll(ctx context.Context) ([]memberEntry, error) {
+	if joinWaits != nil {
+		joinWaits(g)
+	}
 	t := time.NewTimer(g.cfg.Timeouts.Join)
 	defer t.Stop()
 	g.mu.Lock()

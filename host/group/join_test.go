@@ -8,7 +8,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // TestRule9StartupConsensus: ranks agree on the effective mode before any
@@ -102,28 +101,32 @@ func TestRule9StartupConsensus(t *testing.T) {
 		assert.Empty(t, c.ranks[0].LostRanks())
 	})
 	t.Run("the caller's context bounds the wait", func(t *testing.T) {
-		// The context ends once rank 0's record is in etcd, so that Join is
-		// surely waiting for rank 1 then, however slow the publish was.
+		// The context ends once Join waits for the other ranks (its own
+		// record published) and rank 0's view holds its own record (its
+		// watch applied it, not merely etcd has it), so that Join is
+		// surely waiting for rank 1 alone then, however slow the publish
+		// or the watch was.
 		c := newCluster(t, 2)
-		cli := c.client()
-		key := newKeys(c.engine).member(0)
-		before, err := cli.Get(ctxT(t), key)
-		require.NoError(t, err)
-		watch := cli.Watch(ctxT(t), key, clientv3.WithRev(before.Header.Revision+1))
+		g0 := c.ranks[0]
+		waiting := make(chan struct{})
+		joinWaits = func(g *Group) {
+			if g == g0 {
+				close(waiting)
+			}
+		}
+		defer func() { joinWaits = nil }()
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		errc := make(chan error, 1)
-		go func() { errc <- c.ranks[0].Join(ctx, testMode()) }()
-		published := false
-		for wr := range watch {
-			require.NoError(t, wr.Err())
-			if published = len(wr.Events) > 0; published {
-				break
-			}
+		go func() { errc <- g0.Join(ctx, testMode()) }()
+		select {
+		case <-waiting:
+		case err := <-errc:
+			t.Fatalf("Join returned before it waited: %v", err)
 		}
-		require.True(t, published, "rank 0's member record never appeared in etcd")
+		waitFor(t, g0, "rank 0's own member record in its view", func() bool { return g0.members()[0] == g0.Member() })
 		cancel()
-		err = <-errc
+		err := <-errc
 		require.ErrorIs(t, err, context.Canceled)
 		assert.Contains(t, err.Error(), "waiting for ranks [1] to join")
 	})

@@ -461,7 +461,10 @@ func (g *Group) readRanks(id core.RequestID, r *request, kvs map[string]*viewKey
 				exp = &e
 			}
 		case 's':
-			ranks[rank].stored = rank != g.cfg.Rank
+			if rank == g.cfg.Rank {
+				continue // this rank's own: what it reported, below
+			}
+			ranks[rank].stored = true
 			switch {
 			case k.err != nil:
 				ranks[rank].state, ranks[rank].reason = Failed, fmt.Sprintf("request %q: %v", id, k.err)

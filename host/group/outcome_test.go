@@ -400,3 +400,40 @@ func TestRule10CollectedBeforeFolded(t *testing.T) {
 	assert.Empty(t, g1.rv.reqs, "rank 1's view still holds the deleted keys")
 	g1.rv.mu.Unlock()
 }
+
+// TestOwnStateWakesNoOne: a rank's own terminal state coming back through
+// its watch does not signal Changed on that rank (nothing it resolves
+// changes with it, and a host would resolve for nothing once per write),
+// while the other rank, whose union it changes, is signalled.
+func TestOwnStateWakesNoOne(t *testing.T) {
+	c := newCluster(t, 2)
+	c.mustJoin()
+	for _, g := range c.ranks {
+		require.NoError(t, g.Sync(ctxT(t)))
+		drain(g)
+	}
+	report(t, c.ranks[0], "own", Succeeded, "")
+	for _, g := range c.ranks {
+		require.NoError(t, g.Sync(ctxT(t))) // both views hold the state now
+	}
+	select {
+	case <-c.ranks[0].Changed():
+		t.Fatal("rank 0 was signalled for its own state")
+	default:
+	}
+	select {
+	case <-c.ranks[1].Changed():
+	default:
+		t.Fatal("rank 1 was not signalled for rank 0's state")
+	}
+	o := resolve(t, c.ranks[0], "own")
+	assert.Equal(t, []int{1}, o.Pending)
+}
+
+// drain takes a pending Changed signal, if any.
+func drain(g *Group) {
+	select {
+	case <-g.Changed():
+	default:
+	}
+}

@@ -51,12 +51,12 @@ type viewEntry struct {
 }
 
 // viewKey is one request key as read: its kind ('s' state, 't' expiry),
-// rank and value, and what the value decodes to.
+// rank, and what its value decodes to.
 type viewKey struct {
-	kind  byte
-	rank  int
-	value string
-	// state keys: the record, its state, or why it is malformed.
+	kind byte
+	rank int
+	// state keys of other ranks: the record, its state, or why it is
+	// malformed (this rank's own are not decoded).
 	rec   stateRecord
 	state State
 	err   error
@@ -77,9 +77,17 @@ func (g *Group) decodeViewKey(id core.RequestID, rest string, value []byte) (*vi
 	if err != nil {
 		return nil, err
 	}
-	k := &viewKey{kind: kind, rank: rank, value: string(value)}
+	k := &viewKey{kind: kind, rank: rank}
 	switch kind {
 	case 's':
+		if rank == g.cfg.Rank {
+			// The union reads this rank's own state from what it
+			// reported (readRanks), never from its key: half of the
+			// state keys a rank sees are its own, and not decoding them
+			// halves the view's JSON work. Report's transaction refuses
+			// a key it did not write (reconcile).
+			break
+		}
 		k.rec, k.state, k.err = decodeState(value, rank)
 		if k.err != nil {
 			g.log.Error("group_malformed_state", "request", id, "rank", rank, "error", k.err)
@@ -176,7 +184,8 @@ func (g *Group) applyWatch(wr clientv3.WatchResponse, rev int64) int64 {
 }
 
 // applyEvent applies one event to the view, membership or poison; it says
-// whether a request's keys changed. Called with rv.mu and g.mu held.
+// whether it changed what a rank resolves (any request key but this
+// rank's own state, or membership). Called with rv.mu and g.mu held.
 func (g *Group) applyEvent(ev *clientv3.Event) bool {
 	key := string(ev.Kv.Key)
 	switch {
@@ -213,7 +222,11 @@ func (g *Group) applyEvent(ev *clientv3.Event) bool {
 			g.rv.reqs[id] = e
 		}
 		e.keys[rest] = k
-		return true
+		// This rank's own state coming back wakes no one: nothing this
+		// rank resolves changes with it (readRanks reads its own state
+		// from what it reported), and a host woken for it would resolve
+		// for nothing once per write.
+		return k.kind != 's' || k.rank != g.cfg.Rank
 	default:
 		g.log.Error("group_unexpected_key", "key", fmt.Sprintf("%.200q", key))
 	}
