@@ -443,13 +443,14 @@ func (h *Host) absorb1(rd core.Ready) {
 	}
 	h.rep.add(rd)
 	rd = finished
+	// A request held back for the group is counted by its union outcome,
+	// when the rank sync reports it (ranks.go), not by its outcome here.
 	done := func(id core.RequestID, outcome string) {
 		ri := h.reqs[id]
 		h.untrack(id)
 		delete(h.reqs, id)
-		h.metrics.Requests.WithLabelValues(outcome).Inc()
-		if outcome == "ok" && ri.op != "" {
-			h.metrics.Bytes.WithLabelValues(ri.op).Add(float64(ri.bytes))
+		if h.ranks == nil {
+			h.metrics.countRequest(outcome, ri.op, ri.bytes)
 		}
 	}
 	for _, id := range rd.FinishedSending {
@@ -461,7 +462,6 @@ func (h *Host) absorb1(rd core.Ready) {
 	for _, f := range rd.Failed {
 		peer := h.reqs[f.Request].peer
 		done(f.Request, "failed")
-		h.metrics.Failures.WithLabelValues("request_failed").Inc()
 		if errors.Is(f.Reason, sdk.ErrRemoteDisconnect) && peer != "" {
 			h.dropStalePeer(peer)
 		}

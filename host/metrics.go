@@ -55,7 +55,7 @@ func NewMetrics() *Metrics {
 		Escalations:   c("escalations_total", "Transfers held past the hold cap."),
 		Bytes:         cv("bytes_moved_total", "Bytes of requests that finished successfully, by direction.", "op"),
 		Restarts:      c("transport_restarts_total", "Transport processes started after a fence."),
-		Requests:      cv("requests_total", "Requests reported, by outcome.", "outcome"),
+		Requests:      cv("requests_total", "Requests reported to the engine, by outcome (on a rank of a group, the group's outcome).", "outcome"),
 		PoisonedPools: g("poisoned_pools", "Pools poisoned on every rank of the group: a block of them could not be proven safe on some rank."),
 	}
 }
@@ -66,4 +66,17 @@ func (m *Metrics) observe(s core.Stats) {
 	m.Retained.Set(float64(s.Retained))
 	m.Retired.Set(float64(s.RetiredPeers))
 	m.Quarantined.Set(float64(s.Quarantined))
+}
+
+// countRequest counts one request reported to the engine with outcome
+// ("ok" or "failed"), and the bytes it moved (op: its direction) when it
+// succeeded.
+func (m *Metrics) countRequest(outcome, op string, bytes uint64) {
+	m.Requests.WithLabelValues(outcome).Inc()
+	switch {
+	case outcome == "failed":
+		m.Failures.WithLabelValues("request_failed").Inc()
+	case op != "":
+		m.Bytes.WithLabelValues(op).Add(float64(bytes))
+	}
 }

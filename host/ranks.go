@@ -81,8 +81,12 @@ type heldReq struct {
 	// invalid when the request succeeded here and fails in the union.
 	invalid, quarantined []core.BlockRef
 	blocks               []core.BlockRef
-	at                   time.Time
-	accepted             bool
+	// op and bytes are the request's, for the metrics of its union
+	// outcome (counted once, when it is reported).
+	op       string
+	bytes    uint64
+	at       time.Time
+	accepted bool
 	// capAt is when this rank ends its wait for the other ranks (at plus
 	// the hold cap; later when an expiry failed; zero once one was
 	// written, and the watch brings the outcome).
@@ -351,7 +355,7 @@ func (r *rankSync) step(ctx context.Context, flush, publish, resolve bool) bool 
 		if r.held[hr.id] != nil {
 			// The engine issued the id again before the first resolved:
 			// the group cannot tell the two apart; fail the second here.
-			hr.emitLocal(&rd, fmt.Errorf("request %q: issued again before its earlier use resolved on every rank: request ids must be unique: %w", hr.id, group.ErrAlreadyReported))
+			hr.emitLocal(&rd, r.metrics, fmt.Errorf("request %q: issued again before its earlier use resolved on every rank: request ids must be unique: %w", hr.id, group.ErrAlreadyReported))
 			continue
 		}
 		hr.capAt = hr.at.Add(r.holdCap)
@@ -383,7 +387,7 @@ func (r *rankSync) step(ctx context.Context, flush, publish, resolve bool) bool 
 		for _, hr := range fresh {
 			if err := r.g.Report(ctx, []group.Terminal{hr.terminal()}); err != nil && !errors.Is(err, group.ErrCoordinator) {
 				delete(r.held, hr.id)
-				hr.emitLocal(&rd, fmt.Errorf("request %q: the group refused its state: %w", hr.id, err))
+				hr.emitLocal(&rd, r.metrics, fmt.Errorf("request %q: the group refused its state: %w", hr.id, err))
 				continue
 			}
 			hr.accepted = true
@@ -421,7 +425,7 @@ func (r *rankSync) step(ctx context.Context, flush, publish, resolve bool) bool 
 			delete(r.held, o.Request)
 			r.resolved.Add(1)
 			r.waitNanos.Add(int64(now.Sub(hr.at)))
-			hr.emit(&rd, o, r.self)
+			hr.emit(&rd, r.metrics, o, r.self)
 			if o.State != group.Succeeded && hr.state == group.Succeeded {
 				r.unionFailed.Add(1)
 			}
@@ -460,7 +464,7 @@ func (r *rankSync) failAll(rd *core.Ready, err error) {
 	r.log.Error("this rank left its group: failing every held request; restart the host", "failure_type", "group_session_lost", "error", err.Error())
 	for id, hr := range r.held {
 		delete(r.held, id)
-		hr.emitLocal(rd, fmt.Errorf("request %q: %w", id, err))
+		hr.emitLocal(rd, r.metrics, fmt.Errorf("request %q: %w", id, err))
 	}
 }
 
@@ -474,16 +478,17 @@ func (hr *heldReq) terminal() group.Terminal {
 	return t
 }
 
-// emit adds the request's union outcome to rd: as it finished here when
-// every rank succeeded; else failed, with this rank's own invalid blocks
-// (all its blocks, for a receive that succeeded here).
-func (hr *heldReq) emit(rd *core.Ready, o group.Outcome, self int) {
+// emit adds the request's union outcome to rd, and counts it in m: as it
+// finished here when every rank succeeded; else failed, with this rank's
+// own invalid blocks (all its blocks, for a receive that succeeded here).
+func (hr *heldReq) emit(rd *core.Ready, m *Metrics, o group.Outcome, self int) {
 	if o.State == group.Succeeded {
 		if hr.sending {
 			rd.FinishedSending = append(rd.FinishedSending, hr.id)
 		} else {
 			rd.FinishedReceiving = append(rd.FinishedReceiving, hr.id)
 		}
+		m.countRequest("ok", hr.op, hr.bytes)
 		return
 	}
 	if hr.failure != nil {
@@ -494,16 +499,18 @@ func (hr *heldReq) emit(rd *core.Ready, o group.Outcome, self int) {
 		rd.Failed = append(rd.Failed, f)
 		rd.InvalidBlocks = append(rd.InvalidBlocks, hr.invalid...)
 		rd.Quarantined = append(rd.Quarantined, hr.quarantined...)
+		m.countRequest("failed", hr.op, hr.bytes)
 		return
 	}
-	hr.emitLocal(rd, fmt.Errorf("request %q %s on rank %d (%s): %w", hr.id, o.State, o.Rank, o.Reason, ErrUnionFailed))
+	hr.emitLocal(rd, m, fmt.Errorf("request %q %s on rank %d (%s): %w", hr.id, o.State, o.Rank, o.Reason, ErrUnionFailed))
 }
 
-// emitLocal fails the request on this rank with err: its own failure's
-// blocks as core reported them, or, for a receive that succeeded here,
-// every block of it as invalid.
-func (hr *heldReq) emitLocal(rd *core.Ready, err error) {
+// emitLocal fails the request on this rank with err, and counts it in m:
+// its own failure's blocks as core reported them, or, for a receive that
+// succeeded here, every block of it as invalid.
+func (hr *heldReq) emitLocal(rd *core.Ready, m *Metrics, err error) {
 	rd.Failed = append(rd.Failed, core.Failure{Request: hr.id, Sending: hr.sending, Reason: err})
+	m.countRequest("failed", hr.op, hr.bytes)
 	if hr.failure != nil {
 		rd.InvalidBlocks = append(rd.InvalidBlocks, hr.invalid...)
 		rd.Quarantined = append(rd.Quarantined, hr.quarantined...)

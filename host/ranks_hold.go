@@ -22,6 +22,7 @@ func (h *Host) holdBack(rd core.Ready) core.Ready {
 	add := func(id core.RequestID, hr *heldReq) {
 		ri := h.reqs[id]
 		hr.id, hr.at, hr.blocks, hr.receiving = id, now, ri.blocks, ri.recv
+		hr.op, hr.bytes = ri.op, ri.bytes
 		byID[id] = hr
 		held = append(held, hr)
 	}

@@ -78,7 +78,7 @@ func TestRule9RanksAgreeBeforeAnyTransport(t *testing.T) {
 func TestRule10RanksFailTogether(t *testing.T) {
 	prefill := startHost(t, "prefill", 64, nil)
 	rg := newRankGroup(t, "dec")
-	cap := func(c *Config) { c.Escalation.Cap = 2 * time.Second }
+	cap := func(c *Config) { c.Escalation.Cap = 2 * time.Second; c.Metrics.Listen = "127.0.0.1:0" }
 	d := rg.mustStart(rankSpec{blocks: 32, mod: cap}, rankSpec{blocks: 32, mod: cap, params: []string{"fault", "fail,after=0,post=1"}})
 	for _, r := range d {
 		require.NoError(t, r.c.ConnectPeer(r.ctx(), "prefill", client.RemoteRank{Address: prefill.h.MetadataAddr(), Pool: "kv"}))
@@ -99,6 +99,12 @@ func TestRule10RanksFailTogether(t *testing.T) {
 		assert.Equal(t, uint64(1), st.GetUnionFailed())
 		assert.Positive(t, st.GetGroupWrites(), "r1's terminal state was written to etcd")
 		assert.Empty(t, st.GetPoisonedPools())
+		// The metrics count the outcome the engine was given, the union's,
+		// not the one rank 0 saw.
+		m := scrape(t, d[0].h.MetricsAddr())
+		assert.Contains(t, m, `custody_requests_total{outcome="failed"} 1`+"\n")
+		assert.NotContains(t, m, `custody_requests_total{outcome="ok"}`, "rank 0 counted r1 as ok")
+		assert.NotContains(t, m, `custody_bytes_moved_total{`, "rank 0 counted the bytes of a request that failed")
 	})
 
 	t.Run("held until every rank is terminal", func(t *testing.T) {
@@ -114,6 +120,9 @@ func TestRule10RanksFailTogether(t *testing.T) {
 			assert.Equal(t, []string{"r2"}, f.FinishedRecving, "rank %d", r)
 			assert.Empty(t, f.Failed, "rank %d", r)
 			sameBlocks(t, src[r], h.read(dst[r]), "rank "+string(rune('0'+r)))
+			m := scrape(t, h.h.MetricsAddr())
+			assert.Contains(t, m, `custody_requests_total{outcome="ok"} 1`+"\n", "rank %d", r)
+			assert.Contains(t, m, `custody_requests_total{outcome="failed"} 1`+"\n", "rank %d: r1 counted once", r)
 		}
 		// Held back for the group or not, a request finished here is
 		// forgotten by the host: nothing of r1 and r2 stays tracked.
