@@ -20,24 +20,17 @@
 //   - The progress thread queues what finished as fixed-size completion
 //     entries and bumps a counter; every call first reads that counter
 //     (one atomic load) and takes the entries only when it moved.
-//   - Poll, when a handle it is asked about still runs, and Events, while
-//     anything is in flight, progress the worker on the caller's thread
-//     when at most 4 ops are in flight (callerProgress): until nothing
-//     more is ready, at most 64 rounds, stopping early when another caller
-//     waits for the worker's lock; not while the progress thread holds it.
-//     They do so outside the agent's lock, so a Post never waits behind a
-//     caller's progress. A caller that polls until DONE, or a ring pump
-//     that asks for events in a loop, is then its own progress engine and
-//     finds a completion without waiting for the progress thread; while it
-//     does so (it progressed within the last 2 µs), the progress thread
-//     naps instead of spinning beside it. With more ops in flight the
-//     progress thread drives them alone, and both only read (a Poll then
-//     yields the core, an Events call does not: the pump that makes it
-//     has submissions to serve). When nothing was ready, the caller yields
-//     the core (sched_yield) before it returns: the transfer then waits
-//     for the peer or for this side's progress thread, and a caller
-//     polling in a loop would otherwise take their core on a crowded
-//     machine.
+//   - Poll, when a handle it is asked about still runs and at most 4 ops
+//     are in flight, progresses the worker itself until nothing more is
+//     ready (at most 64 rounds; not while the progress thread holds the
+//     lock): a caller that polls until DONE is its own progress engine.
+//     While it polls in a loop (it progressed within the last 2 µs), the
+//     progress thread naps instead of spinning beside it. With more ops in
+//     flight the progress thread drives them alone, and Poll only reads.
+//     When nothing was ready, Poll yields the core (sched_yield) before it
+//     returns: the transfer then waits for the peer or for this side's
+//     progress thread, and a caller polling in a loop would otherwise take
+//     their core on a crowded machine.
 //   - Release, Cancel and the rest only touch the agent's own state, or
 //     make their UCX call on the caller's thread under the worker's lock.
 //
