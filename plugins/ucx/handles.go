@@ -5,7 +5,6 @@ import (
 	"slices"
 
 	"github.com/custody-dev/custody/sdk"
-	"github.com/custody-dev/custody/sdk/kit"
 )
 
 // A handle (the Book's) is one posted transfer: one op in the shim, under
@@ -116,56 +115,35 @@ func (p *peer) outcome(id sdk.HandleID, c completion) (sdk.State, error) {
 	return sdk.StateFailed, sdk.Errorf(code, "ucx: handle %d to peer %s: %s failed: %s", id, p.name, what, c.st)
 }
 
-// Poll reports each handle's state. When a polled handle still runs, it
-// first progresses the worker on the caller's thread, outside the agent's
-// lock (callerProgress), and takes what that finished: a caller that polls
-// until DONE is then its own progress engine (no hand-off to the progress
-// thread, which naps meanwhile), and no other call waits behind its
-// progress.
+// Poll reports each handle's state.
 func (t *Transport) Poll(ctx context.Context, ids []sdk.HandleID) ([]sdk.HandleStatus, error) {
 	out := make([]sdk.HandleStatus, len(ids))
-	running := false
-	fill := func(a *agent) {
-		running = false
+	err := t.do(ctx, "Poll", len(ids), func(a *agent) {
+		a.driveProgress(ids)
 		for i, id := range ids {
 			out[i] = a.book.Poll(id)
-			running = running || (out[i].Err == nil && !out[i].State.Terminal())
 		}
-	}
-	if err := t.do(ctx, "Poll", len(ids), fill); err != nil {
-		return nil, err
-	}
-	if !running || !t.callerProgress(true) {
-		return out, nil
-	}
-	if err := t.do(ctx, "Poll", len(ids), fill); err != nil {
+	})
+	if err != nil {
 		return nil, err
 	}
 	return out, nil
 }
 
-// callerProgress progresses the worker on the caller's thread while the
-// agent runs transfers, without the agent's lock: a Post (or any call)
-// never waits behind it, and the shim bounds it to a few µs of work (one
-// cma segment's copy at most), so that what waits for this caller (the
-// ring pump's next submission) does not wait for a transfer's bytes
-// either. It reports whether anything was progressed. yield: see
-// nativeWorker.callerProgress.
-func (t *Transport) callerProgress(yield bool) bool {
-	a := t.agent.Load()
-	if a == nil {
-		return false
+// driveProgress progresses the worker on the caller's thread when a polled
+// handle still runs, and takes what that finished: a caller that polls
+// until DONE is then its own progress engine (no hand-off to the progress
+// thread, which naps meanwhile).
+func (a *agent) driveProgress(ids []sdk.HandleID) {
+	for _, id := range ids {
+		if h := a.book.Find(id); h != nil {
+			if st, _ := h.State(); !st.Terminal() {
+				a.nw.callerProgress()
+				a.reap()
+				return
+			}
+		}
 	}
-	a.progMu.RLock()
-	defer a.progMu.RUnlock()
-	if a.freed || a.nw.running() <= 0 {
-		return false
-	}
-	if a.progressHook != nil {
-		a.progressHook()
-		return true
-	}
-	return a.nw.callerProgress(yield) > 0
 }
 
 // Cancel is accepted and changes nothing: UCX cannot cancel a posted put
@@ -199,20 +177,8 @@ func (t *Transport) Release(ctx context.Context, ids []sdk.HandleID) ([]error, e
 	return out, nil
 }
 
-// Events drains up to max state changes (all when max <= 0). While
-// transfers run it first progresses the worker on the caller's thread,
-// outside the agent's lock, as Poll does (callerProgress): a caller that
-// asks for events in a loop (the ring pump of a transport process does)
-// is then its own progress engine, and finds a completion without waiting
-// for the progress thread or a wake-up.
+// Events drains up to max state changes (all when max <= 0).
 func (t *Transport) Events(ctx context.Context, max int) ([]sdk.Event, error) {
-	if err := kit.ContextError(ctx, "ucx"); err != nil {
-		return nil, err
-	}
-	// With many transfers in flight, leaving the CPU to the progress
-	// thread is not this caller's to do: it has other work (the ring
-	// pump serves submissions between its calls).
-	t.callerProgress(false)
 	var out []sdk.Event
 	err := t.do(ctx, "Events", 0, func(a *agent) { out = a.book.Events(max) })
 	return out, err

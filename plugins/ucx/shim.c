@@ -307,11 +307,6 @@ static void *cu_thread(void *arg)
     while (!LOAD(&w->stop)) {
         unsigned n;
         int32_t running;
-        if (LOAD(&w->paused)) {
-            struct timespec ts = {0, CU_CALLER_NAP_NS};
-            nanosleep(&ts, NULL);
-            continue;
-        }
         cu_thread_lock(w);
         n = cu_round(w);
         cu_unlock(w);
@@ -509,30 +504,25 @@ unsigned cu_progress(cu_worker *w)
     return n;
 }
 
-unsigned cu_caller_progress(cu_worker *w, int yield)
+unsigned cu_caller_progress(cu_worker *w)
 {
     unsigned n = 0, got, i;
     if (LOAD(&w->running) > CU_NAP_MAX_RUNNING) {
         /* The progress thread spins for these: progressing here too would
          * only contend for the lock (and stall the thread whenever this
          * caller is preempted holding it). Leave it the core. */
-        if (yield) {
-            sched_yield();
-        }
+        sched_yield();
         return 0;
     }
     if (pthread_mutex_trylock(&w->lock) != 0) {
         return 0; /* the progress thread is at it */
     }
     /* Drain what is ready (bounded), not one round: a caller that polls
-     * in a loop then moves as much per call as the progress thread. Stop
-     * as soon as another caller waits for the lock (a Post: callers
-     * progress outside the agent's lock, and a Post must not wait for
-     * their progress), as the progress thread lets it in after a round. */
+     * in a loop then moves as much per call as the progress thread. */
     for (i = 0; i < CU_CALLER_ROUNDS; i++) {
         got = cu_round(w);
         n += got;
-        if (got == 0 || LOAD(&w->want) > 0) {
+        if (got == 0) {
             break;
         }
     }
@@ -973,9 +963,4 @@ void cu_fail_msg_allocs(cu_worker *w, int n)
     cu_lock(w);
     w->fail_msg_allocs = n;
     cu_unlock(w);
-}
-
-void cu_pause_thread(cu_worker *w, int on)
-{
-    STORE(&w->paused, on);
 }
