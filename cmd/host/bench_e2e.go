@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"net"
 	"os"
 	"os/exec"
@@ -69,22 +68,10 @@ func (c *e2eConfig) check() error {
 }
 
 // fakeFence makes the fake copy as the initiator unless the parameters name
-// a fence, and returns a line saying so (or "").
+// a fence (fakeInitiated), and returns a line saying so (or "").
 func (c *e2eConfig) fakeFence() string {
-	if _, set := c.params["fence"]; c.transport == "fake" && !set {
-		// Under fence=incoming (the fake's default) the owner of the
-		// memory performs every copy into and out of it: between two
-		// processes a socket round trip per chunk, which wakes the
-		// owner's transport process, while two agents of one process
-		// (the in-process reference) make a direct call. That hop is the
-		// simulation's cost, not custody's, and a real transport (RDMA,
-		// UCX) moves the bytes without the owner's CPU: both ways copy
-		// as the initiator here, as bench --sdk does.
-		c.params = maps.Clone(c.params)
-		if c.params == nil {
-			c.params = map[string]string{}
-		}
-		c.params["fence"] = "initiated"
+	var added bool
+	if c.params, added = fakeInitiated(c.transport, c.params); added {
 		return "fake: fence=initiated, so that the reader's agent copies in the hosts and in the in-process reference alike (under fence=incoming the owner's process copies: a socket round trip per chunk between processes, a direct call within one); --param fence=incoming measures that"
 	}
 	return ""

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -96,17 +95,8 @@ func runSDKBench(ctx context.Context, out io.Writer, cfg sdkBenchConfig) error {
 	if !ok {
 		return fmt.Errorf("bench --sdk: no in-process reference for transport %q (known: fake, ucx)", name)
 	}
-	if _, set := cfg.params["fence"]; name == "fake" && !set {
-		// Under fence=incoming (the fake's default) an owner performs every
-		// copy into its memory: a socket round trip per chunk between two
-		// processes, a direct call between two agents of one process. That
-		// is the simulation's cost, not the boundary's, so both ways copy
-		// as the initiator here.
-		cfg.params = maps.Clone(cfg.params)
-		if cfg.params == nil {
-			cfg.params = map[string]string{}
-		}
-		cfg.params["fence"] = "initiated"
+	var added bool
+	if cfg.params, added = fakeInitiated(name, cfg.params); added {
 		fmt.Fprintln(out, "fake: fence=initiated, so that A copies in every way (under fence=incoming B's process copies, a socket round trip per chunk out of process and a call in process); --param fence=incoming measures that")
 	}
 	ways := []sdkWay{
