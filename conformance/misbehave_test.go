@@ -135,6 +135,7 @@ func TestEachCheckCanFail(t *testing.T) {
 		{"resources-leak", "contract/close-and-teardown", false, nil, nil},
 		{"resources-leak:0.1", "contract/close-and-teardown", false, nil, nil},
 		{"post-waits", "data/post-never-waits", false, nil, nil},
+		{"post-waits:0.8", "data/post-never-waits", false, nil, nil},
 		{"cancel-frees", "cancel/frees-nothing", false, nil, nil},
 		{"canceled-early", "cancel/as-described", false, nil, nil},
 		{"notify-twice", "notifications/exactly-once-in-order", false, nil, nil},

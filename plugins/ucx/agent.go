@@ -42,6 +42,15 @@ type agent struct {
 
 	watches []*kit.ProcWatch // of unloaded peers, until their goroutines ended
 	wake    *wakeWatch       // forwards the shim's wake-ups to the transport's Wake channel
+
+	// progMu guards the worker against being freed under a caller that
+	// progresses it outside the Transport's lock (callerProgress); freed
+	// is set, under it, once shutdown freed the worker.
+	progMu sync.RWMutex
+	freed  bool
+	// progressHook, when set (tests), runs in place of the shim's
+	// progress on a caller's thread.
+	progressHook func()
 }
 
 // Bounds of the progress thread's waiting and of the peer watch.
@@ -194,6 +203,9 @@ func (a *agent) shutdown(mu *sync.Mutex) {
 	a.wake.stop() // before the worker is freed: it reads the shim's counters
 	mu.Lock()
 	defer mu.Unlock()
+	a.progMu.Lock()
+	a.freed = true
+	a.progMu.Unlock()
 	a.nw.close()
 	a.batch.free()
 	a.done.free()

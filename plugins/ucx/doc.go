@@ -22,15 +22,23 @@
 //     (one atomic load) and takes the entries only when it moved.
 //   - Poll, when a handle it is asked about still runs and at most 4 ops
 //     are in flight, progresses the worker itself until nothing more is
-//     ready (at most 64 rounds; not while the progress thread holds the
-//     lock): a caller that polls until DONE is its own progress engine.
-//     While it polls in a loop (it progressed within the last 2 µs), the
-//     progress thread naps instead of spinning beside it. With more ops in
-//     flight the progress thread drives them alone, and Poll only reads.
-//     When nothing was ready, Poll yields the core (sched_yield) before it
-//     returns: the transfer then waits for the peer or for this side's
-//     progress thread, and a caller polling in a loop would otherwise take
-//     their core on a crowded machine.
+//     ready (at most 64 rounds, stopping early when another call waits for
+//     the worker; not while the progress thread holds the lock): a caller that
+//     polls until DONE is its own progress engine. While it polls in a
+//     loop (it progressed within the last 2 µs), the progress thread naps
+//     instead of spinning beside it. With more ops in flight the progress
+//     thread drives them alone, and Poll only reads. When nothing was
+//     ready, Poll yields the core (sched_yield) before it returns: the
+//     transfer then waits for the peer or for this side's progress thread,
+//     and a caller polling in a loop would otherwise take their core on a
+//     crowded machine.
+//   - Events, while anything is in flight, does the same outside the
+//     agent's lock, except that with more than 4 ops in flight it leaves
+//     the core to the progress thread without yielding it: the ring pump
+//     of a transport process asks for events in a loop and serves
+//     submissions between its calls, so it finds a completion without
+//     waiting for the progress thread or a wake-up, and a Post (from the
+//     gRPC fallback) never waits behind its progress.
 //   - Release, Cancel and the rest only touch the agent's own state, or
 //     make their UCX call on the caller's thread under the worker's lock.
 //

@@ -26,3 +26,12 @@ func SetSleepMax(d time.Duration) (restore func()) {
 
 // FenceScope is fenceScope, for the tests.
 var FenceScope = fenceScope
+
+// PauseProgress stops (or resumes) the agent's progress thread, so that
+// only what callers progress themselves moves (tests).
+func (t *Transport) PauseProgress(on bool) { t.agent.Load().nw.pauseThread(on) }
+
+// SetProgressHook makes a caller's progress (Events, Poll) run fn in
+// place of the shim's progress, where and when that would run (tests);
+// nil restores it. Set it while no call runs.
+func (t *Transport) SetProgressHook(fn func()) { t.agent.Load().progressHook = fn }

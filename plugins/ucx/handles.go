@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/custody-dev/custody/sdk"
+	"github.com/custody-dev/custody/sdk/kit"
 )
 
 // A handle (the Book's) is one posted transfer: one op in the shim, under
@@ -138,7 +139,7 @@ func (a *agent) driveProgress(ids []sdk.HandleID) {
 	for _, id := range ids {
 		if h := a.book.Find(id); h != nil {
 			if st, _ := h.State(); !st.Terminal() {
-				a.nw.callerProgress()
+				a.nw.callerProgress(true)
 				a.reap()
 				return
 			}
@@ -177,9 +178,45 @@ func (t *Transport) Release(ctx context.Context, ids []sdk.HandleID) ([]error, e
 	return out, nil
 }
 
-// Events drains up to max state changes (all when max <= 0).
+// Events drains up to max state changes (all when max <= 0). While
+// transfers run it first progresses the worker on the caller's thread,
+// outside the agent's lock (callerProgress): a caller that asks for events
+// in a loop (the ring pump of a transport process does) is then its own
+// progress engine, and finds a completion without waiting for the
+// progress thread or a wake-up.
 func (t *Transport) Events(ctx context.Context, max int) ([]sdk.Event, error) {
+	if err := kit.ContextError(ctx, "ucx"); err != nil {
+		return nil, err
+	}
+	t.callerProgress()
 	var out []sdk.Event
 	err := t.do(ctx, "Events", 0, func(a *agent) { out = a.book.Events(max) })
 	return out, err
+}
+
+// callerProgress progresses the worker on the caller's thread while the
+// agent runs transfers, without the agent's lock: no call waits behind it,
+// and the shim bounds it (at most 64 rounds, one cma segment's copy each
+// at most, and none after the one under way once a Post waits for the
+// worker), so that what waits for this caller (the ring pump's next
+// submission) does not wait for a transfer's bytes either. With many ops
+// in flight it leaves them to the progress thread without giving up the
+// CPU: the ring pump that calls it has submissions to serve, and a
+// scheduler slice lost on each of its calls would cap the completions it
+// forwards.
+func (t *Transport) callerProgress() {
+	a := t.agent.Load()
+	if a == nil {
+		return
+	}
+	a.progMu.RLock()
+	defer a.progMu.RUnlock()
+	if a.freed || a.nw.running() <= 0 {
+		return
+	}
+	if a.progressHook != nil {
+		a.progressHook()
+		return
+	}
+	a.nw.callerProgress(false)
 }

@@ -106,8 +106,16 @@ func (w *nativeWorker) progress() uint { return uint(C.cu_progress(w.cw)) }
 
 // callerProgress progresses the worker on this thread until nothing more
 // is ready (bounded), unless the progress thread is at it; the progress
-// thread naps while a caller does so in a loop.
-func (w *nativeWorker) callerProgress() uint { return uint(C.cu_caller_progress(w.cw)) }
+// thread naps while a caller does so in a loop. yield: whether a call
+// that leaves the work to the thread (many ops in flight) gives up the
+// CPU (see cu_caller_progress).
+func (w *nativeWorker) callerProgress(yield bool) uint {
+	y := C.int(0)
+	if yield {
+		y = 1
+	}
+	return uint(C.cu_caller_progress(w.cw, y))
+}
 
 // counter reads one of the shim's atomic counters in place, without a
 // call into C.
@@ -144,9 +152,23 @@ func (w *nativeWorker) sleeping() bool {
 	return (*atomic.Int32)(unsafe.Pointer(&w.cw.sleeping)).Load() != 0
 }
 
+// running is how many ops, sends and closes UCX still runs.
+func (w *nativeWorker) running() int32 {
+	return (*atomic.Int32)(unsafe.Pointer(&w.cw.running)).Load()
+}
+
 // threadStats are the progress thread's rounds and sleeps so far.
 func (w *nativeWorker) threadStats() (rounds, sleeps uint64) {
 	return counter(&w.cw.rounds), counter(&w.cw.sleeps)
+}
+
+// pauseThread stops (or resumes) the progress thread's rounds (tests).
+func (w *nativeWorker) pauseThread(on bool) {
+	v := C.int(0)
+	if on {
+		v = 1
+	}
+	C.cu_pause_thread(w.cw, v)
 }
 
 // failMsgAllocs makes the next n copies of received notifications fail

@@ -18,8 +18,10 @@ import (
 // sleep still completes: the post wakes the initiator's thread, and the
 // data arriving wakes the target's, whose progress this RMA needs. The
 // safety-net wake-up is an hour here, so a wake-up that never comes fails
-// the test instead of hiding behind the period. The caller does not Poll
-// (Poll progresses the worker itself); it waits for the handle's event.
+// the test instead of hiding behind the period. The caller neither Polls
+// nor asks for Events (both progress the worker themselves while
+// transfers run): it waits on Wake and counts what is in flight
+// (Resources progresses nothing).
 func TestSleepingAgentsWakeForTransfers(t *testing.T) {
 	for _, tls := range tlsSettings {
 		t.Run(tls, func(t *testing.T) {
@@ -36,6 +38,51 @@ func TestSleepingAgentsWakeForTransfers(t *testing.T) {
 			res, err := p.a.Post(ctx, []sdk.PostSpec{{Op: sdk.OpWrite, Local: local, LocalIndices: []uint32{0}, Remote: remote, RemoteIndices: []uint32{0}}})
 			require.NoError(t, err)
 			require.NoError(t, res[0].Err)
+			deadline := time.After(10 * time.Second)
+			for {
+				r, err := p.a.Resources(ctx)
+				require.NoError(t, err)
+				if r.InFlight == 0 {
+					break
+				}
+				select {
+				case <-p.a.Wake():
+				case <-deadline:
+					t.Fatal("the WRITE did not complete while nobody polled it")
+				}
+			}
+			var ev sdk.Event
+			evs, err := p.a.Events(ctx, 0)
+			require.NoError(t, err)
+			for _, e := range evs {
+				if e.Handle == res[0].ID {
+					ev = e
+				}
+			}
+			require.Equal(t, res[0].ID, ev.Handle, "the WRITE's event is queued")
+			require.Equal(t, sdk.StateDone, ev.State, "reason: %v", ev.Reason)
+			assert.True(t, bytes.Equal(p.memA[:size], p.memB[:size]), "the bytes arrived")
+			settle(t, p.a, []sdk.HandleID{res[0].ID})
+		})
+	}
+}
+
+// TestEventsProgresses: a caller that asks for Events while transfers run
+// progresses the worker itself, as one that Polls does, so that the ring
+// pump of a transport process (which asks for Events) finds a completion
+// without waiting for the progress thread. The initiator's progress
+// thread is paused here: only Events can complete the WRITE.
+func TestEventsProgresses(t *testing.T) {
+	for _, tls := range tlsSettings {
+		t.Run(tls, func(t *testing.T) {
+			p := newPair(t, tls, 1<<20)
+			local, remote := p.dlists(t, 1, 4096)
+			p.a.PauseProgress(true)
+			defer p.a.PauseProgress(false)
+			ctx := context.Background()
+			res, err := p.a.Post(ctx, []sdk.PostSpec{{Op: sdk.OpWrite, Local: local, LocalIndices: []uint32{0}, Remote: remote, RemoteIndices: []uint32{0}}})
+			require.NoError(t, err)
+			require.NoError(t, res[0].Err)
 			var ev sdk.Event
 			require.Eventually(t, func() bool {
 				evs, err := p.a.Events(ctx, 0)
@@ -47,10 +94,103 @@ func TestSleepingAgentsWakeForTransfers(t *testing.T) {
 					}
 				}
 				return false
-			}, 10*time.Second, 100*time.Microsecond, "the WRITE completes while nobody polls it")
+			}, 10*time.Second, 10*time.Microsecond, "Events never completed the WRITE with the progress thread paused")
 			require.Equal(t, sdk.StateDone, ev.State, "reason: %v", ev.Reason)
-			assert.True(t, bytes.Equal(p.memA[:size], p.memB[:size]), "the bytes arrived")
+			p.a.PauseProgress(false)
 			settle(t, p.a, []sdk.HandleID{res[0].ID})
 		})
+	}
+}
+
+// TestCallerProgressBounded: a caller's Events or Poll progresses the
+// worker a bounded amount, never through a whole large transfer: the
+// ring pump of a transport process serves the next submission (a Post)
+// only once its Events returned, so that Post must not wait for a
+// transfer's bytes. With the initiator's progress thread paused, only
+// these calls move the 16 MiB WRITE's bytes (over shared memory a cma
+// round copies one 512 KiB segment at most); a single call must leave it
+// running.
+func TestCallerProgressBounded(t *testing.T) {
+	const size = 16 << 20
+	for _, tls := range tlsSettings {
+		t.Run(tls, func(t *testing.T) {
+			p := newPair(t, tls, size)
+			local, remote := p.dlists(t, 1, size)
+			p.a.PauseProgress(true)
+			defer p.a.PauseProgress(false)
+			ctx := context.Background()
+			res, err := p.a.Post(ctx, []sdk.PostSpec{{Op: sdk.OpWrite, Local: local, LocalIndices: []uint32{0}, Remote: remote, RemoteIndices: []uint32{0}}})
+			require.NoError(t, err)
+			require.NoError(t, res[0].Err)
+			id := res[0].ID
+			evs, err := p.a.Events(ctx, 0)
+			require.NoError(t, err)
+			for _, e := range evs {
+				require.NotEqual(t, id, e.Handle, "one Events call moved the whole %d-byte WRITE (%v): a Post behind it would have waited for its bytes", size, e.State)
+			}
+			sts, err := p.a.Poll(ctx, []sdk.HandleID{id})
+			require.NoError(t, err)
+			require.Equal(t, sdk.StateInProgress, sts[0].State, "one Poll call moved the whole %d-byte WRITE: a Post behind it would have waited for its bytes", size)
+			p.a.PauseProgress(false)
+			require.Equal(t, sdk.StateDone, settle(t, p.a, []sdk.HandleID{id})[0].State)
+			assert.True(t, bytes.Equal(p.memA[:size], p.memB[:size]), "the bytes arrived")
+		})
+	}
+}
+
+// TestPostNeverWaitsBehindProgress: a Post (or a Release) never waits for
+// a caller that progresses the worker in Events, however long that takes:
+// that progress runs outside the agent's lock. The caller's progress is
+// held here (a hook runs in its place and blocks until released), with a
+// transfer running; a Post must return meanwhile. Were the progress under
+// the agent's lock, it would wait for it, and the test fails on its bound.
+// (Poll progresses under the agent's lock: a Post waits for at most its
+// bounded rounds there, as it waits for any call.)
+func TestPostNeverWaitsBehindProgress(t *testing.T) {
+	p := newPair(t, "posix,sysv,cma", 2<<20)
+	local, remote := p.dlists(t, 2, 1<<20)
+	ctx := context.Background()
+	spec := func(i uint32) []sdk.PostSpec {
+		return []sdk.PostSpec{{Op: sdk.OpWrite, Local: local, LocalIndices: []uint32{i}, Remote: remote, RemoteIndices: []uint32{i}}}
+	}
+	// Nothing but the callers progresses: the first WRITE stays running,
+	// so that Events progresses.
+	p.a.PauseProgress(true)
+	defer p.a.PauseProgress(false)
+	res, err := p.a.Post(ctx, spec(0))
+	require.NoError(t, err)
+	require.NoError(t, res[0].Err)
+	first := res[0].ID
+	entered, release := make(chan struct{}), make(chan struct{})
+	p.a.SetProgressHook(func() {
+		entered <- struct{}{}
+		<-release
+	})
+	progressed := make(chan error, 1)
+	go func() {
+		_, err := p.a.Events(ctx, 0)
+		progressed <- err
+	}()
+	<-entered // the caller's progress is under way, and stays so
+	posted := make(chan []sdk.PostResult, 1)
+	go func() {
+		res, err := p.a.Post(ctx, spec(1))
+		assert.NoError(t, err)
+		posted <- res
+	}()
+	var second []sdk.PostResult
+	select {
+	case second = <-posted:
+	case <-time.After(10 * time.Second):
+		close(release)
+		t.Fatal("Post waited behind the caller's progress in Events")
+	}
+	require.NoError(t, second[0].Err)
+	close(release)
+	require.NoError(t, <-progressed)
+	p.a.SetProgressHook(nil)
+	p.a.PauseProgress(false)
+	for _, st := range settle(t, p.a, []sdk.HandleID{first, second[0].ID}) {
+		require.Equal(t, sdk.StateDone, st.State, "reason: %v", st.Reason)
 	}
 }

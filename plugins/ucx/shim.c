@@ -307,6 +307,11 @@ static void *cu_thread(void *arg)
     while (!LOAD(&w->stop)) {
         unsigned n;
         int32_t running;
+        if (LOAD(&w->paused)) {
+            struct timespec ts = {0, CU_CALLER_NAP_NS};
+            nanosleep(&ts, NULL);
+            continue;
+        }
         cu_thread_lock(w);
         n = cu_round(w);
         cu_unlock(w);
@@ -504,25 +509,30 @@ unsigned cu_progress(cu_worker *w)
     return n;
 }
 
-unsigned cu_caller_progress(cu_worker *w)
+unsigned cu_caller_progress(cu_worker *w, int yield)
 {
     unsigned n = 0, got, i;
     if (LOAD(&w->running) > CU_NAP_MAX_RUNNING) {
         /* The progress thread spins for these: progressing here too would
          * only contend for the lock (and stall the thread whenever this
          * caller is preempted holding it). Leave it the core. */
-        sched_yield();
+        if (yield) {
+            sched_yield();
+        }
         return 0;
     }
     if (pthread_mutex_trylock(&w->lock) != 0) {
         return 0; /* the progress thread is at it */
     }
     /* Drain what is ready (bounded), not one round: a caller that polls
-     * in a loop then moves as much per call as the progress thread. */
+     * in a loop then moves as much per call as the progress thread. Stop
+     * as soon as another caller waits for the lock (a Post: callers
+     * progress outside the agent's lock, and a Post must not wait for
+     * their progress), as the progress thread lets it in after a round. */
     for (i = 0; i < CU_CALLER_ROUNDS; i++) {
         got = cu_round(w);
         n += got;
-        if (got == 0) {
+        if (got == 0 || LOAD(&w->want) > 0) {
             break;
         }
     }
@@ -963,4 +973,9 @@ void cu_fail_msg_allocs(cu_worker *w, int n)
     cu_lock(w);
     w->fail_msg_allocs = n;
     cu_unlock(w);
+}
+
+void cu_pause_thread(cu_worker *w, int on)
+{
+    STORE(&w->paused, on);
 }

@@ -132,6 +132,7 @@ typedef struct cu_worker {
     uint64_t        msg_seq;      /* notifications received, ever (atomic) */
     uint64_t        msg_lost;     /* notifications dropped: out of memory (atomic) */
     int             fail_msg_allocs; /* tests: fail this many message copies */
+    int32_t         paused;       /* tests: the progress thread progresses nothing (atomic) */
 
     uint64_t        peer_failures;/* bumped by every endpoint error (atomic) */
 
@@ -159,12 +160,21 @@ void cu_close(cu_worker *w);
 void cu_kick(cu_worker *w);
 unsigned cu_progress(cu_worker *w);
 /* cu_caller_progress progresses the worker on the caller's thread until
- * nothing more is ready (at most CU_CALLER_ROUNDS rounds), unless the
+ * nothing more is ready (at most CU_CALLER_ROUNDS rounds, and none after
+ * the one under way once another caller waits for the lock), unless the
  * progress thread holds the lock or more than a few ops are in flight (the
  * progress thread spins for those), and notes the time: while a
  * caller keeps progressing (it polls transfers it waits for), the progress
- * thread naps instead of spinning beside it. */
-unsigned cu_caller_progress(cu_worker *w);
+ * thread naps instead of spinning beside it. A call that progressed
+ * nothing gives up the CPU (sched_yield): the transfer waits for the peer
+ * or the thread, and a caller looping on it would take their core. With
+ * more than a few ops in flight it progresses nothing and, with yield
+ * set, gives up the CPU too (a caller polling for its transfers lets the
+ * spinning thread run); a caller with other work, the ring pump of a
+ * transport process (it asks for Events and serves submissions in a
+ * loop), passes 0: a scheduler slice lost on each of its calls would cap
+ * the completions it forwards. */
+unsigned cu_caller_progress(cu_worker *w, int yield);
 
 ucs_status_t cu_address(cu_worker *w, void **addr, size_t *len);
 void cu_address_release(cu_worker *w, void *addr);
@@ -216,6 +226,9 @@ const char *cu_msg_data(const cu_msg *m); /* from, then message */
 /* cu_fail_msg_allocs makes the next n copies of received notifications
  * fail as if malloc had (tests). */
 void cu_fail_msg_allocs(cu_worker *w, int n);
+/* cu_pause_thread stops (1) or resumes (0) the progress thread's rounds
+ * (tests: what callers progress themselves). */
+void cu_pause_thread(cu_worker *w, int on);
 
 
 #define CU_AM_ID 7
