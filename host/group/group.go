@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -53,6 +54,9 @@ type Group struct {
 	reqMu sync.Mutex
 	reqs  requests
 	rv    reqView
+	// ownSeq is the last sequence number of a states record this member
+	// allocated (its view decodes none of them).
+	ownSeq atomic.Uint64
 }
 
 // Open connects this rank to its group's coordinator (starting the embedded
