@@ -144,6 +144,11 @@ func TestRule10RankLostMidRequest(t *testing.T) {
 	err = victim.Report(ctxT(t), []Terminal{{Request: "in-flight", State: Succeeded}})
 	require.ErrorIs(t, err, ErrSessionLost)
 	assert.NotContains(t, c.published(2), core.RequestID("in-flight"))
+	// The lowest live rank deletes the dead rank's record once no request
+	// in it waits there.
+	require.Contains(t, c.published(2), core.RequestID("done-before"))
+	require.NoError(t, c.ranks[0].Report(ctxT(t), nil))
+	assert.Empty(t, c.published(2), "the lost rank's record was left in etcd")
 }
 
 // TestRule10FencedWrite: a rank whose lease is gone but that has not yet
