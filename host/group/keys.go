@@ -16,16 +16,16 @@ import (
 //	                                every rank's state of each of its requests is
 //	                                in, the lowest live rank once its writer is
 //	                                lost)
-//	last/<rank>                     rewritten with each write of states: its
-//	                                revision tells an expiry whether the rank
-//	                                wrote since (expire.go)
 //	req/<id>/t/<rank>               a rank ended the wait past the hold cap
 //	                                (expire.go; the lowest live rank deletes
 //	                                req/<id>/ once every rank's state is in)
 //	poison/<pool>                   a poisoned pool (durable, cleared by an operator)
 //
-// and peer addresses, shared by all engines, under /custody/peers/<name>,
-// under the publishing host's lease. Ids, pool and peer names are
+// /custody/last/<engine>/<rank> is rewritten with each write of a rank's
+// states: its revision tells an expiry whether the rank wrote since
+// (expire.go). It lies outside the engine's prefix, so that no rank's
+// watch carries it. Peer addresses, shared by all engines, live under
+// /custody/peers/<name>, under the publishing host's lease. Ids, pool and peer names are
 // path-escaped, so no name can reach into another's keys.
 const (
 	rootPrefix  = "/custody/"
@@ -33,10 +33,12 @@ const (
 )
 
 type keys struct {
-	base string
+	base, lasts string
 }
 
-func newKeys(engine string) keys { return keys{base: rootPrefix + "engines/" + engine + "/"} }
+func newKeys(engine string) keys {
+	return keys{base: rootPrefix + "engines/" + engine + "/", lasts: rootPrefix + "last/" + engine + "/"}
+}
 
 func (k keys) members() string          { return k.base + "members/" }
 func (k keys) member(rank int) string   { return k.members() + strconv.Itoa(rank) }
@@ -46,8 +48,7 @@ func (k keys) batches() string          { return k.base + "states/" }
 func (k keys) batch(r int, member string, seq uint64) string {
 	return k.batches() + strconv.Itoa(r) + "/" + url.PathEscape(member) + "/" + strconv.FormatUint(seq, 10)
 }
-func (k keys) lasts() string     { return k.base + "last/" }
-func (k keys) last(r int) string { return k.lasts() + strconv.Itoa(r) }
+func (k keys) last(r int) string { return k.lasts + strconv.Itoa(r) }
 func (k keys) expiry(id string, r int) string {
 	return k.request(id) + "t/" + strconv.Itoa(r)
 }

@@ -295,8 +295,6 @@ func (g *Group) applyEvent(ev *clientv3.Event) bool {
 			return false
 		}
 		return g.applyBatch(key, rank, member, ev.Kv.Value)
-	case strings.HasPrefix(key, g.keys.lasts()):
-		return false // read by expiries' transactions, not by the view
 	case strings.HasPrefix(key, g.keys.members()):
 		g.applyMember(ev)
 		g.reorphan()
