@@ -144,4 +144,22 @@ func TestRule10RecordsKeptUntilEveryRankReported(t *testing.T) {
 	o := resolve(t, g1, "x")
 	require.True(t, o.Resolved, "rank 1 found the records gone: %+v", o)
 	assert.Equal(t, TimedOut, o.State)
+	// Once rank 1's state is in, the records and the expiry go, and both
+	// ranks forget the request.
+	for range 2 {
+		for _, g := range c.ranks {
+			require.NoError(t, g.Report(ctxT(t), nil))
+			require.NoError(t, g.Sync(ctxT(t)))
+			_, err := g.Resolve(ctxT(t), nil)
+			require.NoError(t, err)
+		}
+	}
+	for _, prefix := range []string{g0.keys.requests(), g0.keys.batches()} {
+		resp, err := c.client().Get(ctxT(t), prefix, clientPrefix())
+		require.NoError(t, err)
+		assert.Empty(t, resp.Kvs, "left in etcd under %s", prefix)
+	}
+	for r, g := range c.ranks {
+		assert.Zero(t, g.Stats().InFlight, "rank %d still tracks the request", r)
+	}
 }

@@ -44,10 +44,10 @@ type request struct {
 	out   *Outcome
 	last  Outcome
 	// returned: Resolve has returned out. complete: every live rank's
-	// state is in (its batch counts it done). delExp: this rank (the
-	// lowest live one) deletes the request's expiries with the next
-	// Report; expDeleted: it did.
-	returned, complete, delExp, expDeleted bool
+	// state is in (its batch counts it done). expLive: the view holds an
+	// expiry of it still in etcd; delExp: this rank (the lowest live one)
+	// deletes them with the next Report; expDeleted: it did.
+	returned, complete, expLive, delExp, expDeleted bool
 }
 
 // batch is one states record of this member: the states of one write.
@@ -397,7 +397,7 @@ func (g *Group) Resolve(ctx context.Context, ids []core.RequestID) ([]Outcome, e
 	defer g.rv.mu.Unlock()
 	now := g.members()
 	fold := func(id core.RequestID, r *request) {
-		if r.out == nil || !r.complete {
+		if r.out == nil || !r.complete || r.expLive {
 			g.apply(id, r, g.rv.reqs[id], now)
 		}
 	}
@@ -549,20 +549,24 @@ func (g *Group) apply(id core.RequestID, r *request, e *viewEntry, now []string)
 		r.out = &o
 		g.log.Debug("group_request_resolved", "request", id, "state", o.State, "rank", o.Rank)
 	}
-	if r.complete {
-		return
+	if !r.complete {
+		for rank, v := range ranks {
+			if !v.stored && !lostFor(r, rank, now) {
+				return // a live rank has yet to write its state
+			}
+		}
+		g.completeReq(r)
 	}
+	// The lowest live rank deletes the expiries, if any, and another takes
+	// over if it goes before it did.
 	collector := -1
-	for rank, v := range ranks {
-		lost := lostFor(r, rank, now)
-		if !v.stored && !lost {
-			return // a live rank has yet to write its state
-		}
-		if collector < 0 && !lost {
+	for rank := range ranks {
+		if !lostFor(r, rank, now) {
 			collector = rank
+			break
 		}
 	}
-	g.completeReq(r)
+	r.expLive = expLive
 	r.delExp = expLive && collector == g.cfg.Rank && !r.expDeleted
 }
 
