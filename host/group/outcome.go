@@ -426,11 +426,15 @@ func (g *Group) Resolve(ctx context.Context, ids []core.RequestID) ([]Outcome, e
 		if r.out != nil {
 			out[i] = *r.out
 			r.returned = true
-			if g.rv.reqs[id] == nil {
-				g.forget(id)
-			}
 		} else {
 			out[i] = r.last
+		}
+	}
+	// Forget what was returned and is no longer in etcd: requests no other
+	// rank's record or expiry names here, and those whose keys all went.
+	for i, id := range ids {
+		if out[i].Resolved && g.rv.reqs[id] == nil {
+			g.forget(id)
 		}
 	}
 	for id := range g.rv.gone {

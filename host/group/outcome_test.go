@@ -481,3 +481,27 @@ func drain(g *Group) {
 	default:
 	}
 }
+
+// TestResolveSameIDTwice: an id named twice in one Resolve gets the same
+// outcome twice, also when the call resolves it and forgets it at once (no
+// other rank's record names it: the other rank was lost before it
+// reported).
+func TestResolveSameIDTwice(t *testing.T) {
+	c := newCluster(t, 2)
+	c.mustJoin()
+	g0 := c.ranks[0]
+	_, err := c.client().Revoke(ctxT(t), c.ranks[1].lease)
+	require.NoError(t, err)
+	waitFor(t, g0, "rank 1 reported lost", func() bool { return len(g0.LostRanks()) == 1 })
+	report(t, g0, "x", Succeeded, "")
+	require.NoError(t, g0.Sync(ctxT(t)))
+	out, err := g0.Resolve(ctxT(t), []core.RequestID{"x", "x"})
+	require.NoError(t, err)
+	for i, o := range out {
+		require.True(t, o.Resolved, "outcome %d", i)
+		assert.Equal(t, Failed, o.State, "outcome %d", i)
+		assert.Contains(t, o.Reason, "rank 1 was lost", "outcome %d", i)
+	}
+	_, err = g0.Resolve(ctxT(t), []core.RequestID{"x"})
+	require.ErrorIs(t, err, ErrUnknownRequest, "a request resolved and named by no record is forgotten once returned")
+}
