@@ -276,6 +276,9 @@ func (g *Group) flush(ctx context.Context) error {
 				g.notify()
 				return fmt.Errorf("group %q rank %d: publishing terminal states: this rank's membership key is gone: %w; fail every request and restart the host", g.cfg.Engine, g.cfg.Rank, ErrSessionLost)
 			}
+			if b == nil {
+				return fmt.Errorf("group %q rank %d: deleting %d states records refused with this rank's membership in place: %w", g.cfg.Engine, g.cfg.Rank, n, ErrCoordinator)
+			}
 			// The record's key exists already: an earlier, unanswered
 			// attempt of ours, or a record this member did not write.
 			got := resp.Responses[1].GetResponseRange().Kvs
