@@ -93,8 +93,8 @@ type heldReq struct {
 	capAt time.Time
 }
 
-// collectEvery bounds how long this rank's acknowledgements of resolved
-// requests, and the deletion of requests every rank resolved, wait for a
+// collectEvery bounds how long the deletion of this rank's states records
+// whose requests every rank finished (and of expiries) waits for a
 // round's terminal states to ride along with: while requests finish they
 // cost no write of their own.
 const collectEvery = 50 * time.Millisecond
@@ -244,7 +244,7 @@ func (r *rankSync) Poisoned() []string {
 // run is the sync goroutine. It makes no etcd read: the group's watch
 // wakes it (Changed) when another rank's state, ack or loss arrives, the
 // owner (kick) when requests finish here; a timer only for the hold cap of
-// what is held and for the acknowledgements still to be written.
+// what is held and for the deletions still to be written.
 func (r *rankSync) run(ctx context.Context) {
 	t := time.NewTimer(time.Hour)
 	defer t.Stop()
@@ -320,8 +320,8 @@ func (r *rankSync) nextHoldCap(now time.Time) (time.Duration, bool) {
 	return max(first.Sub(now), 0), true
 }
 
-// step publishes poison and new terminal states (with the acknowledgements
-// and deletions due, in one write), resolves what is held from the group's
+// step publishes poison and new terminal states (with the deletions due,
+// in one write), resolves what is held from the group's
 // watched view and reports what resolved. With no new state it writes only
 // when flush is set; new states wait for publish (publishEvery). It
 // resolves when resolve is set or it wrote. It says whether it wrote.

@@ -19,9 +19,9 @@ import (
 // oversized fails Join on the other ranks, naming it; nothing joins.
 func TestBadMemberRecordsFailJoin(t *testing.T) {
 	for _, tc := range []struct{ name, value, want string }{
-		{"malformed", `{"proto":2,"rank":1,`, "rank 1's member record does not decode"},
-		{"oversized", `{"proto":2,"pad":"` + strings.Repeat("x", maxMemberRecord) + `"}`, "over the 65536 limit"},
-		{"names another rank", `{"proto":2,"engine":"e1","rank":0,"size":2,"member":"impostor","mode":{}}`, "rank 1's member record names rank 0"},
+		{"malformed", `{"proto":3,"rank":1,`, "rank 1's member record does not decode"},
+		{"oversized", `{"proto":3,"pad":"` + strings.Repeat("x", maxMemberRecord) + `"}`, "over the 65536 limit"},
+		{"names another rank", `{"proto":3,"engine":"e1","rank":0,"size":2,"member":"impostor","mode":{}}`, "rank 1's member record names rank 0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := newCluster(t, 2)
@@ -36,22 +36,30 @@ func TestBadMemberRecordsFailJoin(t *testing.T) {
 	}
 }
 
-// TestForeignRequestKeysChangeNothing: keys another rank writes for ids
-// this rank never reported, or that do not parse, are kept out of this
-// rank's requests: its own requests resolve as they would, and it never
-// answers for the foreign ids.
+// TestForeignRequestKeysChangeNothing: records another rank writes for ids
+// this rank never reported, and keys that do not parse, are kept out of
+// this rank's requests: its own requests resolve as they would, and it
+// never answers for the foreign ids.
 func TestForeignRequestKeysChangeNothing(t *testing.T) {
 	c := newCluster(t, 2)
 	c.mustJoin()
 	cli := c.client()
 	g0 := c.ranks[0]
-	ghost := encodeState(1, c.ranks[1].Member(), Terminal{State: Succeeded})
+	m1 := c.ranks[1].Member()
+	real := states(1, m1, Terminal{Request: "real", State: Succeeded})
 	for key, value := range map[string]string{
-		g0.keys.state("ghost", 1):            ghost,
-		g0.keys.requests() + "%zz/s/1":       ghost, // no path-escaped id
-		g0.keys.requests() + "no-kind":       ghost,
-		g0.keys.request("real") + "x/1":      ghost, // no kind of key
-		g0.keys.request("real") + "s/rank-1": ghost, // no rank
+		g0.keys.batch(1, m1, 1000):            states(1, m1, Terminal{Request: "ghost", State: Succeeded}), // an id rank 0 never reported
+		g0.keys.batches() + "7/" + m1 + "/1":  real,                                                        // no rank of the group
+		g0.keys.batches() + "01/" + m1 + "/1": real,                                                        // no canonical rank
+		g0.keys.batches() + "1/" + m1 + "/01": real,                                                        // no canonical sequence number
+		g0.keys.batches() + "1/" + m1 + "/0":  real,
+		g0.keys.batches() + "1/" + m1:         real, // no sequence number
+		g0.keys.batches() + "1/%zz/1":         real, // no path-escaped member
+		g0.keys.requests() + "%zz/t/1":        real, // no path-escaped id
+		g0.keys.requests() + "no-kind":        real,
+		g0.keys.request("real") + "x/1":       real, // no kind of key
+		g0.keys.request("real") + "s/1":       real, // a state key of group protocol 2
+		g0.keys.request("real") + "t/rank-1":  real, // no rank
 	} {
 		_, err := cli.Put(ctxT(t), key, value)
 		require.NoError(t, err)

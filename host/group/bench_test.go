@@ -41,7 +41,7 @@ func benchCluster(b *testing.B, size int) []*Group {
 	return ranks
 }
 
-func batch(round, n int) ([]Terminal, []core.RequestID) {
+func roundStates(round, n int) ([]Terminal, []core.RequestID) {
 	ts := make([]Terminal, n)
 	ids := make([]core.RequestID, n)
 	for i := range ts {
@@ -69,7 +69,7 @@ func benchRound(b *testing.B, inflight int) {
 	cpu0 := processCPU(b)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		ts, ids := batch(i, inflight)
+		ts, ids := roundStates(i, inflight)
 		for _, g := range ranks {
 			if err := g.Report(ctx, ts); err != nil {
 				b.Fatal(err)
@@ -135,7 +135,7 @@ func BenchmarkResolve64(b *testing.B) {
 				g = benchCluster(b, size)[0]
 			}
 			ctx := context.Background()
-			ts, ids := batch(0, inflight)
+			ts, ids := roundStates(0, inflight)
 			require.NoError(b, g.Report(ctx, ts))
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {

@@ -40,9 +40,9 @@ type CoordinatorConfig struct {
 	Embedded *EmbeddedConfig `yaml:"embedded"`
 	// MaxTxnOps is the etcd's limit on operations per transaction
 	// (--max-txn-ops): DefaultMaxTxnOps for a cluster, EmbeddedMaxTxnOps
-	// for the embedded etcd, which is started with it. A round's writes
-	// go in one transaction while they fit (a state and a deletion per
-	// request), in more otherwise.
+	// for the embedded etcd, which is started with it. A write's states
+	// record and the deletions due go in one transaction while they fit
+	// (one operation per record deleted), in more otherwise.
 	MaxTxnOps int `yaml:"max_txn_ops"`
 }
 

@@ -20,8 +20,8 @@ import (
 // Limits on the operations of one etcd transaction (and on its
 // comparisons): etcd's own default, which an external cluster keeps unless
 // its operator raises --max-txn-ops, and what the embedded etcd is started
-// with, so that a round of 64 requests (a state, an ack and a deletion
-// each) fits in one transaction.
+// with, so that a write's states record and many deletions of records
+// fit in one transaction.
 const (
 	DefaultMaxTxnOps  = 128
 	EmbeddedMaxTxnOps = 1024

@@ -4,10 +4,12 @@
 // docs/guarantees.md, which states the rules cited here by number).
 //
 // etcd holds, under /custody/engines/<engine>/: each rank's member record
-// (its effective mode) under the rank's lease; each request's per-rank
-// terminal states, written once per round per rank in one transaction and
-// deleted by the lowest live rank once every rank's is in; and each
-// poisoned pool, durably. Each rank follows the engine's keys with one
+// (its effective mode) under the rank's lease; each rank's terminal
+// states, one record per write holding every state of that write (group
+// protocol 3), deleted by its writer once every rank's state of each of its
+// requests is in (by the lowest live rank once its writer is lost); the
+// expiries of requests a rank stopped waiting for; and each poisoned pool,
+// durably (keys.go). Each rank follows the engine's keys with one
 // watch and resolves requests from what it saw, reading no etcd per round. Peer addresses live
 // under /custody/peers/<name>. A group of size 1 has no coordinator and
 // every call is a local passthrough.
@@ -24,7 +26,7 @@
 //     metadata endpoint listens; Lookup peers by name before connecting.
 //  3. Report the requests core finished (Succeeded), failed (Failed) or
 //     escalated past the hold cap (TimedOut): each Report is one etcd
-//     write, so a host may gather the states of several rounds into one
+//     write of one record, so a host may gather the states of several rounds into one
 //     Report while other requests run (a bounded wait; a lone request is
 //     reported at once). Then Resolve every request reported and not yet
 //     resolved; Resolve again whenever Changed signals (the watch saw

@@ -16,13 +16,16 @@ import (
 // rank for ever: its lease stays alive, so it is never lost. Expire bounds
 // that wait (rule 13). A rank that has waited past its hold cap for
 // the others writes an expiry under req/<id>/t/<rank>, in a transaction
-// that succeeds only while every rank it saw pending still has no state
-// key and this rank is still a member. From then on every rank reads the
+// that succeeds only while no rank it saw pending has written any states
+// since (their last/<rank> keys) and this rank is still a member. From then on every rank reads the
 // request as TimedOut: the ranks still pending count as timed out, and the
 // expiry decides the union even where the late states arrive afterwards
 // (a timeout wins over a late success). A rank that resolved before the
 // expiry was written saw every state key present, so the transaction that
 // would write it fails: no two ranks ever resolve a request differently.
+
+// maxExpiryRecord bounds an expiry record read from etcd.
+const maxExpiryRecord = 1024
 
 // expiry is one expiry record as read.
 type expiry struct {
@@ -46,18 +49,26 @@ func decodeExpiry(id core.RequestID, raw []byte, rank int) expiry {
 	var rec expiryRecord
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
-	if len(raw) > maxStateRecord || dec.Decode(&rec) != nil || rec.Rank != rank || rec.V != groupProto {
+	if len(raw) > maxExpiryRecord || dec.Decode(&rec) != nil || rec.Rank != rank || rec.V != groupProto {
 		return expiry{rank: rank, reason: fmt.Sprintf("request %q: rank %d ended the wait past its hold cap (malformed expiry record %.80q: %v)", id, rank, raw, ErrMalformed)}
 	}
 	return expiry{rank: rank, reason: fmt.Sprintf("request %q: rank %d waited %s past its hold cap for ranks %v that never reported it", id, rank, rec.Waited, rec.Pending)}
 }
 
 // Expire ends the wait for the ranks that have not reported each request in
-// ids (as the last Resolve saw them), once the host's hold cap has passed
-// since it reported the request itself: waited is how long it has waited.
-// A request resolved meanwhile, or whose pending ranks reported in the
-// meantime, is left as it is; the next Resolve returns the outcome. Every id
-// must have been reported by this rank (ErrUnknownRequest).
+// ids, once the host's hold cap has passed since it reported the request
+// itself: waited is how long it has waited. A request resolved meanwhile,
+// or whose pending ranks reported in the meantime, is left as it is; the
+// next Resolve returns the outcome. Every id must have been reported by
+// this rank (ErrUnknownRequest).
+//
+// The expiry is written only if no rank still pending in this rank's view
+// wrote any states since (its last/<rank> key is older than the view): a
+// rank that resolved before the expiry was written saw every state
+// present, so the transaction that would write it fails. When a pending
+// rank did write since, Expire waits for the view to hold that write and
+// looks again, a few times; past them it returns an error matching
+// ErrCoordinator (call it again later).
 func (g *Group) Expire(ctx context.Context, ids []core.RequestID, waited time.Duration) error {
 	if err := g.checkJoined(); err != nil {
 		return err
@@ -75,26 +86,66 @@ func (g *Group) Expire(ctx context.Context, ids []core.RequestID, waited time.Du
 	if g.cfg.Solo() {
 		return nil // a solo rank never waits for another
 	}
-	memberKey := g.keys.member(g.cfg.Rank)
-	guard := clientv3.Compare(clientv3.LeaseValue(memberKey), "=", g.lease)
 	for _, id := range ids {
 		r := g.reqs.m[id]
-		if r.out != nil || len(r.last.Pending) == 0 {
-			continue
+		for attempt := 1; ; attempt++ {
+			// Fold what the view holds now, and remember up to which
+			// revision it holds every write.
+			g.rv.mu.Lock()
+			if r.out == nil {
+				g.apply(id, r, g.rv.reqs[id], g.members())
+			}
+			rev := g.rv.rev
+			g.rv.mu.Unlock()
+			if r.out != nil || len(r.last.Pending) == 0 {
+				break
+			}
+			wrote, at, err := g.expireAt(ctx, id, r.last.Pending, rev, waited)
+			if err != nil || wrote {
+				if err != nil {
+					return err
+				}
+				break
+			}
+			if attempt == maxExpireAttempts {
+				return fmt.Errorf("group %q rank %d: expiring request %q: ranks %v wrote states after each of %d views of them: %w; expire it again later", g.cfg.Engine, g.cfg.Rank, id, r.last.Pending, attempt, ErrCoordinator)
+			}
+			// A pending rank wrote since: its state may be in. Look again
+			// once the view holds that write.
+			if err := g.waitView(ctx, at); err != nil {
+				return err
+			}
 		}
-		ifs := []clientv3.Cmp{guard}
-		for _, p := range r.last.Pending {
-			ifs = append(ifs, clientv3.Compare(clientv3.CreateRevision(g.keys.state(string(id), p)), "=", 0))
-		}
-		raw, _ := json.Marshal(expiryRecord{V: groupProto, Rank: g.cfg.Rank, Member: g.member, Pending: r.last.Pending, Waited: waited.Round(time.Millisecond).String()})
-		octx, cancel := g.opCtx(ctx)
-		_, err := g.cli.Txn(octx).If(ifs...).Then(clientv3.OpPut(g.keys.expiry(string(id), g.cfg.Rank), string(raw))).Commit()
-		cancel()
-		g.reqs.writes.Add(1)
-		if err != nil {
-			return g.wrap(fmt.Sprintf("expiring request %q", id), err)
-		}
-		g.log.Warn("group_request_expired", "request", id, "pending", fmt.Sprint(r.last.Pending), "waited", waited)
 	}
 	return nil
 }
+
+// expireAt writes the expiry of id for the ranks pending in this rank's
+// view at revision rev, unless one of them wrote states since; it says
+// whether it wrote, and etcd's revision. Called with reqMu held.
+func (g *Group) expireAt(ctx context.Context, id core.RequestID, pending []int, rev int64, waited time.Duration) (bool, int64, error) {
+	memberKey := g.keys.member(g.cfg.Rank)
+	ifs := []clientv3.Cmp{clientv3.Compare(clientv3.LeaseValue(memberKey), "=", g.lease)}
+	for _, p := range pending {
+		ifs = append(ifs, clientv3.Compare(clientv3.ModRevision(g.keys.last(p)), "<", rev+1))
+	}
+	raw, _ := json.Marshal(expiryRecord{V: groupProto, Rank: g.cfg.Rank, Member: g.member, Pending: pending, Waited: waited.Round(time.Millisecond).String()})
+	octx, cancel := g.opCtx(ctx)
+	resp, err := g.cli.Txn(octx).If(ifs...).Then(clientv3.OpPut(g.keys.expiry(string(id), g.cfg.Rank), string(raw))).Else(clientv3.OpGet(memberKey)).Commit()
+	cancel()
+	g.reqs.writes.Add(1)
+	if err != nil {
+		return false, 0, g.wrap(fmt.Sprintf("expiring request %q", id), err)
+	}
+	if resp.Succeeded {
+		g.log.Warn("group_request_expired", "request", id, "pending", fmt.Sprint(pending), "waited", waited)
+		return true, resp.Header.Revision, nil
+	}
+	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 0 || clientv3.LeaseID(kvs[0].Lease) != g.lease {
+		return false, 0, fmt.Errorf("group %q rank %d: expiring request %q: this rank's membership key is gone: %w; fail every request and restart the host", g.cfg.Engine, g.cfg.Rank, id, ErrSessionLost)
+	}
+	return false, resp.Header.Revision, nil
+}
+
+// maxExpireAttempts bounds the tries of one Expire per request.
+const maxExpireAttempts = 3

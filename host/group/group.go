@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -53,6 +54,9 @@ type Group struct {
 	reqMu sync.Mutex
 	reqs  requests
 	rv    reqView
+	// ownSeq is the last sequence number of a states record this member
+	// allocated (its view decodes none of them).
+	ownSeq atomic.Uint64
 }
 
 // Open connects this rank to its group's coordinator (starting the embedded
@@ -167,8 +171,9 @@ func (g *Group) Size() int { return g.cfg.Size }
 
 // Changed is signalled (coalesced, never blocking the group) when a rank
 // joins or is lost, this rank's membership is lost, a pool is poisoned or
-// cleared, or the watch brings another rank's state, an expiry or the
-// deletion of a request's keys (never this rank's own state coming back).
+// cleared, or the watch brings another rank's states, an expiry or the
+// deletion of another rank's states or of an expiry (never this member's
+// own states coming back).
 // Read LostRanks, Live, Err and Poisoned, and Resolve, then.
 func (g *Group) Changed() <-chan struct{} { return g.changed }
 

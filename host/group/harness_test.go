@@ -3,6 +3,8 @@ package group
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +13,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
 
+	"github.com/custody-dev/custody/core"
 	"github.com/custody-dev/custody/sdk"
 )
 
@@ -152,3 +155,26 @@ func ctxT(t *testing.T) context.Context {
 func rid(i int) string { return fmt.Sprintf("req-%03d", i) }
 
 func clientPrefix() clientv3.OpOption { return clientv3.WithPrefix() }
+
+// published reads, straight from etcd, the states rank's records hold,
+// each rank's member's own alike.
+func (c *cluster) published(rank int) map[core.RequestID]State {
+	c.t.Helper()
+	g := c.ranks[0]
+	resp, err := c.client().Get(ctxT(c.t), g.keys.batches()+strconv.Itoa(rank)+"/", clientv3.WithPrefix())
+	require.NoError(c.t, err)
+	out := map[core.RequestID]State{}
+	for _, kv := range resp.Kvs {
+		_, member, _, err := parseBatchKey(strings.TrimPrefix(string(kv.Key), g.keys.batches()), c.size)
+		require.NoError(c.t, err)
+		entries, err := decodeBatch(kv.Value, rank, member)
+		require.NoError(c.t, err)
+		for _, e := range entries {
+			out[e.id] = e.state
+		}
+	}
+	return out
+}
+
+// states is a states record's value as rank's member would write it.
+func states(rank int, member string, ts ...Terminal) string { return encodeBatch(rank, member, ts) }

@@ -12,7 +12,7 @@ import (
 
 // groupProto is the version of the records a group writes. A rank whose
 // records carry another version is refused like a mixed contract.
-const groupProto = 2
+const groupProto = 3
 
 // maxMemberRecord bounds a member record read from etcd.
 const maxMemberRecord = 64 << 10

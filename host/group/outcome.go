@@ -3,9 +3,11 @@ package group
 import (
 	"context"
 	"fmt"
+	"sort"
 	"strings"
 	"sync/atomic"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/custody-dev/custody/core"
@@ -30,21 +32,34 @@ type Outcome struct {
 	Pending []int
 }
 
-// request is one id this rank reported, until its keys are gone.
+// request is one id this rank reported, until it is forgotten.
 type request struct {
 	// snap is each rank's member id when this rank reported the request: a
 	// rank whose member has changed since is lost for this request.
 	snap    []string
 	mine    Terminal
 	written bool
-	// stateRev is the revision of the transaction that wrote mine.
-	stateRev int64
-	out      *Outcome
-	last     Outcome
-	// returned: Resolve has returned out; del: this rank deletes the
-	// request's keys (every rank's state is in, and it is the lowest live
-	// rank) with the next Report; deleted: it did.
-	returned, del, deleted bool
+	// batch is the states record of this member that carries mine.
+	batch *batch
+	out   *Outcome
+	last  Outcome
+	// returned: Resolve has returned out. complete: every live rank's
+	// state is in (its batch counts it done). expLive: the view holds an
+	// expiry of it still in etcd; delExp: this rank (the lowest live one)
+	// deletes them with the next Report; expDeleted: it did.
+	returned, complete, expLive, delExp, expDeleted bool
+}
+
+// batch is one states record of this member: the states of one write.
+type batch struct {
+	key   string
+	reqs  []*request
+	value string
+	// left counts its requests not yet complete. written: it landed;
+	// del: every request in it is complete, and this rank deletes it with
+	// the next Report.
+	left         int
+	written, del bool
 }
 
 type requests struct {
@@ -52,12 +67,18 @@ type requests struct {
 	// fresh lists the requests whose own side changed (reported, written)
 	// since Resolve last folded them.
 	fresh map[core.RequestID]*request
+	// batches are this member's states records until deleted, by key;
+	// orphans the records of members gone from their rank that this rank,
+	// the lowest live one, deletes with the next Report.
+	batches map[string]*batch
+	orphans map[string]struct{}
 	// writes and reads count etcd transactions, for Stats.
 	writes, reads atomic.Uint64
 }
 
 func newRequests() requests {
-	return requests{m: map[core.RequestID]*request{}, fresh: map[core.RequestID]*request{}}
+	return requests{m: map[core.RequestID]*request{}, fresh: map[core.RequestID]*request{},
+		batches: map[string]*batch{}, orphans: map[string]struct{}{}}
 }
 
 // Stats counts the etcd transactions Report and Resolve made.
@@ -66,8 +87,8 @@ type Stats struct {
 	ReadTxns  uint64
 	// InFlight is the number of request ids this rank still tracks.
 	InFlight int
-	// Unwritten is the number of writes (states, acknowledgements,
-	// deletions) waiting for the next Report.
+	// Unwritten is the number of writes (states, deletions) waiting for
+	// the next Report.
 	Unwritten int
 }
 
@@ -78,19 +99,26 @@ func (g *Group) Stats() Stats {
 	st := Stats{WriteTxns: g.reqs.writes.Load(), ReadTxns: g.reqs.reads.Load(), InFlight: len(g.reqs.m)}
 	if !g.cfg.Solo() {
 		for _, r := range g.reqs.m {
-			if !r.written || r.del {
+			if !r.written || r.delExp {
 				st.Unwritten++
 			}
 		}
+		for _, b := range g.reqs.batches {
+			if b.del {
+				st.Unwritten++
+			}
+		}
+		st.Unwritten += len(g.reqs.orphans)
 	}
 	return st
 }
 
-// Report records this rank's local terminal states and publishes them, with
-// the deletion of the requests whose keys this rank collects (every rank's
-// state is in, and it is the lowest live rank), in one etcd transaction
-// (more only past etcd's 128 operations per transaction). Call it once per
-// round, with the round's new terminal states (possibly none).
+// Report records this rank's local terminal states and publishes them in
+// one states record (more past maxBatchStates), with the deletion of this
+// member's records whose requests every rank's state is in, and of the
+// records the group no longer needs, in one etcd transaction (more only
+// past etcd's operations per transaction). Call it once per round, with
+// the round's new terminal states (possibly none).
 //
 // Input is checked whole first: an empty, oversized or invalid id, an
 // unknown state, or a request already reported with another state is an
@@ -145,59 +173,99 @@ func (g *Group) Report(ctx context.Context, terminals []Terminal) error {
 	return g.flush(ctx)
 }
 
-// op is one pending write of flush.
-type op struct {
-	id   core.RequestID
-	r    *request
-	kind byte // 's' state, 'd' delete
+// newBatch allocates a states record of this member for reqs. Called with
+// reqMu held.
+func (g *Group) newBatch(reqs []*request) *batch {
+	seq := g.ownSeq.Add(1)
+	ts := make([]Terminal, len(reqs))
+	for i, r := range reqs {
+		ts[i] = r.mine
+	}
+	b := &batch{key: g.keys.batch(g.cfg.Rank, g.member, seq), reqs: reqs, value: encodeBatch(g.cfg.Rank, g.member, ts), left: len(reqs)}
+	for _, r := range reqs {
+		r.batch = b
+	}
+	g.reqs.batches[b.key] = b
+	return b
 }
 
-// flush writes every pending state, ack and delete, in as few transactions
-// as etcd allows. Each transaction is guarded by this rank's membership:
-// once its lease is gone, nothing it writes lands (a lost rank is fenced out
-// of the union). Called with reqMu held.
+// deletion is one pending delete of flush.
+type deletion struct {
+	op   clientv3.Op
+	done func()
+}
+
+// maxConflicts bounds how often flush moves states to a new record
+// because their record's key held one this member did not write.
+const maxConflicts = 3
+
+// flush writes every pending states record and deletion, in as few
+// transactions as etcd allows: one states record each, with as many
+// deletions as fit. Each transaction is guarded by this rank's membership:
+// once its lease is gone, nothing it writes lands (a lost rank is fenced
+// out of the union). Called with reqMu held.
 func (g *Group) flush(ctx context.Context) error {
-	var ops []op
-	for id, r := range g.reqs.m {
+	var loose []*request
+	for _, r := range g.reqs.m {
+		if !r.written && r.batch == nil {
+			loose = append(loose, r)
+		}
+	}
+	for len(loose) > 0 {
+		n := min(len(loose), maxBatchStates)
+		g.newBatch(loose[:n])
+		loose = loose[n:]
+	}
+	var puts []*batch
+	var dels []deletion
+	for key, b := range g.reqs.batches {
 		switch {
-		case !r.written:
-			ops = append(ops, op{id, r, 's'})
-		case r.del:
-			ops = append(ops, op{id, r, 'd'})
+		case !b.written:
+			puts = append(puts, b)
+		case b.del:
+			dels = append(dels, deletion{clientv3.OpDelete(key), func() { delete(g.reqs.batches, key) }})
+		}
+	}
+	sort.Slice(puts, func(i, j int) bool { return puts[i].key < puts[j].key })
+	for key := range g.reqs.orphans {
+		dels = append(dels, deletion{clientv3.OpDelete(key), func() { delete(g.reqs.orphans, key) }})
+	}
+	for id, r := range g.reqs.m {
+		if r.delExp {
+			dels = append(dels, deletion{clientv3.OpDelete(g.keys.request(string(id)), clientv3.WithPrefix()), func() { r.delExp, r.expDeleted = false, true }})
 		}
 	}
 	memberKey := g.keys.member(g.cfg.Rank)
 	guard := clientv3.Compare(clientv3.LeaseValue(memberKey), "=", g.lease)
+	maxOps := g.cfg.Coordinator.MaxTxnOps
 	var errs []string
-	for len(ops) > 0 {
-		n, cmps := 0, 1
-		maxOps := g.cfg.Coordinator.MaxTxnOps
-		for n < len(ops) && n < maxOps && (ops[n].kind != 's' || cmps < maxOps) {
-			if ops[n].kind == 's' {
-				cmps++
-			}
+	conflicts := 0
+	for len(puts) > 0 || len(dels) > 0 {
+		ifs := []clientv3.Cmp{guard}
+		var thens []clientv3.Op
+		elses := []clientv3.Op{clientv3.OpGet(memberKey)}
+		var b *batch
+		if len(puts) > 0 {
+			b = puts[0]
+			ifs = append(ifs, clientv3.Compare(clientv3.CreateRevision(b.key), "=", 0))
+			thens = append(thens, clientv3.OpPut(b.key, b.value), clientv3.OpPut(g.keys.last(g.cfg.Rank), g.member))
+			elses = append(elses, clientv3.OpGet(b.key))
+		}
+		n := 0
+		for n < len(dels) && len(thens) < maxOps {
+			thens = append(thens, dels[n].op)
 			n++
 		}
-		chunk := ops[:n]
-		ifs := []clientv3.Cmp{guard}
-		thens := make([]clientv3.Op, 0, n)
-		for _, o := range chunk {
-			id := string(o.id)
-			switch o.kind {
-			case 's':
-				key := g.keys.state(id, g.cfg.Rank)
-				ifs = append(ifs, clientv3.Compare(clientv3.CreateRevision(key), "=", 0))
-				thens = append(thens, clientv3.OpPut(key, encodeState(g.cfg.Rank, g.member, o.r.mine)))
-			case 'd':
-				thens = append(thens, clientv3.OpDelete(g.keys.request(id), clientv3.WithPrefix()))
-			}
-		}
 		octx, cancel := g.opCtx(ctx)
-		resp, err := g.cli.Txn(octx).If(ifs...).Then(thens...).Else(clientv3.OpGet(memberKey)).Commit()
+		resp, err := g.cli.Txn(octx).If(ifs...).Then(thens...).Else(elses...).Commit()
 		cancel()
 		g.reqs.writes.Add(1)
 		if err != nil {
-			return g.wrap(fmt.Sprintf("publishing %d terminal states and acknowledgements", len(ops)), err)
+			what := fmt.Sprintf("publishing %d deletions", len(dels))
+			if b != nil {
+				what = fmt.Sprintf("publishing %d terminal states (%s) and %d deletions", len(b.reqs), b.key, len(dels))
+			}
+			return g.wrap(what, err)
 		}
 		if !resp.Succeeded {
 			kvs := resp.Responses[0].GetResponseRange().Kvs
@@ -208,27 +276,37 @@ func (g *Group) flush(ctx context.Context) error {
 				g.notify()
 				return fmt.Errorf("group %q rank %d: publishing terminal states: this rank's membership key is gone: %w; fail every request and restart the host", g.cfg.Engine, g.cfg.Rank, ErrSessionLost)
 			}
-			// A state key exists already: an earlier, unanswered attempt
-			// of ours, or someone else's record.
-			conflicts, err := g.reconcile(ctx, chunk)
-			if err != nil {
-				return err
+			if b == nil {
+				return fmt.Errorf("group %q rank %d: deleting %d states records refused with this rank's membership in place: %w", g.cfg.Engine, g.cfg.Rank, n, ErrCoordinator)
 			}
-			errs = append(errs, conflicts...)
-			ops = pendingOps(ops)
+			// The record's key exists already: an earlier, unanswered
+			// attempt of ours, or a record this member did not write.
+			got := resp.Responses[1].GetResponseRange().Kvs
+			if len(got) == 1 && string(got[0].Value) == b.value {
+				g.landed(b)
+				puts = puts[1:]
+				continue
+			}
+			ids := make([]string, len(b.reqs))
+			for i, r := range b.reqs {
+				ids[i] = fmt.Sprintf("%q", r.mine.Request)
+			}
+			errs = append(errs, fmt.Sprintf("states key %s already holds a record this member did not write (%.80q); requests %s are published under a new key, and any rank that read that record fails them", b.key, firstValue(got), strings.Join(ids, ", ")))
+			if conflicts++; conflicts > maxConflicts {
+				return fmt.Errorf("group %q rank %d: %s: %w", g.cfg.Engine, g.cfg.Rank, strings.Join(errs, "; "), ErrMalformed)
+			}
+			delete(g.reqs.batches, b.key)
+			puts[0] = g.newBatch(b.reqs)
 			continue
 		}
-		for _, o := range chunk {
-			g.reqs.fresh[o.id] = o.r
-			switch o.kind {
-			case 's':
-				o.r.written, o.r.stateRev = true, resp.Header.Revision
-			case 'd':
-				// The view sees the keys go, and forgets the request then.
-				o.r.del, o.r.deleted = false, true
-			}
+		if b != nil {
+			g.landed(b)
+			puts = puts[1:]
 		}
-		ops = ops[n:]
+		for _, d := range dels[:n] {
+			d.done()
+		}
+		dels = dels[n:]
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("group %q rank %d: %s: %w", g.cfg.Engine, g.cfg.Rank, strings.Join(errs, "; "), ErrMalformed)
@@ -236,50 +314,34 @@ func (g *Group) flush(ctx context.Context) error {
 	return nil
 }
 
-// pendingOps drops the ops reconcile settled.
-func pendingOps(ops []op) []op {
-	out := ops[:0]
-	for _, o := range ops {
-		if o.kind != 's' || !o.r.written {
-			out = append(out, o)
-		}
+func firstValue(kvs []*mvccpb.KeyValue) []byte {
+	if len(kvs) == 0 {
+		return nil
 	}
-	return out
+	return kvs[0].Value
 }
 
-// reconcile reads the state keys of chunk that already exist. One holding
-// exactly what we meant to write is an earlier attempt of ours that landed
-// unanswered; anything else was not written by this member: it stays (a
-// state key is written once) and the union reads it as it is, so a foreign
-// or malformed record can only fail the request, never make it succeed.
-func (g *Group) reconcile(ctx context.Context, chunk []op) ([]string, error) {
-	var gets []clientv3.Op
-	var states []op
-	for _, o := range chunk {
-		if o.kind == 's' {
-			gets = append(gets, clientv3.OpGet(g.keys.state(string(o.id), g.cfg.Rank)))
-			states = append(states, o)
+// landed records that b is in etcd. Called with reqMu held.
+func (g *Group) landed(b *batch) {
+	b.written = true
+	for _, r := range b.reqs {
+		r.written = true
+		g.reqs.fresh[r.mine.Request] = r
+	}
+}
+
+// completeReq records that every live rank's state of r is in: its states
+// record is deleted once every request in it is. Called with reqMu held.
+func (g *Group) completeReq(r *request) {
+	if r.complete {
+		return
+	}
+	r.complete = true
+	if b := r.batch; b != nil {
+		if b.left--; b.left == 0 {
+			b.del = true
 		}
 	}
-	octx, cancel := g.opCtx(ctx)
-	resp, err := g.cli.Txn(octx).Then(gets...).Commit()
-	cancel()
-	g.reqs.reads.Add(1)
-	if err != nil {
-		return nil, g.wrap("reading conflicting terminal states", err)
-	}
-	var conflicts []string
-	for i, o := range states {
-		kvs := resp.Responses[i].GetResponseRange().Kvs
-		if len(kvs) == 0 {
-			continue
-		}
-		o.r.written = true
-		if string(kvs[0].Value) != encodeState(g.cfg.Rank, g.member, o.r.mine) {
-			conflicts = append(conflicts, fmt.Sprintf("request %q already has a state under rank %d's key that this member did not write (%.80q); request ids must be unique, and the request cannot succeeded", o.id, g.cfg.Rank, kvs[0].Value))
-		}
-	}
-	return conflicts, nil
 }
 
 // Outcome resolves one request as of now: it Syncs, then Resolves.
@@ -300,8 +362,7 @@ func (g *Group) Outcome(ctx context.Context, id core.RequestID) (Outcome, error)
 // waits on Changed instead, which the watch signals). A request is Resolved once every rank has reported it terminal or is lost
 // (its lease gone, or its member replaced, since this rank reported it);
 // until then it is pending. A resolved outcome is final: Resolve returns it
-// again unchanged, and the acknowledgement that lets the group delete the
-// request's keys goes out with the next Report.
+// again unchanged, and the deletions it allows go out with the next Report.
 //
 // Every id must have been reported by this rank first (ErrUnknownRequest);
 // a bad id fails the whole call and changes nothing.
@@ -332,14 +393,14 @@ func (g *Group) Resolve(ctx context.Context, ids []core.RequestID) ([]Outcome, e
 		return out, nil
 	}
 	// Fold what the watch has seen into what is unresolved, and into what
-	// this rank may collect: only the requests whose keys changed since, or
+	// this rank may delete: only the requests whose keys changed since, or
 	// all of them when membership changed. The membership read under the
 	// view's lock is the one the view was applied with.
 	g.rv.mu.Lock()
 	defer g.rv.mu.Unlock()
 	now := g.members()
 	fold := func(id core.RequestID, r *request) {
-		if r.out == nil || !r.del {
+		if r.out == nil || !r.complete || r.expLive {
 			g.apply(id, r, g.rv.reqs[id], now)
 		}
 	}
@@ -372,45 +433,109 @@ func (g *Group) Resolve(ctx context.Context, ids []core.RequestID) ([]Outcome, e
 			out[i] = r.last
 		}
 	}
-	// Forget what was deleted: the keys the view kept for a request until
-	// this rank folded them, and the request once Resolve returned it.
+	// Forget what was returned and is no longer in etcd: requests no other
+	// rank's record or expiry names here, and those whose keys all went.
+	for i, id := range ids {
+		if out[i].Resolved && g.rv.reqs[id] == nil {
+			g.forget(id)
+		}
+	}
 	for id := range g.rv.gone {
-		e := g.rv.reqs[id]
-		r := g.reqs.m[id]
-		if r != nil && (r.out == nil || !r.returned || (e != nil && !e.gone)) {
+		if g.forget(id) {
+			delete(g.rv.gone, id)
+		}
+	}
+	g.collectOrphans(now)
+	return out, nil
+}
+
+// forget drops a request this rank resolved and returned, once the view
+// holds no key of it that is still in etcd (another rank's record, an
+// expiry), and the view's keys of it once they are all deleted. It says
+// whether nothing is left to forget. Called with reqMu and rv.mu held.
+func (g *Group) forget(id core.RequestID) bool {
+	e, r := g.rv.reqs[id], g.reqs.m[id]
+	if r != nil {
+		if r.out == nil || !r.returned || (e != nil && !e.gone) || (e == nil && !r.complete) {
+			return false
+		}
+		// Resolved past an expiry, a request may never complete: its
+		// record's other requests need it counted once its keys are gone.
+		g.completeReq(r)
+		delete(g.reqs.m, id)
+	}
+	if e != nil && e.gone {
+		delete(g.rv.reqs, id)
+	}
+	return true
+}
+
+// collectOrphans marks for deletion, on the lowest live rank, the states
+// records of members gone from their rank whose requests no longer wait
+// here: a lost rank's state counts for the requests it reported before it
+// went, and is read from the view of a rank that saw it until folded
+// (reqView), never again from etcd. Called with reqMu and rv.mu held.
+func (g *Group) collectOrphans(now []string) {
+	if len(g.rv.orphans) == 0 {
+		return
+	}
+	for rank, m := range now {
+		if m != "" {
+			if rank != g.cfg.Rank {
+				return // a lower rank collects
+			}
+			break
+		}
+	}
+	for key, b := range g.rv.orphans {
+		if _, ok := g.reqs.orphans[key]; ok {
 			continue
 		}
-		if r != nil {
-			delete(g.reqs.m, id)
+		done := true
+		for _, id := range b.ids {
+			if r := g.reqs.m[id]; r != nil && !r.complete {
+				done = false
+				break
+			}
 		}
-		if e != nil && e.gone {
-			delete(g.rv.reqs, id)
+		if done {
+			g.reqs.orphans[key] = struct{}{}
 		}
-		delete(g.rv.gone, id)
 	}
-	return out, nil
 }
 
 // rankView is what one request's keys say of one rank.
 type rankView struct {
 	state  State
 	reason string
-	// stored: the rank's state key is there (lost is false).
+	// stored: the rank's state is in etcd (lost is false).
 	stored bool
 }
 
+// worse keeps the more severe of a rank's two states (a timeout over a
+// failure over a success), the first of equals.
+func worse(a, b rankView) rankView {
+	if b.state > a.state {
+		b.stored = true
+		return b
+	}
+	a.stored = a.stored || b.stored
+	return a
+}
+
 // apply folds one request's keys into its local record: its outcome once
-// every rank is terminal; and whether this rank deletes the keys: once
-// every rank's state is in (or the rank is lost), by the lowest live rank,
-// so that no rank that has yet to report finds them gone. A rank that
-// reported finds its keys kept in its view until it folded them (view.go).
+// every rank is terminal; and whether it is complete (every live rank's
+// state in), after which this rank deletes the states record that carries
+// it once every request in it is, and the lowest live rank its expiries:
+// no rank that has yet to report finds them gone. A rank that reported
+// finds the keys kept in its view until it folded them (view.go).
 // Called with reqMu and rv.mu held.
 func (g *Group) apply(id core.RequestID, r *request, e *viewEntry, now []string) {
 	var kvs map[string]*viewKey
 	if e != nil {
 		kvs = e.keys
 	}
-	ranks, exp := g.readRanks(id, r, kvs, now)
+	ranks, exp, expLive := g.readRanks(id, r, kvs, now)
 	if r.out == nil {
 		states := make([]State, len(ranks))
 		reasons := make([]string, len(ranks))
@@ -431,58 +556,72 @@ func (g *Group) apply(id core.RequestID, r *request, e *viewEntry, now []string)
 		r.out = &o
 		g.log.Debug("group_request_resolved", "request", id, "state", o.State, "rank", o.Rank)
 	}
-	if r.deleted || (e != nil && e.gone) {
-		return // deleted already
+	if !r.complete {
+		for rank, v := range ranks {
+			if !v.stored && !lostFor(r, rank, now) {
+				return // a live rank has yet to write its state
+			}
+		}
+		g.completeReq(r)
 	}
+	// The lowest live rank deletes the expiries, if any, and another takes
+	// over if it goes before it did.
 	collector := -1
-	for rank, v := range ranks {
-		lost := lostFor(r, rank, now)
-		if !v.stored && !lost {
-			return // a live rank has yet to write its state
-		}
-		if collector < 0 && !lost {
+	for rank := range ranks {
+		if !lostFor(r, rank, now) {
 			collector = rank
+			break
 		}
 	}
-	r.del = collector == g.cfg.Rank
+	r.expLive = expLive
+	r.delExp = expLive && collector == g.cfg.Rank && !r.expDeleted
 }
 
-// readRanks reads each rank's state and ack of one request, and the
-// expiry with the lowest rank, if any rank wrote one (expire.go).
-func (g *Group) readRanks(id core.RequestID, r *request, kvs map[string]*viewKey, now []string) ([]rankView, *expiry) {
+// readRanks reads each rank's state of one request, the expiry with the
+// lowest rank if any rank wrote one (expire.go), and whether an expiry
+// key is still in etcd.
+func (g *Group) readRanks(id core.RequestID, r *request, kvs map[string]*viewKey, now []string) ([]rankView, *expiry, bool) {
 	ranks := make([]rankView, g.cfg.Size)
 	var exp *expiry
+	expLive := false
+	// A record under this rank's number that this member did not write
+	// (another process's, or a forgery) can only fail the request here.
+	var foreign rankView
 	for _, k := range kvs {
-		rank := k.rank
 		switch k.kind {
 		case 't':
+			expLive = expLive || !k.gone
 			if exp == nil || k.exp.rank < exp.rank {
 				e := k.exp
 				exp = &e
 			}
 		case 's':
-			if rank == g.cfg.Rank {
-				continue // this rank's own: what it reported, below
-			}
-			ranks[rank].stored = true
+			v := rankView{stored: true}
 			switch {
 			case k.err != nil:
-				ranks[rank].state, ranks[rank].reason = Failed, fmt.Sprintf("request %q: %v", id, k.err)
-			case k.rec.Member != r.snap[rank]:
-				ranks[rank].state = Failed
-				ranks[rank].reason = fmt.Sprintf("request %q: rank %d's state was written by member %s, not by member %q that held the rank when this rank reported the request", id, rank, k.rec.Member, r.snap[rank])
+				v.state, v.reason = Failed, fmt.Sprintf("request %q: %v", id, k.err)
+			case k.member != r.snap[k.rank]:
+				v.state = Failed
+				v.reason = fmt.Sprintf("request %q: rank %d's state was written by member %s, not by member %q that held the rank when this rank reported the request", id, k.rank, k.member, r.snap[k.rank])
 			default:
-				ranks[rank].state, ranks[rank].reason = k.state, k.rec.Reason
+				v.state, v.reason = k.state, k.reason
+			}
+			if k.rank == g.cfg.Rank {
+				foreign = worse(foreign, v)
+				continue
+			}
+			if ranks[k.rank].stored {
+				ranks[k.rank] = worse(ranks[k.rank], v)
+			} else {
+				ranks[k.rank] = v
 			}
 		}
 	}
-	// This rank's own state is what it reported, whatever the keys say, and
-	// counts only once it is published: a rank that resolved before and
-	// then died would otherwise disagree with the ranks that count it lost.
-	ranks[g.cfg.Rank].state, ranks[g.cfg.Rank].reason = 0, ""
+	// This rank's own state is what it reported, and counts only once it
+	// is published: a rank that resolved before and then died would
+	// otherwise disagree with the ranks that count it lost.
 	if r.written {
-		ranks[g.cfg.Rank].state, ranks[g.cfg.Rank].reason = r.mine.State, r.mine.Reason
-		ranks[g.cfg.Rank].stored = true
+		ranks[g.cfg.Rank] = worse(rankView{state: r.mine.State, reason: r.mine.Reason, stored: true}, foreign)
 	}
 	for rank := range ranks {
 		if ranks[rank].state == 0 && lostFor(r, rank, now) {
@@ -493,7 +632,7 @@ func (g *Group) readRanks(id core.RequestID, r *request, kvs map[string]*viewKey
 			ranks[rank].state, ranks[rank].reason = TimedOut, exp.reason
 		}
 	}
-	return ranks, exp
+	return ranks, exp, expLive
 }
 
 // lostFor reports whether rank is lost for request r: it had no member when

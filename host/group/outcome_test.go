@@ -2,6 +2,7 @@ package group
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -82,8 +83,9 @@ func TestRule10ResolvedIsFinalAndCollected(t *testing.T) {
 	// A terminal state stays terminal: rank 1 cannot turn it into a failure.
 	err := c.ranks[1].Report(ctxT(t), []Terminal{{Request: "a", State: Failed}})
 	require.ErrorIs(t, err, ErrAlreadyReported)
-	// Rounds: acks go out with the next Report, the deletion after every
-	// rank's ack is seen.
+	// Rounds: each rank deletes its record with its next Report, once
+	// every rank's state is in; each forgets the request once the other
+	// rank's record is gone.
 	for round := 0; round < 3; round++ {
 		for _, g := range c.ranks {
 			require.NoError(t, g.Report(ctxT(t), nil))
@@ -94,9 +96,11 @@ func TestRule10ResolvedIsFinalAndCollected(t *testing.T) {
 			}
 		}
 	}
-	resp, err := c.client().Get(ctxT(t), c.ranks[0].keys.requests(), clientPrefix())
-	require.NoError(t, err)
-	assert.Empty(t, resp.Kvs, "resolved request keys are garbage-collected")
+	for _, prefix := range []string{c.ranks[0].keys.requests(), c.ranks[0].keys.batches()} {
+		resp, err := c.client().Get(ctxT(t), prefix, clientPrefix())
+		require.NoError(t, err)
+		assert.Empty(t, resp.Kvs, "resolved requests' records are garbage-collected (%s)", prefix)
+	}
 	for r, g := range c.ranks {
 		assert.Zero(t, g.Stats().InFlight, "rank %d forgot the request", r)
 		_, err := g.Outcome(ctxT(t), "a")
@@ -139,9 +143,12 @@ func TestRule10RankLostMidRequest(t *testing.T) {
 	require.ErrorIs(t, victim.Err(), ErrSessionLost)
 	err = victim.Report(ctxT(t), []Terminal{{Request: "in-flight", State: Succeeded}})
 	require.ErrorIs(t, err, ErrSessionLost)
-	resp, err := c.client().Get(ctxT(t), c.ranks[0].keys.state("in-flight", 2))
-	require.NoError(t, err)
-	assert.Empty(t, resp.Kvs)
+	assert.NotContains(t, c.published(2), core.RequestID("in-flight"))
+	// The lowest live rank deletes the dead rank's record once no request
+	// in it waits there.
+	require.Contains(t, c.published(2), core.RequestID("done-before"))
+	require.NoError(t, c.ranks[0].Report(ctxT(t), nil))
+	assert.Empty(t, c.published(2), "the lost rank's record was left in etcd")
 }
 
 // TestRule10FencedWrite: a rank whose lease is gone but that has not yet
@@ -154,9 +161,7 @@ func TestRule10FencedWrite(t *testing.T) {
 	require.NoError(t, err)
 	err = c.ranks[1].flushOne(ctxT(t), "late", Succeeded)
 	require.ErrorIs(t, err, ErrSessionLost)
-	resp, err := c.client().Get(ctxT(t), c.ranks[0].keys.state("late", 1))
-	require.NoError(t, err)
-	assert.Empty(t, resp.Kvs, "a lost rank's write landed")
+	assert.Empty(t, c.published(1), "a lost rank's write landed")
 }
 
 // flushOne publishes one state without Report's membership check, as a
@@ -168,51 +173,76 @@ func (g *Group) flushOne(ctx context.Context, id core.RequestID, s State) error 
 	return g.flush(ctx)
 }
 
-// TestRule10MalformedPayloads: whatever another rank's key holds, a request
-// never counts as succeeded unless that rank's valid record says so.
+// TestRule10MalformedPayloads: whatever another rank's states record holds,
+// a request never counts as succeeded unless that rank's valid record says
+// so. A record that decodes but is not valid fails every request it names,
+// on every rank, the rank it claims to be included; one that names no
+// request it can be trusted for (not strict JSON of a record, oversized)
+// changes nothing.
 func TestRule10MalformedPayloads(t *testing.T) {
 	c := newCluster(t, 2)
 	c.mustJoin()
 	cli := c.client()
 	m1 := c.ranks[1].Member()
-	valid := encodeState(1, m1, Terminal{State: Succeeded})
+	rec := func(v, rank int, member, body string) string {
+		return fmt.Sprintf(`{"v":%d,"rank":%d,"member":%q,"states":[%s]}`, v, rank, member, body)
+	}
+	seq := uint64(1000)
+	put := func(t *testing.T, member, value string) {
+		seq++
+		_, err := cli.Put(ctxT(t), c.ranks[0].keys.batch(1, member, seq), value)
+		require.NoError(t, err)
+	}
 	for i, tc := range []struct {
-		name, value, want string
+		name, member, value, want string
 	}{
-		{"not json", "\x00\x01garbage", "does not decode"},
-		{"oversized", `{"v":2,"rank":1,"member":"` + m1 + `","state":"succeeded","reason":"` + strings.Repeat("x", 2000) + `"}`, "over the 1024 limit"},
-		{"unknown state", `{"v":2,"rank":1,"member":"` + m1 + `","state":"great"}`, "unknown state"},
-		{"names another rank", `{"v":2,"rank":0,"member":"` + m1 + `","state":"succeeded"}`, "names rank 0"},
-		{"unknown field", `{"v":2,"rank":1,"member":"` + m1 + `","state":"succeeded","extra":1}`, "does not decode"},
-		{"trailing data", valid + `{}`, "trailing data"},
-		{"other version", `{"v":9,"rank":1,"member":"` + m1 + `","state":"succeeded"}`, "version 9"},
-		{"another member", encodeState(1, "impostor", Terminal{State: Succeeded}), "written by member impostor"},
+		{"unknown state", m1, rec(3, 1, m1, `{"id":"%s","state":"great"}`), "unknown state"},
+		{"names another rank", m1, rec(3, 0, m1, `{"id":"%s","state":"succeeded"}`), "names rank 0"},
+		{"names another member than its key", m1, rec(3, 1, "impostor", `{"id":"%s","state":"succeeded"}`), "names member \"impostor\""},
+		{"other version", m1, rec(9, 1, m1, `{"id":"%s","state":"succeeded"}`), "version 9"},
+		{"oversized reason", m1, rec(3, 1, m1, `{"id":"%s","state":"succeeded","reason":"`+strings.Repeat("x", MaxReasonLen+1)+`"}`), "over the 512 limit"},
+		{"an id twice", m1, rec(3, 1, m1, `{"id":"%s","state":"succeeded"},{"id":"%s","state":"succeeded"}`), "twice"},
+		{"too many states", m1, rec(3, 1, m1, `{"id":"%s","state":"succeeded"}`+strings.Repeat(`,{"id":"x","state":"succeeded"}`, maxBatchStates)), "over the 128 limit"},
+		{"another member", "impostor", states(1, "impostor", Terminal{Request: "%s", State: Succeeded}), "written by member impostor"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			id := rid(i)
 			report(t, c.ranks[0], id, Succeeded, "")
-			_, err := cli.Put(ctxT(t), c.ranks[0].keys.state(id, 1), tc.value)
-			require.NoError(t, err)
+			put(t, tc.member, strings.ReplaceAll(tc.value, "%s", id))
 			o := resolve(t, c.ranks[0], id)
 			require.True(t, o.Resolved)
 			assert.Equal(t, Failed, o.State)
 			assert.Equal(t, 1, o.Rank)
 			assert.Contains(t, o.Reason, tc.want)
-			// Rank 1's own report cannot overwrite the bad record; it is told.
-			err = c.ranks[1].Report(ctxT(t), []Terminal{{Request: core.RequestID(id), State: Succeeded}})
-			require.ErrorIs(t, err, ErrMalformed)
-			assert.Contains(t, err.Error(), id)
+			// Rank 1's own valid report cannot make it succeed there
+			// either: the record under its number fails it.
+			report(t, c.ranks[1], id, Succeeded, "")
+			o = resolve(t, c.ranks[1], id)
+			require.True(t, o.Resolved)
+			assert.Equal(t, Failed, o.State, "rank 1 succeeded past a bad record under its number")
+			assert.Equal(t, 1, o.Rank)
 		})
 	}
-	t.Run("keys that are no rank's are ignored", func(t *testing.T) {
-		report(t, c.ranks[0], "stray", Succeeded, "")
-		_, err := cli.Put(ctxT(t), c.ranks[0].keys.request("stray")+"s/7", valid)
-		require.NoError(t, err)
-		_, err = cli.Put(ctxT(t), c.ranks[0].keys.request("stray")+"s/01", valid)
-		require.NoError(t, err)
-		o := resolve(t, c.ranks[0], "stray")
-		assert.False(t, o.Resolved, "a key of no rank stood in for rank 1: %+v", o)
-	})
+	for i, tc := range []struct{ name, value string }{
+		{"not json", "\x00\x01garbage"},
+		{"oversized", rec(3, 1, m1, `{"id":"%s","state":"succeeded","reason":"`+strings.Repeat("x", maxBatchRecord)+`"}`)},
+		{"unknown field", `{"v":3,"rank":1,"member":"` + m1 + `","states":[{"id":"%s","state":"succeeded"}],"extra":1}`},
+		{"trailing data", states(1, m1, Terminal{Request: "%s", State: Succeeded}) + `{}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			id := rid(100 + i)
+			report(t, c.ranks[0], id, Succeeded, "")
+			put(t, m1, strings.ReplaceAll(tc.value, "%s", id))
+			o := resolve(t, c.ranks[0], id)
+			require.False(t, o.Resolved, "a record that names nothing it can be trusted for counted: %+v", o)
+			report(t, c.ranks[1], id, Succeeded, "")
+			for r, g := range c.ranks {
+				o := resolve(t, g, id)
+				require.True(t, o.Resolved, "rank %d", r)
+				assert.Equal(t, Succeeded, o.State, "rank %d: a record naming nothing changed the outcome", r)
+			}
+		})
+	}
 }
 
 // TestReportAndResolveRefuseBadInput: bad ids and states are refused whole,
@@ -313,23 +343,38 @@ func TestOneWritePerRound(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, out[63].Resolved)
 	}
-	// The lowest live rank collects the 64 requests' keys in one write;
-	// the other has nothing to write.
-	assert.EqualValues(t, 1, round(c.ranks[0], nil), "rank 0: 64 deletions")
-	assert.EqualValues(t, 0, round(c.ranks[1], nil), "rank 1: nothing")
-	// Past the limit: several transactions, every state published.
-	for _, g := range c.ranks {
-		g.cfg.Coordinator.MaxTxnOps = 4
+	// Each rank deletes its one record of the 64 states in one write.
+	for r, g := range c.ranks {
+		assert.EqualValues(t, 1, round(g, nil), "rank %d: the deletion of its record", r)
 	}
+	// Past the states a record holds: several records, one write each,
+	// every state published.
 	var more []Terminal
-	for i := 100; i < 110; i++ {
+	for i := 1000; i < 1000+2*maxBatchStates+10; i++ {
 		more = append(more, Terminal{Request: core.RequestID(rid(i)), State: Failed})
 	}
-	assert.Greater(t, round(c.ranks[0], more), uint64(2))
+	assert.EqualValues(t, 3, round(c.ranks[0], more))
 	round(c.ranks[1], more)
-	o := resolve(t, c.ranks[1], rid(109))
+	o := resolve(t, c.ranks[1], string(more[len(more)-1].Request))
 	require.True(t, o.Resolved)
 	assert.Equal(t, Failed, o.State)
+	assert.Len(t, c.published(0), len(more))
+	// Past etcd's operations per transaction: the deletions take several.
+	for _, g := range c.ranks {
+		require.NoError(t, g.Sync(ctxT(t)))
+		ids := make([]core.RequestID, len(more))
+		for i, t := range more {
+			ids[i] = t.Request
+		}
+		_, err := g.Resolve(ctxT(t), ids)
+		require.NoError(t, err)
+	}
+	c.ranks[0].cfg.Coordinator.MaxTxnOps = 4
+	c.ranks[0].reqMu.Lock()
+	c.ranks[0].reqs.orphans["x1"], c.ranks[0].reqs.orphans["x2"], c.ranks[0].reqs.orphans["x3"] = struct{}{}, struct{}{}, struct{}{}
+	c.ranks[0].reqMu.Unlock()
+	assert.EqualValues(t, 2, round(c.ranks[0], nil), "3 record deletions and 3 more, 4 a transaction")
+	assert.Empty(t, c.published(0))
 }
 
 // TestRule10RankRestartedMidRequest: a rank that restarts while a request
@@ -370,34 +415,33 @@ func TestRule10RankRestartedMidRequest(t *testing.T) {
 	assert.Equal(t, old, g0.LostRanks()[0].Member)
 }
 
-// TestRule10CollectedBeforeFolded: the lowest live rank deletes a request's
-// keys as soon as every rank's state is in; a rank whose view applied the
-// deletion before it resolved the request still resolves it from the keys
-// it saw, the same as every other rank, and then forgets it.
+// TestRule10CollectedBeforeFolded: a rank deletes its states record as
+// soon as every rank's state of its requests is in; a rank whose view
+// applied the deletion before it resolved the request still resolves it
+// from the record it saw, the same as every other rank, and then forgets
+// it.
 func TestRule10CollectedBeforeFolded(t *testing.T) {
 	c := newCluster(t, 2)
 	c.mustJoin()
-	report(t, c.ranks[0], "r", Succeeded, "")
-	report(t, c.ranks[1], "r", Failed, "rank 1 failed")
+	report(t, c.ranks[0], "r", Failed, "rank 0 failed")
+	report(t, c.ranks[1], "r", Succeeded, "")
 	o := resolve(t, c.ranks[0], "r")
 	require.True(t, o.Resolved)
-	require.NoError(t, c.ranks[0].Report(ctxT(t), nil)) // rank 0 collects
-	resp, err := c.client().Get(ctxT(t), c.ranks[0].keys.request("r"), clientPrefix())
-	require.NoError(t, err)
-	require.Empty(t, resp.Kvs, "rank 0 deleted the request's keys")
+	require.NoError(t, c.ranks[0].Report(ctxT(t), nil)) // rank 0 deletes its record
+	require.Empty(t, c.published(0), "rank 0 deleted its record")
 	// Rank 1 has not resolved yet; its view has applied the deletion.
 	g1 := c.ranks[1]
 	require.NoError(t, g1.Sync(ctxT(t)))
 	out, err := g1.Resolve(ctxT(t), []core.RequestID{"r"})
 	require.NoError(t, err)
-	require.True(t, out[0].Resolved, "the keys went before rank 1 folded them: %+v", out[0])
+	require.True(t, out[0].Resolved, "the record went before rank 1 folded it: %+v", out[0])
 	assert.Equal(t, o.State, out[0].State)
-	assert.Equal(t, 1, out[0].Rank)
+	assert.Equal(t, 0, out[0].Rank)
 	// Returned once, it is forgotten, and so are the keys its view kept.
 	_, err = g1.Resolve(ctxT(t), []core.RequestID{"r"})
 	require.ErrorIs(t, err, ErrUnknownRequest)
 	g1.rv.mu.Lock()
-	assert.Empty(t, g1.rv.reqs, "rank 1's view still holds the deleted keys")
+	assert.Empty(t, g1.rv.reqs, "rank 1's view still holds the deleted record")
 	g1.rv.mu.Unlock()
 }
 
@@ -436,4 +480,28 @@ func drain(g *Group) {
 	case <-g.Changed():
 	default:
 	}
+}
+
+// TestResolveSameIDTwice: an id named twice in one Resolve gets the same
+// outcome twice, also when the call resolves it and forgets it at once (no
+// other rank's record names it: the other rank was lost before it
+// reported).
+func TestResolveSameIDTwice(t *testing.T) {
+	c := newCluster(t, 2)
+	c.mustJoin()
+	g0 := c.ranks[0]
+	_, err := c.client().Revoke(ctxT(t), c.ranks[1].lease)
+	require.NoError(t, err)
+	waitFor(t, g0, "rank 1 reported lost", func() bool { return len(g0.LostRanks()) == 1 })
+	report(t, g0, "x", Succeeded, "")
+	require.NoError(t, g0.Sync(ctxT(t)))
+	out, err := g0.Resolve(ctxT(t), []core.RequestID{"x", "x"})
+	require.NoError(t, err)
+	for i, o := range out {
+		require.True(t, o.Resolved, "outcome %d", i)
+		assert.Equal(t, Failed, o.State, "outcome %d", i)
+		assert.Contains(t, o.Reason, "rank 1 was lost", "outcome %d", i)
+	}
+	_, err = g0.Resolve(ctxT(t), []core.RequestID{"x"})
+	require.ErrorIs(t, err, ErrUnknownRequest, "a request resolved and named by no record is forgotten once returned")
 }

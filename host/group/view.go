@@ -28,13 +28,21 @@ type reqView struct {
 	mu sync.Mutex
 	// rev is the last revision the view is known to hold every event of.
 	rev int64
-	// reqs maps a request id to its keys: the part after req/<id>/ to the
-	// key, decoded once as it arrives. It holds what etcd holds (bounded by
-	// etcd's quota), and the keys of requests deleted since Resolve last
-	// folded them (gone lists those): a rank that has yet to fold a request
-	// when another rank collects its keys folds what it saw.
+	// reqs maps a request id to what the view holds of it: each rank's
+	// state read from the states records of other members, and the
+	// expiries, by etcd key, decoded once as they arrive. It holds what
+	// etcd holds (bounded by etcd's quota), and the keys deleted since
+	// Resolve last folded them (gone lists the ids whose keys all went): a
+	// rank that has yet to fold a request when another rank deletes its
+	// record folds what it saw.
 	reqs map[core.RequestID]*viewEntry
 	gone map[core.RequestID]struct{}
+	// batches are the states records of other members the view holds, by
+	// key (this member's own are never decoded: the union reads this
+	// rank's state from what it reported); orphans those whose member no
+	// longer holds its rank, which the lowest live rank deletes.
+	batches map[string]*viewBatch
+	orphans map[string]*viewBatch
 	// dirty lists the ids whose keys changed since Resolve last folded
 	// them; allDirty says membership changed (or the view was reloaded),
 	// which may change any request.
@@ -44,58 +52,139 @@ type reqView struct {
 	moved chan struct{}
 }
 
-// viewEntry is one request's keys; gone once they were deleted.
+// viewEntry is one request's keys; gone once every one was deleted.
 type viewEntry struct {
 	keys map[string]*viewKey
+	// live counts the keys not yet deleted.
+	live int
 	gone bool
 }
 
-// viewKey is one request key as read: its kind ('s' state, 't' expiry),
-// rank, and what its value decodes to.
+// viewBatch is a states record of another member: its rank and member,
+// and the requests it holds a state of.
+type viewBatch struct {
+	rank   int
+	member string
+	ids    []core.RequestID
+}
+
+// viewKey is what one key says of a request: a rank's state ('s', from a
+// states record) or an expiry ('t').
 type viewKey struct {
 	kind byte
 	rank int
-	// state keys of other ranks: the record, its state, or why it is
-	// malformed (this rank's own are not decoded).
-	rec   stateRecord
-	state State
-	err   error
-	// expiry keys.
-	exp expiry
+	// states: the record's member, the state and reason, or why the
+	// record is malformed.
+	member string
+	state  State
+	reason string
+	err    error
+	// expiries.
+	exp  expiry
+	gone bool
 }
 
 func newReqView() reqView {
 	return reqView{reqs: map[core.RequestID]*viewEntry{}, gone: map[core.RequestID]struct{}{},
+		batches: map[string]*viewBatch{}, orphans: map[string]*viewBatch{},
 		dirty: map[core.RequestID]struct{}{}, moved: make(chan struct{})}
 }
 
-// decodeViewKey parses and decodes one request key of id: rest is the part
-// after req/<id>/. A key of no rank of the group is an error (logged, and
-// left out of the view).
-func (g *Group) decodeViewKey(id core.RequestID, rest string, value []byte) (*viewKey, error) {
-	kind, rank, err := parseRequestKey(rest, g.cfg.Size)
+// put adds one key of id to the view. Called with v.mu held.
+func (v *reqView) put(id core.RequestID, key string, k *viewKey) {
+	e := v.reqs[id]
+	if e == nil || e.gone {
+		// A new request, or the id issued again after its keys went.
+		e = &viewEntry{keys: map[string]*viewKey{}}
+		v.reqs[id] = e
+	}
+	if old := e.keys[key]; old == nil || old.gone {
+		e.live++
+	}
+	e.keys[key] = k
+	v.dirty[id] = struct{}{}
+}
+
+// drop marks one key of id deleted, and the entry gone once it holds no
+// key left. It says whether the view held the key. Called with v.mu held.
+func (v *reqView) drop(id core.RequestID, key string) bool {
+	e := v.reqs[id]
+	if e == nil {
+		return false
+	}
+	k := e.keys[key]
+	if k == nil || k.gone {
+		return false
+	}
+	k.gone = true
+	e.live--
+	v.dirty[id] = struct{}{}
+	if e.live == 0 {
+		// Kept until Resolve folded it (reqView.reqs).
+		e.gone = true
+		v.gone[id] = struct{}{}
+	}
+	return true
+}
+
+// applyBatch adds a states record of another member to the view: each
+// request it names gets the rank's state, or a failure where the record
+// is malformed. A record that names no request it can be trusted for is
+// logged and changes nothing. Called with rv.mu and g.mu held.
+func (g *Group) applyBatch(key string, rank int, member string, value []byte) bool {
+	entries, err := decodeBatch(value, rank, member)
 	if err != nil {
-		return nil, err
+		g.log.Error("group_malformed_states", "key", fmt.Sprintf("%.200q", key), "requests", len(entries), "error", err)
 	}
-	k := &viewKey{kind: kind, rank: rank}
-	switch kind {
-	case 's':
-		if rank == g.cfg.Rank {
-			// The union reads this rank's own state from what it
-			// reported (readRanks), never from its key: half of the
-			// state keys a rank sees are its own, and not decoding them
-			// halves the view's JSON work. Report's transaction refuses
-			// a key it did not write (reconcile).
-			break
+	if old := g.rv.batches[key]; old != nil {
+		// Rewritten in place (only by a writer that is not a rank).
+		for _, id := range old.ids {
+			g.rv.drop(id, key)
 		}
-		k.rec, k.state, k.err = decodeState(value, rank)
-		if k.err != nil {
-			g.log.Error("group_malformed_state", "request", id, "rank", rank, "error", k.err)
-		}
-	case 't':
-		k.exp = decodeExpiry(id, value, rank)
 	}
-	return k, nil
+	b := &viewBatch{rank: rank, member: member, ids: make([]core.RequestID, 0, len(entries))}
+	for _, en := range entries {
+		g.rv.put(en.id, key, &viewKey{kind: 's', rank: rank, member: member, state: en.state, reason: en.reason, err: err})
+		b.ids = append(b.ids, en.id)
+	}
+	g.rv.batches[key] = b
+	if g.view[rank].member != member {
+		g.rv.orphans[key] = b
+	}
+	return len(b.ids) > 0
+}
+
+// dropBatch applies the deletion of a states record. Called with rv.mu held.
+func (g *Group) dropBatch(key string) bool {
+	b := g.rv.batches[key]
+	if b == nil {
+		return false // this member's own, or never seen
+	}
+	delete(g.rv.batches, key)
+	delete(g.rv.orphans, key)
+	touched := false
+	for _, id := range b.ids {
+		touched = g.rv.drop(id, key) || touched
+	}
+	return touched
+}
+
+// ownBatch says whether a states key is one this member allocated: its
+// records are never decoded.
+func (g *Group) ownBatch(rank int, member string, seq uint64) bool {
+	return rank == g.cfg.Rank && member == g.member && seq <= g.ownSeq.Load()
+}
+
+// reorphan recomputes which states records belong to a member that no
+// longer holds its rank. Called with rv.mu and g.mu held, after
+// membership changed.
+func (g *Group) reorphan() {
+	clear(g.rv.orphans)
+	for key, b := range g.rv.batches {
+		if g.view[b.rank].member != b.member {
+			g.rv.orphans[key] = b
+		}
+	}
 }
 
 // advance records that the view holds everything up to rev. Called with
@@ -185,12 +274,30 @@ func (g *Group) applyWatch(wr clientv3.WatchResponse, rev int64) int64 {
 
 // applyEvent applies one event to the view, membership or poison; it says
 // whether it changed what a rank resolves (any request key but this
-// rank's own state, or membership). Called with rv.mu and g.mu held.
+// member's own states, or membership). Called with rv.mu and g.mu held.
 func (g *Group) applyEvent(ev *clientv3.Event) bool {
 	key := string(ev.Kv.Key)
 	switch {
+	case strings.HasPrefix(key, g.keys.batches()):
+		rank, member, seq, err := parseBatchKey(key[len(g.keys.batches()):], g.cfg.Size)
+		if err != nil {
+			g.log.Error("group_malformed_key", "key", fmt.Sprintf("%.200q", key), "error", err)
+			return false
+		}
+		if ev.Type == clientv3.EventTypeDelete {
+			return g.dropBatch(key)
+		}
+		if g.ownBatch(rank, member, seq) {
+			// This rank's own states coming back wake no one: nothing
+			// this rank resolves changes with them (readRanks reads its
+			// own state from what it reported), and a host woken for
+			// them would resolve for nothing once per write.
+			return false
+		}
+		return g.applyBatch(key, rank, member, ev.Kv.Value)
 	case strings.HasPrefix(key, g.keys.members()):
 		g.applyMember(ev)
+		g.reorphan()
 		g.rv.allDirty = true
 		return true
 	case strings.HasPrefix(key, g.keys.poisons()):
@@ -201,32 +308,16 @@ func (g *Group) applyEvent(ev *clientv3.Event) bool {
 			g.log.Error("group_malformed_key", "key", fmt.Sprintf("%.200q", key), "error", err)
 			return false
 		}
-		e := g.rv.reqs[id]
-		g.rv.dirty[id] = struct{}{}
 		if ev.Type == clientv3.EventTypeDelete {
-			if e != nil {
-				// Kept until Resolve folded it (reqView.reqs).
-				e.gone = true
-				g.rv.gone[id] = struct{}{}
-			}
-			return true
+			return g.rv.drop(id, key)
 		}
-		k, err := g.decodeViewKey(id, rest, ev.Kv.Value)
+		rank, err := parseRequestKey(rest, g.cfg.Size)
 		if err != nil {
 			g.log.Error("group_malformed_key", "request", id, "key", fmt.Sprintf("%.200q", key), "error", err)
-			return true
+			return false
 		}
-		if e == nil || e.gone {
-			// A new request, or the id issued again after its keys went.
-			e = &viewEntry{keys: map[string]*viewKey{}}
-			g.rv.reqs[id] = e
-		}
-		e.keys[rest] = k
-		// This rank's own state coming back wakes no one: nothing this
-		// rank resolves changes with it (readRanks reads its own state
-		// from what it reported), and a host woken for it would resolve
-		// for nothing once per write.
-		return k.kind != 's' || k.rank != g.cfg.Rank
+		g.rv.put(id, key, &viewKey{kind: 't', rank: rank, exp: decodeExpiry(id, ev.Kv.Value, rank)})
+		return true
 	default:
 		g.log.Error("group_unexpected_key", "key", fmt.Sprintf("%.200q", key))
 	}
@@ -250,7 +341,10 @@ func (g *Group) parseViewKey(key string) (core.RequestID, string, error) {
 // resync replaces the view, membership and poison with kvs, read at rev.
 func (g *Group) resync(kvs []*mvccpb.KeyValue, rev int64) {
 	var members, poison []*mvccpb.KeyValue
-	reqs := map[core.RequestID]*viewEntry{}
+	g.rv.mu.Lock()
+	old := g.rv.reqs
+	g.rv.reqs, g.rv.batches = map[core.RequestID]*viewEntry{}, map[string]*viewBatch{}
+	g.mu.Lock()
 	for _, kv := range kvs {
 		key := string(kv.Key)
 		switch {
@@ -258,38 +352,23 @@ func (g *Group) resync(kvs []*mvccpb.KeyValue, rev int64) {
 			members = append(members, kv)
 		case strings.HasPrefix(key, g.keys.poisons()):
 			poison = append(poison, kv)
-		case strings.HasPrefix(key, g.keys.requests()):
-			id, rest, err := g.parseViewKey(key)
-			if err != nil {
-				g.log.Error("group_malformed_key", "key", fmt.Sprintf("%.200q", key), "error", err)
-				continue
-			}
-			k, err := g.decodeViewKey(id, rest, kv.Value)
-			if err != nil {
-				g.log.Error("group_malformed_key", "key", fmt.Sprintf("%.200q", key), "error", err)
-				continue
-			}
-			if reqs[id] == nil {
-				reqs[id] = &viewEntry{keys: map[string]*viewKey{}}
-			}
-			reqs[id].keys[rest] = k
+		case strings.HasPrefix(key, g.keys.batches()), strings.HasPrefix(key, g.keys.requests()):
+			g.applyEvent(&clientv3.Event{Type: clientv3.EventTypePut, Kv: kv})
 		}
 	}
-	g.rv.mu.Lock()
 	// What went while the watch was broken is kept as gone, like a
 	// deletion seen (a write-once state read before stays what it was).
-	for id, e := range g.rv.reqs {
-		if reqs[id] == nil {
+	for id, e := range old {
+		if g.rv.reqs[id] == nil {
 			e.gone = true
-			reqs[id] = e
+			g.rv.reqs[id] = e
 			g.rv.gone[id] = struct{}{}
 		}
 	}
-	g.rv.reqs = reqs
 	g.rv.allDirty = true
-	g.mu.Lock()
 	g.resyncMembers(members, rev)
 	g.resyncPoison(poison)
+	g.reorphan()
 	g.mu.Unlock()
 	g.rv.advance(rev)
 	g.rv.mu.Unlock()
@@ -314,7 +393,12 @@ func (g *Group) Sync(ctx context.Context) error {
 	if err != nil {
 		return g.wrap("reading the group's revision", err)
 	}
-	want := resp.Header.Revision
+	return g.waitView(ctx, resp.Header.Revision)
+}
+
+// waitView waits until this rank's view holds every write up to revision
+// want.
+func (g *Group) waitView(ctx context.Context, want int64) error {
 	for {
 		g.rv.mu.Lock()
 		rev, moved := g.rv.rev, g.rv.moved
