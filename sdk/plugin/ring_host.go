@@ -497,9 +497,20 @@ func (r *ringHost) submit(ctx context.Context, method string, kind, resKind uint
 	if err := r.gone(method); err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, r.c.timeout)
-	defer cancel()
-	dl, _ := ctx.Deadline()
+	// The call's deadline: the caller's, within the call timeout. The
+	// timer that enforces it is armed only if the call has to wait
+	// (bounded): arming and stopping one costs more than most calls
+	// take through the rings.
+	dl := time.Now().Add(r.c.timeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(dl) {
+		dl = d
+	}
+	var cancel context.CancelFunc = func() {}
+	defer func() { cancel() }()
+	bounded := func() context.Context {
+		ctx, cancel = context.WithDeadline(ctx, dl)
+		return ctx
+	}
 	c := &ringCall{kind: resKind, n: n, ids: ids, done: make(chan struct{})}
 
 	r.subMu.Lock()
@@ -512,14 +523,14 @@ func (r *ringHost) submit(ctx context.Context, method string, kind, resKind uint
 	for {
 		if r.isStopped() {
 			r.subMu.Unlock()
-			return nil, r.lost(ctx, method)
+			return nil, r.lost(bounded(), method)
 		}
 		ent, arena, off, err = r.sub.reserve(len(payload))
 		if !errors.Is(err, errRingFull) {
 			break
 		}
 		// The plugin is behind: wait for room, within the deadline.
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || !time.Now().Before(dl) {
 			r.subMu.Unlock()
 			return nil, r.timeoutError(method)
 		}
@@ -562,6 +573,9 @@ func (r *ringHost) submit(ctx context.Context, method string, kind, resKind uint
 		case r.handoff <- struct{}{}:
 		default:
 		}
+	}
+	if !c.fin.Load() {
+		ctx = bounded()
 	}
 	select {
 	case <-c.done:

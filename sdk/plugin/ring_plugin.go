@@ -419,11 +419,12 @@ func (s *ringServer) serveOne() error {
 	}
 	s.sub.advance()
 	s.lastSent = e.sent
-	ctx, cancel := context.Background(), context.CancelFunc(func() {})
+	var dl time.Time
 	if e.deadline != 0 {
-		ctx, cancel = context.WithDeadline(ctx, time.Unix(0, e.deadline))
+		dl = time.Unix(0, e.deadline)
 	}
-	defer cancel()
+	ctx := newCallCtx(dl)
+	defer ctx.end(context.Canceled)
 	switch e.kind {
 	case kindPost:
 		s.postedAt = time.Now()
@@ -517,8 +518,8 @@ func gather[T any](e ringEntry, have, items []T) ([]T, error) {
 // followHandles pushes what changed for the handles in flight: the
 // transport's events, or the terminal states a poll finds.
 func (s *ringServer) followHandles() (bool, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), ringDrainTimeout)
-	defer cancel()
+	ctx := newCallCtx(time.Now().Add(ringDrainTimeout))
+	defer ctx.end(context.Canceled)
 	if s.events != nil {
 		evs, err := s.events.Events(ctx, 0)
 		if err == nil {
@@ -550,8 +551,8 @@ func (s *ringServer) followHandles() (bool, error) {
 
 // forwardNotes drains the transport's notifications into the ring.
 func (s *ringServer) forwardNotes() (bool, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), ringDrainTimeout)
-	defer cancel()
+	ctx := newCallCtx(time.Now().Add(ringDrainTimeout))
+	defer ctx.end(context.Canceled)
 	ns, err := s.impl.Notifications(ctx, 0)
 	if err != nil || len(ns) == 0 {
 		// An error here is the host's to see when it asks (a drain call).
