@@ -37,7 +37,8 @@ import (
 //
 // Whoever waits drains the completion ring itself (a caller spinning for
 // its result, Poll); a reader goroutine drains it when nobody does, sleeping
-// on the host's doorbell. Every completion that may change a handle's state
+// on the host's doorbell. While a caller drains (spins for its result, or
+// Polls in a loop), the reader naps off its CPU (nap). Every completion that may change a handle's state
 // or brings a notification wakes Wake's channel.
 //
 // A completion ring that breaks the protocol fences the transport: the
@@ -53,11 +54,21 @@ const (
 	// ringReaderSpin is how long the reader goroutine keeps looking after
 	// the last completion before it sleeps.
 	ringReaderSpin = 20 * time.Microsecond
+	// ringPollGap: Polls at most this far apart come from a caller
+	// polling in a loop, which drains the completion ring itself (the
+	// reader naps meanwhile).
+	ringPollGap = 20 * time.Microsecond
 	// fallbackWakeEvery paces Wake's channel when the rings are not in use
 	// (off, refused, or the agent closed): the host then learns nothing by
 	// itself and must poll.
 	fallbackWakeEvery = 5 * time.Millisecond
 )
+
+// ringEpoch is the origin of ringClock.
+var ringEpoch = time.Now()
+
+// ringClock is a monotonic clock in nanoseconds, never 0.
+func ringClock() int64 { return int64(time.Since(ringEpoch)) + 1 }
 
 // ringState is what a Plugin holds of its rings.
 type ringState struct {
@@ -107,9 +118,14 @@ type ringHost struct {
 	readerDone chan struct{}
 	stopAfter  func() bool
 	// spinning counts callers draining the completion ring themselves;
-	// while there are any, the reader parks until handoff.
+	// while there are any, the reader naps (nap), and the last one to
+	// stop rouses it.
 	spinning atomic.Int32
-	handoff  chan struct{}
+	// polled is when Poll was last called (ringClock); while Polls come
+	// that often, their caller drains the ring and the reader naps.
+	polled atomic.Int64
+	// napping is set while the reader naps.
+	napping atomic.Bool
 }
 
 // known is what the completion ring said of a handle posted through it.
@@ -143,7 +159,6 @@ func newRingHost(c *grpcClient, mem []byte, l ringLayout, log hclog.Logger, kill
 		known:      map[sdk.HandleID]known{},
 		stopped:    make(chan struct{}),
 		readerDone: make(chan struct{}),
-		handoff:    make(chan struct{}, 1),
 	}
 }
 
@@ -242,12 +257,8 @@ func (r *ringHost) reader() {
 			last = time.Now()
 			continue
 		}
-		if r.spinning.Load() > 0 {
-			// A caller drains; it hands back when it stops.
-			select {
-			case <-r.handoff:
-			case <-r.stopped:
-			}
+		if r.draining() {
+			r.nap()
 			continue
 		}
 		if time.Since(last) < ringReaderSpin {
@@ -261,6 +272,47 @@ func (r *ringHost) reader() {
 		}
 		r.m.host.wait(v, 0)
 	}
+}
+
+// draining reports whether a caller drains the completion ring itself:
+// one spins for its call's result, or Polls in a loop (its last Poll is at
+// most ringPollGap old).
+func (r *ringHost) draining() bool {
+	if r.spinning.Load() > 0 {
+		return true
+	}
+	at := r.polled.Load()
+	return at != 0 && ringClock()-at < int64(ringPollGap)
+}
+
+// nap takes the reader off its CPU while a caller drains the completion
+// ring: for at most ringReaderSpin, or until the last caller spinning for
+// its result stops (rouse). A reader that spun beside such a caller would
+// take the CPU the plugin's pump needs (two cores, a host and a transport
+// each spinning two threads), and one that slept on the doorbell would
+// have the plugin wake it for every completion. The reader waits on the
+// host's doorbell word without saying it sleeps, so that the plugin does
+// not ring it; stop and rouse move the word.
+func (r *ringHost) nap() {
+	r.napping.Store(true)
+	v := r.m.host.word.Load()
+	if r.draining() && !r.isStopped() {
+		futexWait(r.m.host.word, v, ringReaderSpin)
+	}
+	r.napping.Store(false)
+}
+
+// rouse ends the reader's nap once no caller drains the completion ring:
+// the caller may wait on Wake now, which the reader serves.
+func (r *ringHost) rouse() {
+	if !r.napping.Load() || r.draining() {
+		return
+	}
+	r.mu.Lock()
+	if !r.unmapped {
+		r.m.host.force()
+	}
+	r.mu.Unlock()
 }
 
 // yield is one round of a caller's spin that began at since. Callers do
@@ -569,10 +621,7 @@ func (r *ringHost) submit(ctx context.Context, method string, kind, resKind uint
 		}
 	}
 	if r.spinning.Add(-1) == 0 {
-		select {
-		case r.handoff <- struct{}{}:
-		default:
-		}
+		r.rouse()
 	}
 	if !c.fin.Load() {
 		ctx = bounded()
@@ -767,6 +816,7 @@ func (p *Plugin) Poll(ctx context.Context, ids []sdk.HandleID) ([]sdk.HandleStat
 	if err := r.gone("Poll"); err != nil {
 		return nil, err
 	}
+	r.polled.Store(ringClock())
 	r.drain()
 	if err := r.gone("Poll"); err != nil {
 		return nil, err
