@@ -58,6 +58,9 @@ const (
 	// polling in a loop, which drains the completion ring itself (the
 	// reader naps meanwhile).
 	ringPollGap = 20 * time.Microsecond
+	// ringCPUCheck is how long a Poll trusts the last look at whether
+	// the host shares its CPU with the plugin's pump (pollYield).
+	ringCPUCheck = 10 * time.Microsecond
 	// fallbackWakeEvery paces Wake's channel when the rings are not in use
 	// (off, refused, or the agent closed): the host then learns nothing by
 	// itself and must poll.
@@ -124,8 +127,14 @@ type ringHost struct {
 	// polled is when Poll was last called (ringClock); while Polls come
 	// that often, their caller drains the ring and the reader naps.
 	polled atomic.Int64
-	// napping is set while the reader naps.
+	// napping is set while the reader naps; rousec ends a nap
+	// (capacity 1).
 	napping atomic.Bool
+	rousec  chan struct{}
+	// cpuAt is when a Poll last looked whether it runs on the CPU the
+	// plugin's pump last ran on (ringClock), cpuSame what it found.
+	cpuAt   atomic.Int64
+	cpuSame atomic.Bool
 }
 
 // known is what the completion ring said of a handle posted through it.
@@ -159,6 +168,7 @@ func newRingHost(c *grpcClient, mem []byte, l ringLayout, log hclog.Logger, kill
 		known:      map[sdk.HandleID]known{},
 		stopped:    make(chan struct{}),
 		readerDone: make(chan struct{}),
+		rousec:     make(chan struct{}, 1),
 	}
 }
 
@@ -251,6 +261,8 @@ func (r *ringHost) reader() {
 		r.mu.Unlock()
 		r.subMu.Unlock()
 	}()
+	napTimer := time.NewTimer(time.Hour)
+	napTimer.Stop()
 	last := time.Now()
 	for !r.isStopped() {
 		if r.drain() > 0 {
@@ -258,7 +270,7 @@ func (r *ringHost) reader() {
 			continue
 		}
 		if r.draining() {
-			r.nap()
+			r.nap(napTimer)
 			continue
 		}
 		if time.Since(last) < ringReaderSpin {
@@ -286,18 +298,24 @@ func (r *ringHost) draining() bool {
 }
 
 // nap takes the reader off its CPU while a caller drains the completion
-// ring: for at most ringReaderSpin, or until the last caller spinning for
-// its result stops (rouse). A reader that spun beside such a caller would
-// take the CPU the plugin's pump needs (two cores, a host and a transport
-// each spinning two threads), and one that slept on the doorbell would
-// have the plugin wake it for every completion. The reader waits on the
-// host's doorbell word without saying it sleeps, so that the plugin does
-// not ring it; stop and rouse move the word.
-func (r *ringHost) nap() {
+// ring: for about ringReaderSpin, or until the last caller spinning for its
+// result stops (rouse). A reader that spun beside such a caller would take
+// the CPU the plugin's pump needs (two cores, a host and a transport each
+// spinning two threads), and one that slept on the doorbell would have the
+// plugin wake it for every completion. The reader parks on a Go timer
+// and channel, not on the doorbell: the plugin does not ring it, and a
+// rouse readies it on the caller's own thread rather than waking another
+// (which, on a CPU shared with the plugin, stalls both).
+func (r *ringHost) nap(t *time.Timer) {
 	r.napping.Store(true)
-	v := r.m.host.word.Load()
 	if r.draining() && !r.isStopped() {
-		futexWait(r.m.host.word, v, ringReaderSpin)
+		t.Reset(ringReaderSpin)
+		select {
+		case <-t.C:
+		case <-r.rousec:
+		case <-r.stopped:
+		}
+		t.Stop()
 	}
 	r.napping.Store(false)
 }
@@ -308,11 +326,34 @@ func (r *ringHost) rouse() {
 	if !r.napping.Load() || r.draining() {
 		return
 	}
-	r.mu.Lock()
-	if !r.unmapped {
-		r.m.host.force()
+	select {
+	case r.rousec <- struct{}{}:
+	default:
 	}
-	r.mu.Unlock()
+}
+
+// pollYield is called by a Poll that found handles still running and
+// nothing new. Its caller likely polls in a loop, beside a napping reader:
+// when the plugin's pump last ran on this very CPU, the caller would keep
+// the pump from running until the scheduler took the CPU away (a slice,
+// hundreds of µs), so it gives the CPU away now, as a spinner does
+// (yield). Whether the CPUs are the same is looked up at most every
+// ringCPUCheck.
+func (r *ringHost) pollYield() {
+	now := ringClock()
+	if now-r.cpuAt.Load() >= int64(ringCPUCheck) {
+		same := false
+		r.mu.Lock()
+		if !r.unmapped {
+			same = sameCPU(r.m.host, r.m.plugin)
+		}
+		r.mu.Unlock()
+		r.cpuSame.Store(same)
+		r.cpuAt.Store(now)
+	}
+	if r.cpuSame.Load() {
+		_, _, _ = unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+	}
 }
 
 // yield is one round of a caller's spin that began at since. Callers do
@@ -817,12 +858,13 @@ func (p *Plugin) Poll(ctx context.Context, ids []sdk.HandleID) ([]sdk.HandleStat
 		return nil, err
 	}
 	r.polled.Store(ringClock())
-	r.drain()
+	drained := r.drain()
 	if err := r.gone("Poll"); err != nil {
 		return nil, err
 	}
 	out := make([]sdk.HandleStatus, len(ids))
 	var miss []int
+	running := false
 	r.mu.Lock()
 	for i, id := range ids {
 		k, ok := r.known[id]
@@ -833,9 +875,13 @@ func (p *Plugin) Poll(ctx context.Context, ids []sdk.HandleID) ([]sdk.HandleStat
 			out[i] = k.st
 		default:
 			out[i].State = sdk.StateInProgress
+			running = true
 		}
 	}
 	r.mu.Unlock()
+	if running && drained == 0 {
+		r.pollYield()
+	}
 	if len(miss) == 0 {
 		return out, nil
 	}
