@@ -38,8 +38,10 @@ import (
 // Whoever waits drains the completion ring itself (a caller spinning for
 // its result, Poll); a reader goroutine drains it when nobody does, sleeping
 // on the host's doorbell. While a caller drains (spins for its result, or
-// Polls in a loop), the reader naps off its CPU (nap). Every completion that may change a handle's state
-// or brings a notification wakes Wake's channel.
+// Polls in a loop), the reader naps off its CPU (nap), and a Poll that
+// finds nothing new gives up the CPU when it shares it with the plugin's
+// pump (pollYield). Every completion that may change a handle's state or
+// brings a notification wakes Wake's channel.
 //
 // A completion ring that breaks the protocol fences the transport: the
 // process is killed (as Kill does), and every pending and later call
