@@ -37,8 +37,11 @@ import (
 //
 // Whoever waits drains the completion ring itself (a caller spinning for
 // its result, Poll); a reader goroutine drains it when nobody does, sleeping
-// on the host's doorbell. Every completion that may change a handle's state
-// or brings a notification wakes Wake's channel.
+// on the host's doorbell. While a caller drains (spins for its result, or
+// Polls in a loop), the reader naps off its CPU (nap), and a Poll that
+// finds nothing new gives up the CPU when it shares it with the plugin's
+// pump (pollYield). Every completion that may change a handle's state or
+// brings a notification wakes Wake's channel.
 //
 // A completion ring that breaks the protocol fences the transport: the
 // process is killed (as Kill does), and every pending and later call
@@ -53,11 +56,24 @@ const (
 	// ringReaderSpin is how long the reader goroutine keeps looking after
 	// the last completion before it sleeps.
 	ringReaderSpin = 20 * time.Microsecond
+	// ringPollGap: Polls at most this far apart come from a caller
+	// polling in a loop, which drains the completion ring itself (the
+	// reader naps meanwhile).
+	ringPollGap = 20 * time.Microsecond
+	// ringCPUCheck is how long a Poll trusts the last look at whether
+	// the host shares its CPU with the plugin's pump (pollYield).
+	ringCPUCheck = 10 * time.Microsecond
 	// fallbackWakeEvery paces Wake's channel when the rings are not in use
 	// (off, refused, or the agent closed): the host then learns nothing by
 	// itself and must poll.
 	fallbackWakeEvery = 5 * time.Millisecond
 )
+
+// ringEpoch is the origin of ringClock.
+var ringEpoch = time.Now()
+
+// ringClock is a monotonic clock in nanoseconds, never 0.
+func ringClock() int64 { return int64(time.Since(ringEpoch)) + 1 }
 
 // ringState is what a Plugin holds of its rings.
 type ringState struct {
@@ -107,9 +123,20 @@ type ringHost struct {
 	readerDone chan struct{}
 	stopAfter  func() bool
 	// spinning counts callers draining the completion ring themselves;
-	// while there are any, the reader parks until handoff.
+	// while there are any, the reader naps (nap), and the last one to
+	// stop rouses it.
 	spinning atomic.Int32
-	handoff  chan struct{}
+	// polled is when Poll was last called (ringClock); while Polls come
+	// that often, their caller drains the ring and the reader naps.
+	polled atomic.Int64
+	// napping is set while the reader naps; rousec ends a nap
+	// (capacity 1).
+	napping atomic.Bool
+	rousec  chan struct{}
+	// cpuAt is when a Poll last looked whether it runs on the CPU the
+	// plugin's pump last ran on (ringClock), cpuSame what it found.
+	cpuAt   atomic.Int64
+	cpuSame atomic.Bool
 }
 
 // known is what the completion ring said of a handle posted through it.
@@ -143,7 +170,7 @@ func newRingHost(c *grpcClient, mem []byte, l ringLayout, log hclog.Logger, kill
 		known:      map[sdk.HandleID]known{},
 		stopped:    make(chan struct{}),
 		readerDone: make(chan struct{}),
-		handoff:    make(chan struct{}, 1),
+		rousec:     make(chan struct{}, 1),
 	}
 }
 
@@ -236,18 +263,16 @@ func (r *ringHost) reader() {
 		r.mu.Unlock()
 		r.subMu.Unlock()
 	}()
+	napTimer := time.NewTimer(time.Hour)
+	napTimer.Stop()
 	last := time.Now()
 	for !r.isStopped() {
 		if r.drain() > 0 {
 			last = time.Now()
 			continue
 		}
-		if r.spinning.Load() > 0 {
-			// A caller drains; it hands back when it stops.
-			select {
-			case <-r.handoff:
-			case <-r.stopped:
-			}
+		if r.draining() {
+			r.nap(napTimer)
 			continue
 		}
 		if time.Since(last) < ringReaderSpin {
@@ -260,6 +285,76 @@ func (r *ringHost) reader() {
 			continue
 		}
 		r.m.host.wait(v, 0)
+	}
+}
+
+// draining reports whether a caller drains the completion ring itself:
+// one spins for its call's result, or Polls in a loop (its last Poll is at
+// most ringPollGap old).
+func (r *ringHost) draining() bool {
+	if r.spinning.Load() > 0 {
+		return true
+	}
+	at := r.polled.Load()
+	return at != 0 && ringClock()-at < int64(ringPollGap)
+}
+
+// nap takes the reader off its CPU while a caller drains the completion
+// ring: for about ringReaderSpin, or until the last caller spinning for its
+// result stops (rouse). A reader that spun beside such a caller would take
+// the CPU the plugin's pump needs (two cores, a host and a transport each
+// spinning two threads), and one that slept on the doorbell would have the
+// plugin wake it for every completion. The reader parks on a Go timer
+// and channel, not on the doorbell: the plugin does not ring it, and a
+// rouse readies it on the caller's own thread rather than waking another
+// (which, on a CPU shared with the plugin, stalls both).
+func (r *ringHost) nap(t *time.Timer) {
+	r.napping.Store(true)
+	if r.draining() && !r.isStopped() {
+		t.Reset(ringReaderSpin)
+		select {
+		case <-t.C:
+		case <-r.rousec:
+		case <-r.stopped:
+		}
+		t.Stop()
+	}
+	r.napping.Store(false)
+}
+
+// rouse ends the reader's nap once no caller drains the completion ring:
+// the caller may wait on Wake now, which the reader serves.
+func (r *ringHost) rouse() {
+	if !r.napping.Load() || r.draining() {
+		return
+	}
+	select {
+	case r.rousec <- struct{}{}:
+	default:
+	}
+}
+
+// pollYield is called by a Poll that found handles still running and
+// nothing new. Its caller likely polls in a loop, beside a napping reader:
+// when the plugin's pump last ran on this very CPU, the caller would keep
+// the pump from running until the scheduler took the CPU away (a slice,
+// hundreds of µs), so it gives the CPU away now, as a spinner does
+// (yield). Whether the CPUs are the same is looked up at most every
+// ringCPUCheck.
+func (r *ringHost) pollYield() {
+	now := ringClock()
+	if now-r.cpuAt.Load() >= int64(ringCPUCheck) {
+		same := false
+		r.mu.Lock()
+		if !r.unmapped {
+			same = sameCPU(r.m.host, r.m.plugin)
+		}
+		r.mu.Unlock()
+		r.cpuSame.Store(same)
+		r.cpuAt.Store(now)
+	}
+	if r.cpuSame.Load() {
+		_, _, _ = unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
 	}
 }
 
@@ -497,9 +592,23 @@ func (r *ringHost) submit(ctx context.Context, method string, kind, resKind uint
 	if err := r.gone(method); err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, r.c.timeout)
-	defer cancel()
-	dl, _ := ctx.Deadline()
+	// The call's deadline: the caller's, within the call timeout. The
+	// timer that enforces it is armed only if the call has to wait
+	// (bounded): arming and stopping one costs more than most calls
+	// take through the rings.
+	// One reading of the clock serves the deadline, the spins and the
+	// entry's time stamp: each costs some 50 ns here.
+	now := time.Now()
+	dl := now.Add(r.c.timeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(dl) {
+		dl = d
+	}
+	var cancel context.CancelFunc = func() {}
+	defer func() { cancel() }()
+	bounded := func() context.Context {
+		ctx, cancel = context.WithDeadline(ctx, dl)
+		return ctx
+	}
 	c := &ringCall{kind: resKind, n: n, ids: ids, done: make(chan struct{})}
 
 	r.subMu.Lock()
@@ -508,18 +617,18 @@ func (r *ringHost) submit(ctx context.Context, method string, kind, resKind uint
 		off        uint32
 		err        error
 	)
-	spun := time.Now()
+	spun := now
 	for {
 		if r.isStopped() {
 			r.subMu.Unlock()
-			return nil, r.lost(ctx, method)
+			return nil, r.lost(bounded(), method)
 		}
 		ent, arena, off, err = r.sub.reserve(len(payload))
 		if !errors.Is(err, errRingFull) {
 			break
 		}
 		// The plugin is behind: wait for room, within the deadline.
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || !time.Now().Before(dl) {
 			r.subMu.Unlock()
 			return nil, r.timeoutError(method)
 		}
@@ -543,7 +652,7 @@ func (r *ringHost) submit(ctx context.Context, method string, kind, resKind uint
 	r.calls = append(r.calls, c)
 	r.mu.Unlock()
 	copy(arena, payload)
-	e := ringEntry{seq: r.sub.tail, kind: kind, call: c.id, count: uint32(n), total: uint32(n), deadline: dl.UnixNano(), arenaOff: off, arenaLen: uint32(len(payload)), sent: time.Now().UnixNano()}
+	e := ringEntry{seq: r.sub.tail, kind: kind, call: c.id, count: uint32(n), total: uint32(n), deadline: dl.UnixNano(), arenaOff: off, arenaLen: uint32(len(payload)), sent: now.UnixNano()}
 	e.encode(ent)
 	r.sub.publish()
 	r.m.plugin.ring()
@@ -552,16 +661,16 @@ func (r *ringHost) submit(ctx context.Context, method string, kind, resKind uint
 	// Drain ourselves for a while: the answer usually comes within
 	// microseconds, and a goroutine hand-off would cost more.
 	r.spinning.Add(1)
-	for spun := time.Now(); !c.fin.Load() && time.Since(spun) < ringWaitSpin; {
+	for spun := now; !c.fin.Load() && time.Since(spun) < ringWaitSpin; {
 		if r.drain() == 0 {
 			r.yield(spun)
 		}
 	}
 	if r.spinning.Add(-1) == 0 {
-		select {
-		case r.handoff <- struct{}{}:
-		default:
-		}
+		r.rouse()
+	}
+	if !c.fin.Load() {
+		ctx = bounded()
 	}
 	select {
 	case <-c.done:
@@ -753,12 +862,14 @@ func (p *Plugin) Poll(ctx context.Context, ids []sdk.HandleID) ([]sdk.HandleStat
 	if err := r.gone("Poll"); err != nil {
 		return nil, err
 	}
-	r.drain()
+	r.polled.Store(ringClock())
+	drained := r.drain()
 	if err := r.gone("Poll"); err != nil {
 		return nil, err
 	}
 	out := make([]sdk.HandleStatus, len(ids))
 	var miss []int
+	running := false
 	r.mu.Lock()
 	for i, id := range ids {
 		k, ok := r.known[id]
@@ -769,9 +880,13 @@ func (p *Plugin) Poll(ctx context.Context, ids []sdk.HandleID) ([]sdk.HandleStat
 			out[i] = k.st
 		default:
 			out[i].State = sdk.StateInProgress
+			running = true
 		}
 	}
 	r.mu.Unlock()
+	if running && drained == 0 {
+		r.pollYield()
+	}
 	if len(miss) == 0 {
 		return out, nil
 	}

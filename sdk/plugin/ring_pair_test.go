@@ -43,10 +43,20 @@ func newPair(t *testing.T) *pair {
 // the host's call timeout.
 func newPairOf(t *testing.T, wrap func(sdk.Transport) sdk.Transport, timeout time.Duration) *pair {
 	t.Helper()
+	return newPairWith(t, wrap, timeout, nil)
+}
+
+// newPairWith is newPairOf with the fake opened with params too.
+func newPairWith(t *testing.T, wrap func(sdk.Transport) sdk.Transport, timeout time.Duration, params map[string]string) *pair {
+	t.Helper()
 	ctx := context.Background()
 	impl := fake.New()
 	dir := t.TempDir()
-	require.NoError(t, impl.Open(ctx, sdk.OpenRequest{Agent: "a", Params: map[string]string{"dir": dir}}))
+	ps := map[string]string{"dir": dir}
+	for k, v := range params {
+		ps[k] = v
+	}
+	require.NoError(t, impl.Open(ctx, sdk.OpenRequest{Agent: "a", Params: ps}))
 	file, err := fake.NewRegionFile(dir, 128<<10)
 	require.NoError(t, err)
 	regs, err := impl.RegisterMemory(ctx, []sdk.Region{{Path: file, Length: 64 << 10, Kind: sdk.MemoryHost}, {Path: file, Offset: 64 << 10, Length: 64 << 10, Kind: sdk.MemoryHost}})
@@ -443,5 +453,41 @@ func TestRingPairPromptAsksNothing(t *testing.T) {
 			assert.Equal(t, []sdk.Notification{{From: "a", Message: []byte("hi")}}, ns)
 			break
 		}
+	}
+}
+
+// TestRingPairWakeAfterPollLoop: while a caller Polls in a loop the reader
+// naps, and the plugin does not wake it; once the caller stops polling and
+// waits on Wake instead, a completion still reaches it, with nobody but
+// the reader draining the ring. The fake pauses between the chunks of a
+// transfer, so that the caller's Poll comes before the completion.
+func TestRingPairWakeAfterPollLoop(t *testing.T) {
+	pr := newPairWith(t, nil, 10*time.Second, map[string]string{"chunk": "1024", "chunk_delay": "1ms"})
+	p := &Plugin{grpcClient: pr.host.c}
+	p.rings.Store(pr.host)
+	ctx := context.Background()
+	for range 5 {
+		id := pr.post(t, 1)[0].ID
+		sts, err := p.Poll(ctx, []sdk.HandleID{id})
+		require.NoError(t, err)
+		// Stop polling: from here only Wake tells.
+		deadline := time.After(10 * time.Second)
+		for !sts[0].State.Terminal() {
+			select {
+			case <-pr.host.wake:
+			case <-deadline:
+				t.Fatal("the completion did not reach Wake once the caller stopped polling")
+			}
+			pr.host.mu.Lock()
+			k := pr.host.known[id]
+			pr.host.mu.Unlock()
+			if k.terminal {
+				sts[0] = k.st
+			}
+		}
+		require.Equal(t, sdk.StateDone, sts[0].State)
+		errs, err := p.Release(ctx, []sdk.HandleID{id})
+		require.NoError(t, err)
+		require.NoError(t, errs[0])
 	}
 }

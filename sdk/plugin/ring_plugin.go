@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,7 +24,13 @@ import (
 // drains, so that the host's Waker covers them. A transport's wake-up
 // makes the pump ask for its changes and its notifications; for a
 // WakeReasoner, only for what the wake-up was for, so that completions do
-// not cost a notification drain each.
+// not cost a notification drain each. While the pump is awake it takes the
+// wake-ups from Wake's channel itself between its rounds; a goroutine
+// forwards them only while it sleeps (forward), so that a completion costs
+// no goroutine hop. After serving a Post the pump lets the transport's
+// goroutines run (a Go transport hands its transfers to one, which the
+// scheduler would otherwise queue behind the pump) and then looks for
+// changes at once.
 //
 // The pump spins while work comes (adapting how long), then sleeps on its
 // doorbell: with nothing in flight and a transport that is a Waker, until
@@ -83,9 +90,11 @@ type ringServer struct {
 	kickedStates atomic.Bool
 	kickedNotes  atomic.Bool
 	stopped      atomic.Bool
-	// taken tells the goroutine that forwards the transport's wake-ups
-	// that the pump took the last one (capacity 1).
-	taken chan struct{}
+	// listen tells the goroutine that forwards the transport's wake-ups
+	// that the pump is about to sleep, so that it forwards the next one
+	// (capacity 1). While the pump is awake it takes them from Wake's
+	// channel itself (takeKicks), without a goroutine hop.
+	listen chan struct{}
 	// mapMu guards the mapping's life against wake-ups from gRPC
 	// handlers: unmapped is set, under it, once the pump unmapped it.
 	mapMu    sync.RWMutex
@@ -119,7 +128,7 @@ func newRingServer(ctx context.Context, impl sdk.Transport, mem []byte, l ringLa
 		comp:     newProducer(m.comp, "completion"),
 		inflight: map[sdk.HandleID]struct{}{},
 		done:     make(chan struct{}),
-		taken:    make(chan struct{}, 1),
+		listen:   make(chan struct{}, 1),
 	}
 	if es, ok := impl.(sdk.EventSource); ok {
 		if d, err := impl.Describe(ctx); err == nil && d.Capabilities.Events {
@@ -136,33 +145,44 @@ func newRingServer(ctx context.Context, impl sdk.Transport, mem []byte, l ringLa
 func (s *ringServer) start() {
 	go s.run()
 	if s.waker != nil {
-		go func() {
-			for {
-				select {
-				case <-s.waker.Wake():
-				case <-s.done:
-					return
-				}
-				states, notes := true, true
-				if s.reasons != nil {
-					states, notes = s.reasons.WakeReasons()
-				}
-				if !states && !notes {
-					continue
-				}
-				s.kickFor(states, notes)
-				// Take the next wake-up only once the pump took this
-				// one: meanwhile the transport's wake-ups coalesce in
-				// Wake's slot, so that a busy pump is not woken, nor
-				// this goroutine run, once per completion.
-				select {
-				case <-s.taken:
-				case <-s.done:
-					return
-				}
-			}
-		}()
+		go s.forward()
 	}
+}
+
+// forward turns the transport's wake-ups into kicks of the pump while the
+// pump sleeps (or is about to): it waits on Wake's channel only after the
+// pump said so (listen), until it forwarded one. Meanwhile the pump takes
+// the wake-ups itself between its rounds, so that a completion costs no
+// run of this goroutine and no second wake-up of the pump.
+func (s *ringServer) forward() {
+	for {
+		select {
+		case <-s.listen:
+		case <-s.done:
+			return
+		}
+		for {
+			select {
+			case <-s.waker.Wake():
+			case <-s.done:
+				return
+			}
+			states, notes := s.wakeReasons()
+			if states || notes {
+				s.kickFor(states, notes)
+				break
+			}
+		}
+	}
+}
+
+// wakeReasons is what a wake-up of the transport was for: both, unless it
+// is a WakeReasoner.
+func (s *ringServer) wakeReasons() (states, notes bool) {
+	if s.reasons != nil {
+		return s.reasons.WakeReasons()
+	}
+	return true, true
 }
 
 // kick makes the pump drain events and notifications once more, waking
@@ -270,13 +290,7 @@ func (s *ringServer) run() {
 	var notesAt time.Time
 	for !s.stopped.Load() {
 		now := time.Now()
-		states, notes := s.kickedStates.Swap(false), s.kickedNotes.Swap(false)
-		if states || notes {
-			select {
-			case s.taken <- struct{}{}:
-			default:
-			}
-		}
+		states, notes := s.takeKicks()
 		worked, err := s.step(states, notes, now, &notesAt)
 		if err != nil {
 			s.fatal(err)
@@ -320,6 +334,15 @@ func (s *ringServer) run() {
 			timeout = idleNotes
 			idleNotes = min(2*idleNotes, ringIdleNotePoll)
 		}
+		if s.waker != nil {
+			// From here the transport's wake-ups must reach the pump
+			// through forward; one that came meanwhile waits in Wake's
+			// channel, and is forwarded at once.
+			select {
+			case s.listen <- struct{}{}:
+			default:
+			}
+		}
 		v := s.m.plugin.prepare()
 		if n, err := s.sub.available(); err != nil || n > 0 || s.kickedStates.Load() || s.kickedNotes.Load() || s.stopped.Load() {
 			s.m.plugin.cancel()
@@ -327,6 +350,22 @@ func (s *ringServer) run() {
 		}
 		s.m.plugin.wait(v, timeout)
 	}
+}
+
+// takeKicks takes the kicks that came since the last time, and a wake-up
+// of the transport waiting in Wake's channel (the pump is awake, so
+// nothing forwards it).
+func (s *ringServer) takeKicks() (states, notes bool) {
+	states, notes = s.kickedStates.Swap(false), s.kickedNotes.Swap(false)
+	if s.waker != nil {
+		select {
+		case <-s.waker.Wake():
+			st, nt := s.wakeReasons()
+			states, notes = states || st, notes || nt
+		default:
+		}
+	}
+	return states, notes
 }
 
 // doneSpin is how long after a Post the pump keeps spinning for its
@@ -363,19 +402,31 @@ func (s *ringServer) step(kickedStates, kickedNotes bool, now time.Time, notesAt
 	if err != nil {
 		return false, err
 	}
+	posted := false
 	for range n {
 		if s.stopped.Load() {
 			return true, nil
 		}
-		if err := s.serveOne(); err != nil {
+		p, err := s.serveOne()
+		if err != nil {
 			return false, err
 		}
-		worked = true
+		worked, posted = true, posted || p
 	}
 	if n > 0 {
 		// Slots were freed: a host waiting for room may sleep.
 		s.m.host.ring()
 		s.followGap, s.followAt = 0, now
+	}
+	if posted {
+		// A Go transport's Post hands its transfers to a goroutine of
+		// its own, which the Go scheduler queues behind the pump on this
+		// very thread (or on an idle thread that must first get a CPU):
+		// let it run now, so that a quick transfer is over, and its
+		// change known, before the pump looks for changes below.
+		runtime.Gosched()
+		st, nt := s.takeKicks()
+		kickedStates, kickedNotes = kickedStates || st, kickedNotes || nt
 	}
 	if kickedStates || (s.tracked() > 0 && !now.Before(s.followAt)) {
 		t0 := time.Now()
@@ -415,36 +466,37 @@ func (s *ringServer) step(kickedStates, kickedNotes bool, now time.Time, notesAt
 	return worked, nil
 }
 
-// serveOne takes one submission and answers it.
-func (s *ringServer) serveOne() error {
+// serveOne takes one submission and answers it; posted says it was a Post.
+func (s *ringServer) serveOne() (posted bool, err error) {
 	e, payload, err := s.sub.next()
 	if err != nil {
-		return err
+		return false, err
 	}
 	if err := e.check(true); err != nil {
-		return err
+		return false, err
 	}
 	s.sub.advance()
 	s.lastSent = e.sent
-	ctx, cancel := context.Background(), context.CancelFunc(func() {})
+	var dl time.Time
 	if e.deadline != 0 {
-		ctx, cancel = context.WithDeadline(ctx, time.Unix(0, e.deadline))
+		dl = time.Unix(0, e.deadline)
 	}
-	defer cancel()
+	ctx := newCallCtx(dl)
+	defer ctx.end(context.Canceled)
 	switch e.kind {
 	case kindPost:
 		s.postedAt = time.Now()
 		specs, err := decodePostSpecs(payload, e.count)
 		if err != nil {
-			return fmt.Errorf("post call %d: %w", e.call, err)
+			return true, fmt.Errorf("post call %d: %w", e.call, err)
 		}
 		if s.pendingPosts, err = gather(e, s.pendingPosts, specs); err != nil || uint32(len(s.pendingPosts)) < e.total {
-			return err
+			return true, err
 		}
 		specs, s.pendingPosts = s.pendingPosts, nil
 		res, err := s.impl.Post(ctx, specs)
 		if err != nil {
-			return s.pushCallError(kindPostResult, e.call, err)
+			return true, s.pushCallError(kindPostResult, e.call, err)
 		}
 		var ids []sdk.HandleID
 		for _, r := range res {
@@ -453,36 +505,36 @@ func (s *ringServer) serveOne() error {
 			}
 		}
 		s.track(ids)
-		return s.pushItems(kindPostResult, e.call, len(res), func(w wire, i int) wire { return encodePostResult(w, res[i]) })
+		return true, s.pushItems(kindPostResult, e.call, len(res), func(w wire, i int) wire { return encodePostResult(w, res[i]) })
 	case kindRelease:
 		ids, err := decodeIDs(payload, e.count)
 		if err != nil {
-			return fmt.Errorf("release call %d: %w", e.call, err)
+			return false, fmt.Errorf("release call %d: %w", e.call, err)
 		}
 		if s.pendingIDs, err = gather(e, s.pendingIDs, ids); err != nil || uint32(len(s.pendingIDs)) < e.total {
-			return err
+			return false, err
 		}
 		ids, s.pendingIDs = s.pendingIDs, nil
 		errs, err := s.impl.Release(ctx, ids)
 		if err != nil {
-			return s.pushCallError(kindReleaseRes, e.call, err)
+			return false, s.pushCallError(kindReleaseRes, e.call, err)
 		}
 		s.untrackReleased(ids, errs)
-		return s.pushItems(kindReleaseRes, e.call, len(errs), func(w wire, i int) wire { return w.err(errs[i]) })
+		return false, s.pushItems(kindReleaseRes, e.call, len(errs), func(w wire, i int) wire { return w.err(errs[i]) })
 	case kindSendNotes:
 		msgs, err := decodeOutNotes(payload, e.count)
 		if err != nil {
-			return fmt.Errorf("send-notifications call %d: %w", e.call, err)
+			return false, fmt.Errorf("send-notifications call %d: %w", e.call, err)
 		}
 		if s.pendingNotes, err = gather(e, s.pendingNotes, msgs); err != nil || uint32(len(s.pendingNotes)) < e.total {
-			return err
+			return false, err
 		}
 		msgs, s.pendingNotes = s.pendingNotes, nil
 		errs, err := s.impl.SendNotifications(ctx, msgs)
 		if err != nil {
-			return s.pushCallError(kindSendNotesRes, e.call, err)
+			return false, s.pushCallError(kindSendNotesRes, e.call, err)
 		}
-		return s.pushItems(kindSendNotesRes, e.call, len(errs), func(w wire, i int) wire { return w.err(errs[i]) })
+		return false, s.pushItems(kindSendNotesRes, e.call, len(errs), func(w wire, i int) wire { return w.err(errs[i]) })
 	case kindDrainEvents:
 		var err error
 		if s.events == nil {
@@ -493,23 +545,23 @@ func (s *ringServer) serveOne() error {
 				err = s.pushEvents(kindEvents, evs)
 			}
 			if errors.As(err, new(*ringError)) {
-				return err
+				return false, err
 			}
 		}
-		return s.pushCallError(kindDrainResult, e.call, err)
+		return false, s.pushCallError(kindDrainResult, e.call, err)
 	case kindDrainNotes:
 		ns, err := s.impl.Notifications(ctx, 0)
 		if err == nil {
 			if err := s.pushNotes(ns); err != nil {
-				return err
+				return false, err
 			}
 		}
-		return s.pushCallError(kindDrainResult, e.call, err)
+		return false, s.pushCallError(kindDrainResult, e.call, err)
 	case kindDetach:
 		s.stopped.Store(true)
-		return nil
+		return false, nil
 	}
-	return ringErrorf("submission %d: kind %d is not served", e.seq, e.kind)
+	return false, ringErrorf("submission %d: kind %d is not served", e.seq, e.kind)
 }
 
 // gather appends the items of one part of a call submitted in parts; each
@@ -524,8 +576,8 @@ func gather[T any](e ringEntry, have, items []T) ([]T, error) {
 // followHandles pushes what changed for the handles in flight: the
 // transport's events, or the terminal states a poll finds.
 func (s *ringServer) followHandles() (bool, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), ringDrainTimeout)
-	defer cancel()
+	ctx := newCallCtx(time.Now().Add(ringDrainTimeout))
+	defer ctx.end(context.Canceled)
 	if s.events != nil {
 		evs, err := s.events.Events(ctx, 0)
 		if err == nil {
@@ -557,8 +609,8 @@ func (s *ringServer) followHandles() (bool, error) {
 
 // forwardNotes drains the transport's notifications into the ring.
 func (s *ringServer) forwardNotes() (bool, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), ringDrainTimeout)
-	defer cancel()
+	ctx := newCallCtx(time.Now().Add(ringDrainTimeout))
+	defer ctx.end(context.Canceled)
 	ns, err := s.impl.Notifications(ctx, 0)
 	if err != nil || len(ns) == 0 {
 		// An error here is the host's to see when it asks (a drain call).
