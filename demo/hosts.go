@@ -114,6 +114,13 @@ func startHost(ctx context.Context, s hostSpec) (*hostProc, error) {
 	}
 	h.cmd = exec.Command(s.custody, "serve", "--config", cfgPath)
 	h.cmd.Stdout, h.cmd.Stderr = logf, logf
+	// The host dies with whatever started it (the demo, a bench), however
+	// that ended: a SIGTERM, which it answers by stopping as on stop, when
+	// the thread that starts it exits. That thread is an ordinary one of
+	// the Go runtime (this goroutine is not locked to it), which the
+	// runtime keeps for the life of the process. Its transport then dies
+	// with it (the lifeline).
+	h.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
 	if err := h.cmd.Start(); err != nil {
 		logf.Close()
 		return nil, fmt.Errorf("start host %s: %w", s.name, err)
