@@ -76,19 +76,14 @@ func TestEventsProgresses(t *testing.T) {
 	for _, tls := range tlsSettings {
 		t.Run(tls, func(t *testing.T) {
 			p := newPair(t, tls, 1<<20)
-			local, remote := p.dlists(t, 1, 4096)
-			p.a.PauseProgress(true)
-			defer p.a.PauseProgress(false)
+			id := p.postPaused(t, 4096)
 			ctx := context.Background()
-			res, err := p.a.Post(ctx, []sdk.PostSpec{{Op: sdk.OpWrite, Local: local, LocalIndices: []uint32{0}, Remote: remote, RemoteIndices: []uint32{0}}})
-			require.NoError(t, err)
-			require.NoError(t, res[0].Err)
 			var ev sdk.Event
 			require.Eventually(t, func() bool {
 				evs, err := p.a.Events(ctx, 0)
 				require.NoError(t, err)
 				for _, e := range evs {
-					if e.Handle == res[0].ID {
+					if e.Handle == id {
 						ev = e
 						return true
 					}
@@ -97,7 +92,7 @@ func TestEventsProgresses(t *testing.T) {
 			}, 10*time.Second, 10*time.Microsecond, "Events never completed the WRITE with the progress thread paused")
 			require.Equal(t, sdk.StateDone, ev.State, "reason: %v", ev.Reason)
 			p.a.PauseProgress(false)
-			settle(t, p.a, []sdk.HandleID{res[0].ID})
+			settle(t, p.a, []sdk.HandleID{id})
 		})
 	}
 }
@@ -115,14 +110,8 @@ func TestCallerProgressBounded(t *testing.T) {
 	for _, tls := range tlsSettings {
 		t.Run(tls, func(t *testing.T) {
 			p := newPair(t, tls, size)
-			local, remote := p.dlists(t, 1, size)
-			p.a.PauseProgress(true)
-			defer p.a.PauseProgress(false)
+			id := p.postPaused(t, size)
 			ctx := context.Background()
-			res, err := p.a.Post(ctx, []sdk.PostSpec{{Op: sdk.OpWrite, Local: local, LocalIndices: []uint32{0}, Remote: remote, RemoteIndices: []uint32{0}}})
-			require.NoError(t, err)
-			require.NoError(t, res[0].Err)
-			id := res[0].ID
 			evs, err := p.a.Events(ctx, 0)
 			require.NoError(t, err)
 			for _, e := range evs {
@@ -171,7 +160,11 @@ func TestPostNeverWaitsBehindProgress(t *testing.T) {
 		_, err := p.a.Events(ctx, 0)
 		progressed <- err
 	}()
-	<-entered // the caller's progress is under way, and stays so
+	select {
+	case <-entered: // the caller's progress is under way, and stays so
+	case err := <-progressed:
+		t.Fatalf("Events returned (%v) without progressing the worker while a WRITE ran", err)
+	}
 	posted := make(chan []sdk.PostResult, 1)
 	go func() {
 		res, err := p.a.Post(ctx, spec(1))
@@ -193,4 +186,18 @@ func TestPostNeverWaitsBehindProgress(t *testing.T) {
 	for _, st := range settle(t, p.a, []sdk.HandleID{first, second[0].ID}) {
 		require.Equal(t, sdk.StateDone, st.State, "reason: %v", st.Reason)
 	}
+}
+
+// postPaused pauses A's progress thread (until the test ends) and posts one
+// WRITE of size bytes from A's first descriptor to B's, which then moves
+// only as far as callers progress it.
+func (p *pair) postPaused(t *testing.T, size int) sdk.HandleID {
+	t.Helper()
+	local, remote := p.dlists(t, 1, size)
+	p.a.PauseProgress(true)
+	t.Cleanup(func() { p.a.PauseProgress(false) })
+	res, err := p.a.Post(context.Background(), []sdk.PostSpec{{Op: sdk.OpWrite, Local: local, LocalIndices: []uint32{0}, Remote: remote, RemoteIndices: []uint32{0}}})
+	require.NoError(t, err)
+	require.NoError(t, res[0].Err)
+	return res[0].ID
 }
