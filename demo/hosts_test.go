@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -37,14 +38,19 @@ func TestHostDiesWithItsStarter(t *testing.T) {
 			os.Exit(1)
 		}
 		fmt.Printf("host-pid %d\n", h.cmd.Process.Pid)
-		time.Sleep(time.Hour) // until the test kills this process
-		return
+		// Until the test kills this process; should the test end first,
+		// its end of stdin closes and this starter ends with it.
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		os.Exit(1)
 	}
 	dir := t.TempDir()
 	starter := exec.Command(os.Args[0], "-test.run=^TestHostDiesWithItsStarter$", "-test.count=1")
 	starter.Env = append(os.Environ(), envStarter+"="+dir, testbin.EnvDir+"="+filepath.Dir(custodyBin))
 	out, err := starter.StdoutPipe()
 	require.NoError(t, err)
+	stdin, err := starter.StdinPipe() // held open until the starter is killed
+	require.NoError(t, err)
+	defer stdin.Close()
 	require.NoError(t, starter.Start())
 	var pid int
 	sc := bufio.NewScanner(out)
