@@ -76,12 +76,8 @@ func openNative(keys, vals []string, errPeer bool, spin, sleepMax time.Duration)
 	}()
 	var cw *C.cu_worker
 	var bad C.int
-	ep := C.int(0)
-	if errPeer {
-		ep = 1
-	}
 	// ck and cv hold C pointers only, so passing them is allowed.
-	st := status(C.cu_open(C.int(n), &ck[0], &cv[0], ep, C.uint64_t(spin), C.int(sleepMax.Milliseconds()), &cw, &bad))
+	st := status(C.cu_open(C.int(n), &ck[0], &cv[0], cBool(errPeer), C.uint64_t(spin), C.int(sleepMax.Milliseconds()), &cw, &bad))
 	if st != statusOK {
 		if bad >= 0 {
 			return nil, sdk.Errorf(sdk.CodeInvalidArgument, "UCX rejected setting UCX_%s=%q: %s; check the parameter", keys[bad], vals[bad], st)
@@ -110,11 +106,7 @@ func (w *nativeWorker) progress() uint { return uint(C.cu_progress(w.cw)) }
 // that leaves the work to the thread (many ops in flight) gives up the
 // CPU (see cu_caller_progress).
 func (w *nativeWorker) callerProgress(yield bool) uint {
-	y := C.int(0)
-	if yield {
-		y = 1
-	}
-	return uint(C.cu_caller_progress(w.cw, y))
+	return uint(C.cu_caller_progress(w.cw, cBool(yield)))
 }
 
 // counter reads one of the shim's atomic counters in place, without a
@@ -164,11 +156,7 @@ func (w *nativeWorker) threadStats() (rounds, sleeps uint64) {
 
 // pauseThread stops (or resumes) the progress thread's rounds (tests).
 func (w *nativeWorker) pauseThread(on bool) {
-	v := C.int(0)
-	if on {
-		v = 1
-	}
-	C.cu_pause_thread(w.cw, v)
+	C.cu_pause_thread(w.cw, cBool(on))
 }
 
 // failMsgAllocs makes the next n copies of received notifications fail
@@ -234,11 +222,7 @@ type closeReq struct {
 // startClose starts closing p's endpoint. It returns a closeReq to wait on,
 // or nil when the close finished at once (p is then freed).
 func (w *nativeWorker) startClose(p *C.cu_peer, force bool) *closeReq {
-	f := C.int(0)
-	if force {
-		f = 1
-	}
-	r := C.cu_peer_close(p, f)
+	r := C.cu_peer_close(p, cBool(force))
 	if r == nil {
 		C.cu_peer_free(p)
 		return nil
@@ -438,3 +422,11 @@ type (
 	cRkey  = C.ucp_rkey_h
 	cChars = *C.char
 )
+
+// cBool is b as the shim's int flags take it.
+func cBool(b bool) C.int {
+	if b {
+		return 1
+	}
+	return 0
+}

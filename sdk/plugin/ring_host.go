@@ -344,13 +344,7 @@ func (r *ringHost) rouse() {
 func (r *ringHost) pollYield() {
 	now := ringClock()
 	if now-r.cpuAt.Load() >= int64(ringCPUCheck) {
-		same := false
-		r.mu.Lock()
-		if !r.unmapped {
-			same = sameCPU(r.m.host, r.m.plugin)
-		}
-		r.mu.Unlock()
-		r.cpuSame.Store(same)
+		r.cpuSame.Store(r.sameCPU())
 		r.cpuAt.Store(now)
 	}
 	if r.cpuSame.Load() {
@@ -362,13 +356,15 @@ func (r *ringHost) pollYield() {
 // not own the mapping, which the reader may unmap meanwhile: it is touched
 // under r.mu only.
 func (r *ringHost) yield(since time.Time) {
-	same := false
+	pause(since, r.sameCPU())
+}
+
+// sameCPU reports whether the plugin's pump last ran on this CPU (sameCPU
+// of the mapping, which it touches under r.mu only: false once unmapped).
+func (r *ringHost) sameCPU() bool {
 	r.mu.Lock()
-	if !r.unmapped {
-		same = sameCPU(r.m.host, r.m.plugin)
-	}
-	r.mu.Unlock()
-	pause(since, same)
+	defer r.mu.Unlock()
+	return !r.unmapped && sameCPU(r.m.host, r.m.plugin)
 }
 
 // pending reports whether the completion ring holds anything (or is
