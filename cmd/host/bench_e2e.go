@@ -16,12 +16,12 @@ import (
 
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/custody-dev/custody/client"
 	"github.com/custody-dev/custody/demo"
+	"github.com/custody-dev/custody/host"
 	"github.com/custody-dev/custody/plugins/fake"
 	"github.com/custody-dev/custody/plugins/ucx"
 	"github.com/custody-dev/custody/sdk"
@@ -135,7 +135,7 @@ func runE2E(ctx context.Context, out io.Writer, cfg e2eConfig) (err error) {
 	if cfg.poll > 0 {
 		fmt.Fprintf(out, "finished reports: GetFinished polled every %v (--poll), not the stream\n", cfg.poll)
 	}
-	fmt.Fprintf(out, "method: two `custody serve` hosts (prefill, decode) on the engine API over unix sockets; a pull is ExpectSend on prefill, then Read of one block on decode (notify_producer), timed from Read until its finished report arrives on decode's WatchFinished stream; the producer's finished report is awaited before the next pull. %d warm-up pulls first. Throughput: %d requests kept in flight for %v. References in the same run: the same transport with two agents in this process, Post READ of one block then Poll in a loop until DONE; and a bare gRPC unary call (health Check) over a unix socket to another process.\n",
+	fmt.Fprintf(out, "method: two `custody serve` hosts (prefill, decode) on the engine API over unix sockets; a pull is ExpectSend on prefill, then Read of one block on decode (notify_producer), timed from Read until its finished report arrives on decode's WatchFinished stream; the producer's finished report is awaited before the next pull. %d warm-up pulls first. Throughput: %d requests kept in flight for %v. References in the same run: the same transport with two agents in this process, Post READ of one block then Poll in a loop until DONE; and a bare gRPC unary call (health Check) over a unix socket to another process, with the engine API's gRPC options (flow-control windows set, so no bandwidth-delay pings) on both ends.\n",
 		e2eWarmup, cfg.concurrency, cfg.duration)
 	fmt.Fprintf(out, "e2e pull latency      p50 %s  p99 %s  (%d pulls)\n", us(pct(seq, 50)), us(pct(seq, 99)), len(seq))
 	fmt.Fprintf(out, "e2e pulls/s at %-3d    %.0f\n", cfg.concurrency, rate)
@@ -369,7 +369,7 @@ func grpcRTT(ctx context.Context, custody, dir string, n int) ([]time.Duration, 
 		return nil, err
 	}
 	defer func() { _ = stdin.Close(); _ = srv.Wait() }()
-	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient("unix://"+sock, client.DialOptions()...)
 	if err != nil {
 		return nil, err
 	}
@@ -501,7 +501,7 @@ func init() {
 			if err != nil {
 				return err
 			}
-			s := grpc.NewServer()
+			s := grpc.NewServer(host.EngineServerOptions()...)
 			healthpb.RegisterHealthServer(s, health.NewServer())
 			go func() { _, _ = io.Copy(io.Discard, os.Stdin); s.Stop() }()
 			return s.Serve(ln)
