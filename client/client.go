@@ -24,6 +24,11 @@ type Client struct {
 	conn     *grpc.ClientConn
 	api      enginev1.EngineClient
 	maxReply int
+	ackDelay time.Duration
+	// ackAfter, when set (tests), stands in for the ack delay's timer;
+	// ackNoted, when set, hears each cursor processed once it is recorded.
+	ackAfter func(time.Duration) (<-chan time.Time, func() bool)
+	ackNoted func(cursor uint64)
 
 	// watch is WatchFinished's state: the cursor below which every report
 	// was processed, the host process it is of (its incarnation, 0 while
@@ -65,9 +70,12 @@ func DialOptions() []grpc.DialOption {
 // Dial connects to the host's engine socket. The connection is made lazily;
 // the first call reports a host that is not there.
 func Dial(socket string, opts ...Option) (*Client, error) {
-	c := &Client{}
+	c := &Client{ackDelay: DefaultAckDelay}
 	for _, o := range opts {
 		o(c)
+	}
+	if c.ackDelay < 0 || c.ackDelay > maxAckDelay {
+		return nil, fmt.Errorf("engine socket %s: ack delay %v: want 0 to %v", socket, c.ackDelay, maxAckDelay)
 	}
 	dopts := DialOptions()
 	if c.maxReply != 0 {

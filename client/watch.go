@@ -18,9 +18,10 @@ var ErrWatching = errors.New("a WatchFinished of this client is running; one at 
 // Each report is one round of the host, whole: a round the host split to
 // fit a reply is merged again before fn sees it, so a failed receive and
 // its invalid blocks always come together. Once fn returns nil the report
-// is acknowledged and the host forgets it; the client remembers the cursor
-// and the host process it came from (its incarnation), so the next
-// WatchFinished resumes after it.
+// is processed: the client remembers the cursor and the host process it
+// came from (its incarnation), so the next WatchFinished resumes after it,
+// and acknowledges it within the ack delay (WithAckDelay), after which the
+// host forgets it.
 //
 // When the host restarted since, it refuses that cursor (its cursors count
 // from 0 again): WatchFinished then forgets the cursor and starts again from
@@ -73,6 +74,8 @@ func (c *Client) watchStream(ctx context.Context, fn func(Finished) error) (rest
 		_, err = stream.Recv() // the stream's own error
 		return c.restarted(ctx, cursor, err)
 	}
+	acks := c.startAcker(stream)
+	defer acks.end()
 	var round Finished
 	next := cursor // where the next batch must start
 	for {
@@ -108,9 +111,7 @@ func (c *Client) watchStream(ctx context.Context, fn func(Finished) error) (rest
 		c.watch.Lock()
 		c.watch.cursor, c.watch.incarnation = next, inc
 		c.watch.Unlock()
-		// A lost acknowledgement costs nothing: the next stream opens at
-		// this cursor, which acknowledges it too.
-		_ = stream.Send(&enginev1.WatchFinishedRequest{Cursor: next, Incarnation: inc})
+		acks.processed(next, inc)
 	}
 }
 
