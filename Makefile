@@ -21,6 +21,7 @@ deps:
 build: deps
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/custody ./cmd/host
+	$(GO) build -o $(BIN)/custody-bench-ref ./cmd/benchref
 	$(GO) build -o $(BIN)/custody-transport-fake ./plugins/fake/cmd/custody-transport-fake
 	$(GO) build -o $(BIN)/custody-transport-ucx ./plugins/ucx/cmd/custody-transport-ucx
 	$(GO) build -o $(BIN)/custody-transport-memcopy ./examples/memcopy/cmd/custody-transport-memcopy

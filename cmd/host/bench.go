@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/custody-dev/custody/internal/drive"
 	"io"
 	"net"
 	"os"
@@ -34,6 +35,7 @@ func init() {
 		idle       time.Duration
 		ranks      int
 		nixlRef    string
+		reference  string
 		nixlUCX    string
 	)
 	cmd := &cobra.Command{
@@ -59,7 +61,7 @@ For the NIXL transport the reference is NIXL driven directly
 				return fmt.Errorf("--e2e and --sdk measure different things; pass one of them")
 			}
 			if e2eOn {
-				e2e.params = p
+				e2e.params, e2e.reference = p, reference
 				if err := e2e.check(); err != nil {
 					return err
 				}
@@ -87,7 +89,7 @@ For the NIXL transport the reference is NIXL driven directly
 			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Minute)
 			defer cancel()
 			if sdkMode {
-				return runSDKBench(ctx, cmd.OutOrStdout(), sdkBenchConfig{plugin: pluginPath, params: p, minTime: minTime, repeat: repeat, idle: idle})
+				return runSDKBench(ctx, cmd.OutOrStdout(), sdkBenchConfig{plugin: pluginPath, reference: reference, params: p, minTime: minTime, repeat: repeat, idle: idle})
 			}
 			bc := benchConfig{plugin: pluginPath, params: p, sizes: sizes, perftest: perftest, minTime: minTime, repeat: repeat}
 			if isNIXL(ctx, pluginPath) {
@@ -108,6 +110,7 @@ For the NIXL transport the reference is NIXL driven directly
 	cmd.Flags().BoolVar(&e2eOn, "e2e", false, "measure pulls through two custody hosts on the engine API instead, against an in-process transport and a bare gRPC round trip")
 	cmd.Flags().StringVar(&e2e.transport, "transport", "fake", "--e2e: the hosts' transport, fake or ucx")
 	cmd.Flags().StringVar(&e2e.custody, "custody", "", "--e2e: the custody binary the hosts run (default: this one)")
+	cmd.Flags().StringVar(&reference, "in-process", sibling(drive.ReferenceProgram), "with --sdk and --e2e: the program that measures the transport in process (make build builds it next to custody)")
 	cmd.Flags().IntVar(&e2e.pulls, "pulls", 200, "--e2e: sequential pulls measured")
 	cmd.Flags().IntVar(&e2e.concurrency, "concurrency", 64, "--e2e: pulls in flight for the throughput run")
 	cmd.Flags().DurationVar(&e2e.duration, "duration", 3*time.Second, "--e2e: length of the throughput run")
@@ -117,7 +120,7 @@ For the NIXL transport the reference is NIXL driven directly
 	cmd.Flags().DurationVar(&idle, "idle", 0, "with --sdk: also measure, over this long, the CPU an idle transport process and this host use with the rings attached and nothing in flight")
 	cmd.Flags().StringVar(&nixlRef, "nixl-reference", "", "with the NIXL transport: the NIXL-direct reference program (default: custody-nixl-reference next to the plugin)")
 	cmd.Flags().StringVar(&nixlUCX, "nixl-ucx", defaultPlugin("ucx"), "with the NIXL transport: the UCX transport measured beside it (empty skips it)")
-	cmd.Flags().BoolVar(&sdkMode, "sdk", false, "measure the process boundary instead (bench_sdk.go): Post to DONE latency and completions per second of the transport in this process, through the rings, and over gRPC")
+	cmd.Flags().BoolVar(&sdkMode, "sdk", false, "measure the process boundary instead (bench_sdk.go): Post to DONE latency and completions per second of the transport in one process (custody-bench-ref), through the rings, and over gRPC")
 	rootCmd.AddCommand(cmd)
 }
 
@@ -170,8 +173,8 @@ func runBench(ctx context.Context, out io.Writer, cfg benchConfig) (err error) {
 	if err != nil {
 		return fmt.Errorf("LocalMetadata of %s: %w", b.name, err)
 	}
-	pr, err := one(a.pl.LoadPeers(ctx, []sdk.PeerSpec{{Name: b.name, Metadata: md}}))
-	if err = firstErr(err, pr.Err); err != nil {
+	pr, err := drive.One(a.pl.LoadPeers(ctx, []sdk.PeerSpec{{Name: b.name, Metadata: md}}))
+	if err = drive.FirstErr(err, pr.Err); err != nil {
 		return fmt.Errorf("%s LoadPeers(%s): %w", a.name, b.name, err)
 	}
 	a.peer = pr.ID
@@ -231,7 +234,7 @@ func (s *benchSide) start(ctx context.Context, path string, params map[string]st
 	if err := pl.Open(ctx, sdk.OpenRequest{Agent: s.name, Params: params}); err != nil {
 		return fmt.Errorf("Open %s: %w", s.name, err)
 	}
-	f, err := os.CreateTemp(shmDir(), "custody-bench-")
+	f, err := os.CreateTemp(drive.ShmDir(), "custody-bench-")
 	if err != nil {
 		return err
 	}
@@ -240,8 +243,8 @@ func (s *benchSide) start(ctx context.Context, path string, params map[string]st
 	if err != nil {
 		return err
 	}
-	reg, err := one(pl.RegisterMemory(ctx, []sdk.Region{{Path: s.path, Length: benchRegionBytes, Kind: sdk.MemoryHost}}))
-	if err = firstErr(err, reg.Err); err != nil {
+	reg, err := drive.One(pl.RegisterMemory(ctx, []sdk.Region{{Path: s.path, Length: benchRegionBytes, Kind: sdk.MemoryHost}}))
+	if err = drive.FirstErr(err, reg.Err); err != nil {
 		return fmt.Errorf("RegisterMemory %s: %w", s.name, err)
 	}
 	s.region = reg.ID
@@ -381,8 +384,8 @@ func (s *benchSide) measure(ctx context.Context, b *benchSide, op sdk.Op, size i
 func (s *benchSide) teardown(ctx context.Context) error {
 	var errs []error
 	if s.peer != 0 {
-		e, err := one(s.pl.UnloadPeers(ctx, []sdk.PeerID{s.peer}))
-		errs = append(errs, firstErr(err, e))
+		e, err := drive.One(s.pl.UnloadPeers(ctx, []sdk.PeerID{s.peer}))
+		errs = append(errs, drive.FirstErr(err, e))
 	}
 	return errors.Join(errs...)
 }
@@ -396,8 +399,8 @@ func (s *benchSide) stop() error {
 	defer cancel()
 	var errs []error
 	if s.region != 0 {
-		e, err := one(s.pl.DeregisterMemory(ctx, []sdk.RegionID{s.region}))
-		errs = append(errs, firstErr(err, e))
+		e, err := drive.One(s.pl.DeregisterMemory(ctx, []sdk.RegionID{s.region}))
+		errs = append(errs, drive.FirstErr(err, e))
 	}
 	errs = append(errs, s.pl.Close(ctx))
 	s.pl.Stop()

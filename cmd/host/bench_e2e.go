@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
@@ -22,14 +23,13 @@ import (
 	"github.com/custody-dev/custody/client"
 	"github.com/custody-dev/custody/demo"
 	"github.com/custody-dev/custody/host"
-	"github.com/custody-dev/custody/plugins/fake"
-	"github.com/custody-dev/custody/plugins/ucx"
-	"github.com/custody-dev/custody/sdk"
+	"github.com/custody-dev/custody/internal/drive"
 )
 
 // e2eConfig is what `custody bench --e2e` measures.
 type e2eConfig struct {
 	custody     string // the custody binary the hosts run
+	reference   string // runs the in-process reference (drive.ReferenceProgram)
 	transport   string // fake or ucx
 	params      map[string]string
 	pulls       int           // sequential pulls measured (after warm-up)
@@ -88,7 +88,7 @@ const e2eWarmup = 20
 // processes.
 func runE2E(ctx context.Context, out io.Writer, cfg e2eConfig) (err error) {
 	note := cfg.fakeFence()
-	dir, err := os.MkdirTemp(shmDir(), "custody-bench-e2e-")
+	dir, err := os.MkdirTemp(drive.ShmDir(), "custody-bench-e2e-")
 	if err != nil {
 		return err
 	}
@@ -98,7 +98,12 @@ func runE2E(ctx context.Context, out io.Writer, cfg e2eConfig) (err error) {
 	if err != nil {
 		return fmt.Errorf("bare gRPC reference: %w", err)
 	}
-	inproc, err := inProcessPull(ctx, dir, cfg, max(cfg.pulls, 200))
+	params := maps.Clone(cfg.params)
+	if cfg.transport == "fake" {
+		params["dir"] = dir
+	}
+	inproc, err := drive.RunPull(ctx, cfg.reference, drive.Reference{Transport: cfg.transport, Params: params,
+		Dir: dir, BlockSize: cfg.blockSize, N: max(cfg.pulls, 200), Warmup: e2eWarmup})
 	if err != nil {
 		return fmt.Errorf("in-process reference: %w", err)
 	}
@@ -135,7 +140,7 @@ func runE2E(ctx context.Context, out io.Writer, cfg e2eConfig) (err error) {
 	if cfg.poll > 0 {
 		fmt.Fprintf(out, "finished reports: GetFinished polled every %v (--poll), not the stream\n", cfg.poll)
 	}
-	fmt.Fprintf(out, "method: two `custody serve` hosts (prefill, decode) on the engine API over unix sockets; a pull is ExpectSend on prefill, then Read of one block on decode (notify_producer), timed from Read until its finished report arrives on decode's WatchFinished stream; the producer's finished report is awaited before the next pull. %d warm-up pulls first. Throughput: %d requests kept in flight for %v. References in the same run: the same transport with two agents in this process, Post READ of one block then Poll in a loop until DONE; and a bare gRPC unary call (health Check) over a unix socket to another process, with the engine API's gRPC options (flow-control windows set, so no bandwidth-delay pings) on both ends.\n",
+	fmt.Fprintf(out, "method: two `custody serve` hosts (prefill, decode) on the engine API over unix sockets; a pull is ExpectSend on prefill, then Read of one block on decode (notify_producer), timed from Read until its finished report arrives on decode's WatchFinished stream; the producer's finished report is awaited before the next pull. %d warm-up pulls first. Throughput: %d requests kept in flight for %v. References in the same run: the same transport with two agents in one process (custody-bench-ref), Post READ of one block then Poll in a loop until DONE; and a bare gRPC unary call (health Check) over a unix socket to another process, with the engine API's gRPC options (flow-control windows set, so no bandwidth-delay pings) on both ends.\n",
 		e2eWarmup, cfg.concurrency, cfg.duration)
 	fmt.Fprintf(out, "e2e pull latency      p50 %s  p99 %s  (%d pulls)\n", us(pct(seq, 50)), us(pct(seq, 99)), len(seq))
 	fmt.Fprintf(out, "e2e pulls/s at %-3d    %.0f\n", cfg.concurrency, rate)
@@ -390,104 +395,6 @@ func grpcRTT(ctx context.Context, custody, dir string, n int) ([]time.Duration, 
 		out = append(out, time.Since(start))
 	}
 	return out[e2eWarmup:], nil
-}
-
-// inProcessPull measures the transport itself: two agents in this process,
-// a READ of one block posted and polled in a loop until DONE, n times.
-func inProcessPull(ctx context.Context, dir string, cfg e2eConfig, n int) ([]time.Duration, error) {
-	mk := func() sdk.Transport { return fake.New() }
-	if cfg.transport == "ucx" {
-		mk = func() sdk.Transport { return ucx.New() }
-	}
-	params := map[string]string{}
-	for k, v := range cfg.params {
-		params[k] = v
-	}
-	if cfg.transport == "fake" {
-		params["dir"] = dir
-	}
-	type side struct {
-		t      sdk.Transport
-		region sdk.RegionID
-	}
-	var sides [2]side
-	defer func() {
-		for _, s := range sides {
-			if s.t != nil {
-				_ = s.t.Close(context.Background())
-			}
-		}
-	}()
-	for i := range sides {
-		t := mk()
-		if err := t.Open(ctx, sdk.OpenRequest{Agent: fmt.Sprintf("inproc-%d", i), Params: params}); err != nil {
-			return nil, fmt.Errorf("open: %w", err)
-		}
-		sides[i].t = t
-		path := filepath.Join(dir, fmt.Sprintf("inproc-%d.region", i))
-		if err := os.WriteFile(path, make([]byte, cfg.blockSize), 0o600); err != nil {
-			return nil, err
-		}
-		reg, err := one(t.RegisterMemory(ctx, []sdk.Region{{Path: path, Length: uint64(cfg.blockSize), Kind: sdk.MemoryHost}}))
-		if err = firstErr(err, reg.Err); err != nil {
-			return nil, fmt.Errorf("register memory: %w", err)
-		}
-		sides[i].region = reg.ID
-	}
-	a, b := sides[0].t, sides[1].t
-	md, err := b.LocalMetadata(ctx)
-	if err != nil {
-		return nil, err
-	}
-	pr, err := one(a.LoadPeers(ctx, []sdk.PeerSpec{{Name: "inproc-1", Metadata: md}}))
-	if err = firstErr(err, pr.Err); err != nil {
-		return nil, fmt.Errorf("load peer: %w", err)
-	}
-	dl, err := a.PrepareDescriptors(ctx, []sdk.DlistSpec{
-		{Descriptors: []sdk.Descriptor{{Region: sides[0].region, Length: uint64(cfg.blockSize)}}},
-		{Peer: pr.ID, Descriptors: []sdk.Descriptor{{Region: sides[1].region, Length: uint64(cfg.blockSize)}}},
-	})
-	if err != nil {
-		return nil, err
-	}
-	for _, r := range dl {
-		if r.Err != nil {
-			return nil, r.Err
-		}
-	}
-	spec := sdk.PostSpec{Op: sdk.OpRead, Local: dl[0].ID, LocalIndices: []uint32{0}, Remote: dl[1].ID, RemoteIndices: []uint32{0}}
-	out := make([]time.Duration, 0, n)
-	for i := range n + e2eWarmup {
-		start := time.Now()
-		p, err := one(a.Post(ctx, []sdk.PostSpec{spec}))
-		if err = firstErr(err, p.Err); err != nil {
-			return nil, fmt.Errorf("post: %w", err)
-		}
-		for {
-			st, err := one(a.Poll(ctx, []sdk.HandleID{p.ID}))
-			if err = firstErr(err, st.Err); err != nil {
-				return nil, fmt.Errorf("poll: %w", err)
-			}
-			if st.State == sdk.StateDone {
-				break
-			}
-			if st.State.Terminal() {
-				return nil, fmt.Errorf("handle %d ended %v: %v", p.ID, st.State, st.Reason)
-			}
-		}
-		if i >= e2eWarmup {
-			out = append(out, time.Since(start))
-		}
-		if _, err := a.Release(ctx, []sdk.HandleID{p.ID}); err != nil {
-			return nil, err
-		}
-	}
-	_, _ = a.ReleaseDescriptors(ctx, []sdk.DlistID{dl[0].ID, dl[1].ID})
-	_, _ = a.UnloadPeers(ctx, []sdk.PeerID{pr.ID})
-	for _, s := range sides {
-		_, _ = s.t.DeregisterMemory(ctx, []sdk.RegionID{s.region})
-	}
-	return out, nil
 }
 
 func init() {

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/custody-dev/custody/internal/drive"
 	"github.com/custody-dev/custody/internal/testbin"
 )
 
@@ -19,10 +20,10 @@ func TestBenchE2EPrintsItsGoalLine(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts two hosts")
 	}
-	dir, err := testbin.Build(t.TempDir(), "custody", "custody-transport-fake")
+	dir, err := testbin.Build(t.TempDir(), "custody", "custody-transport-fake", drive.ReferenceProgram)
 	require.NoError(t, err)
 	var out bytes.Buffer
-	err = runE2E(t.Context(), &out, e2eConfig{custody: filepath.Join(dir, "custody"), transport: "fake",
+	err = runE2E(t.Context(), &out, e2eConfig{custody: filepath.Join(dir, "custody"), reference: filepath.Join(dir, drive.ReferenceProgram), transport: "fake",
 		pulls: 10, concurrency: 4, duration: 100 * time.Millisecond, blockSize: 16 << 10})
 	require.NoError(t, err, out.String())
 	num := `[0-9]+\.[0-9]us`

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/custody-dev/custody/internal/drive"
 	"io"
 	"os"
 	"os/exec"
@@ -91,8 +92,8 @@ func runNIXLBench(ctx context.Context, out io.Writer, cfg nixlBenchConfig) error
 		if err != nil {
 			return nil, fmt.Errorf("LocalMetadata of %s: %w", b.name, err)
 		}
-		pr, err := one(a.pl.LoadPeers(ctx, []sdk.PeerSpec{{Name: b.name, Metadata: md}}))
-		if err = firstErr(err, pr.Err); err != nil {
+		pr, err := drive.One(a.pl.LoadPeers(ctx, []sdk.PeerSpec{{Name: b.name, Metadata: md}}))
+		if err = drive.FirstErr(err, pr.Err); err != nil {
 			return nil, fmt.Errorf("%s LoadPeers(%s): %w", a.name, b.name, err)
 		}
 		a.peer = pr.ID
@@ -139,8 +140,7 @@ func runNIXLBench(ctx context.Context, out io.Writer, cfg nixlBenchConfig) error
 
 	// Post to DONE of one 4 KiB WRITE at a time, spinning: custody through
 	// the rings (the way a host drives a plugin) against NIXL direct.
-	lat := map[string]sdkResult{}
-	sdkCfg := sdkBenchConfig{params: cfg.params, minTime: cfg.minTime}
+	lat := map[string]drive.SDKResult{}
 	ways := []struct {
 		name, path string
 		params     map[string]string
@@ -151,18 +151,17 @@ func runNIXLBench(ctx context.Context, out io.Writer, cfg nixlBenchConfig) error
 				continue
 			}
 			path := w.path
-			sdkCfg.params = w.params
-			r, err := measureSDK(ctx, sdkWay{name: w.name, start: func(ctx context.Context) (sdk.Transport, func(), error) {
+			r, err := drive.MeasureSDK(ctx, func(ctx context.Context) (sdk.Transport, func(), error) {
 				p, err := plugin.Launch(ctx, path, plugin.LaunchOptions{})
 				if err != nil {
 					return nil, nil, err
 				}
 				return p, p.Stop, nil
-			}}, sdkCfg)
+			}, w.params, cfg.minTime)
 			if err != nil {
 				return fmt.Errorf("latency %s: %w", w.name, err)
 			}
-			if b, ok := lat[w.name]; !ok || r.p50 < b.p50 {
+			if b, ok := lat[w.name]; !ok || r.P50 < b.P50 {
 				lat[w.name] = r
 			}
 		}
@@ -170,8 +169,8 @@ func runNIXLBench(ctx context.Context, out io.Writer, cfg nixlBenchConfig) error
 		if err != nil {
 			return err
 		}
-		r := sdkResult{p50: time.Duration(d["p50_ns"]), p99: time.Duration(d["p99_ns"])}
-		if b, ok := lat["nixl-direct"]; !ok || r.p50 < b.p50 {
+		r := drive.SDKResult{P50: time.Duration(d["p50_ns"]), P99: time.Duration(d["p99_ns"])}
+		if b, ok := lat["nixl-direct"]; !ok || r.P50 < b.P50 {
 			lat["nixl-direct"] = r
 		}
 	}
@@ -230,14 +229,14 @@ func printNIXLBandwidth(out io.Writer, cfg nixlBenchConfig, rows []nixlRow) {
 	}
 }
 
-func printNIXLLatency(out io.Writer, cfg nixlBenchConfig, lat map[string]sdkResult) {
+func printNIXLLatency(out io.Writer, cfg nixlBenchConfig, lat map[string]drive.SDKResult) {
 	fmt.Fprintf(out, "latency: one %d B WRITE at a time, Post then Poll (getXferStatus) spinning until DONE, at least %v; custody ways through the plugin boundary (rings), as a host drives a transport.\n", nixlBenchLatencySize, cfg.minTime)
 	for _, name := range []string{"nixl-direct", "custody-nixl", "custody-ucx"} {
 		if r, ok := lat[name]; ok {
-			fmt.Fprintf(out, "latency way=%s size=%d p50_us=%.2f p99_us=%.2f\n", name, nixlBenchLatencySize, sdkMicros(r.p50), sdkMicros(r.p99))
+			fmt.Fprintf(out, "latency way=%s size=%d p50_us=%.2f p99_us=%.2f\n", name, nixlBenchLatencySize, sdkMicros(r.P50), sdkMicros(r.P99))
 		}
 	}
-	if d, c := lat["nixl-direct"], lat["custody-nixl"]; d.p50 > 0 && c.p50 > 0 {
-		fmt.Fprintf(out, "ratio name=nixl-post-done-p50 value=%.2f\n", float64(c.p50)/float64(d.p50))
+	if d, c := lat["nixl-direct"], lat["custody-nixl"]; d.P50 > 0 && c.P50 > 0 {
+		fmt.Fprintf(out, "ratio name=nixl-post-done-p50 value=%.2f\n", float64(c.P50)/float64(d.P50))
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/custody-dev/custody/internal/drive"
 	"io"
 	"os"
 	"path/filepath"
@@ -68,7 +69,7 @@ func runE2ERanks(ctx context.Context, out io.Writer, cfg e2eConfig) (err error) 
 	if cfg.transport != "fake" {
 		return fmt.Errorf("--ranks 2: only the fake transport is supported, not %q", cfg.transport)
 	}
-	dir, err := os.MkdirTemp(shmDir(), "custody-bench-ranks-")
+	dir, err := os.MkdirTemp(drive.ShmDir(), "custody-bench-ranks-")
 	if err != nil {
 		return err
 	}

@@ -2,12 +2,16 @@ package main
 
 import (
 	"bytes"
+	"path/filepath"
 	"regexp"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/custody-dev/custody/internal/drive"
+	"github.com/custody-dev/custody/internal/testbin"
 )
 
 // TestBenchSDKPrintsGoals runs a short `bench --sdk` against the fake and
@@ -16,8 +20,11 @@ func TestBenchSDKPrintsGoals(t *testing.T) {
 	if testing.Short() {
 		t.Skip("launches transport processes")
 	}
+	dir, err := testbin.Build(t.TempDir(), "custody-transport-fake", drive.ReferenceProgram)
+	require.NoError(t, err)
 	var out bytes.Buffer
-	err := runSDKBench(t.Context(), &out, sdkBenchConfig{plugin: buildFake(t), minTime: 20 * time.Millisecond, repeat: 1, idle: 50 * time.Millisecond})
+	err = runSDKBench(t.Context(), &out, sdkBenchConfig{plugin: filepath.Join(dir, "custody-transport-fake"), reference: filepath.Join(dir, drive.ReferenceProgram),
+		minTime: 20 * time.Millisecond, repeat: 1, idle: 50 * time.Millisecond})
 	require.NoError(t, err, out.String())
 	for _, way := range []string{"in-process", "rings", "grpc"} {
 		assert.Regexp(t, regexp.MustCompile(`(?m)^\s+`+way+`\s+[0-9.]+\s+[0-9.]+\s+[0-9]+$`), out.String())

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"github.com/custody-dev/custody/internal/drive"
 	"io"
 	"os"
 	"time"
@@ -102,7 +103,7 @@ func runCopy(ctx context.Context, out io.Writer, pluginPath string, params map[s
 }
 
 func (ag *copyAgent) start(ctx context.Context, path string, params map[string]string, size int) error {
-	f, err := os.CreateTemp(shmDir(), "custody-copy-*.region")
+	f, err := os.CreateTemp(drive.ShmDir(), "custody-copy-*.region")
 	if err != nil {
 		return err
 	}
@@ -116,8 +117,8 @@ func (ag *copyAgent) start(ctx context.Context, path string, params map[string]s
 	if err := ag.pl.Open(ctx, sdk.OpenRequest{Agent: ag.name, Params: params}); err != nil {
 		return fmt.Errorf("open %s: %w", ag.name, err)
 	}
-	reg, err := one(ag.pl.RegisterMemory(ctx, []sdk.Region{{Path: ag.path, Length: uint64(size), Kind: sdk.MemoryHost}}))
-	if err = firstErr(err, reg.Err); err != nil {
+	reg, err := drive.One(ag.pl.RegisterMemory(ctx, []sdk.Region{{Path: ag.path, Length: uint64(size), Kind: sdk.MemoryHost}}))
+	if err = drive.FirstErr(err, reg.Err); err != nil {
 		return fmt.Errorf("register %s: %w", ag.path, err)
 	}
 	ag.region = reg.ID
@@ -131,8 +132,8 @@ func (ag *copyAgent) connect(ctx context.Context, b *copyAgent, size, blocks int
 	if err != nil {
 		return fmt.Errorf("metadata of %s: %w", b.name, err)
 	}
-	peer, err := one(ag.pl.LoadPeers(ctx, []sdk.PeerSpec{{Name: b.name, Metadata: md}}))
-	if err = firstErr(err, peer.Err); err != nil {
+	peer, err := drive.One(ag.pl.LoadPeers(ctx, []sdk.PeerSpec{{Name: b.name, Metadata: md}}))
+	if err = drive.FirstErr(err, peer.Err); err != nil {
 		return fmt.Errorf("load peer %s: %w", b.name, err)
 	}
 	ag.peer = peer.ID
@@ -168,19 +169,19 @@ func (ag *copyAgent) transfer(ctx context.Context, op sdk.Op, blocks int) error 
 	for i := range idx {
 		idx[i] = uint32(i)
 	}
-	post, err := one(ag.pl.Post(ctx, []sdk.PostSpec{{Op: op, Local: ag.local, LocalIndices: idx, Remote: ag.remote, RemoteIndices: idx}}))
-	if err = firstErr(err, post.Err); err != nil {
+	post, err := drive.One(ag.pl.Post(ctx, []sdk.PostSpec{{Op: op, Local: ag.local, LocalIndices: idx, Remote: ag.remote, RemoteIndices: idx}}))
+	if err = drive.FirstErr(err, post.Err); err != nil {
 		return fmt.Errorf("post: %w", err)
 	}
 	h := post.ID
 	for {
-		st, err := one(ag.pl.Poll(ctx, []sdk.HandleID{h}))
-		if err = firstErr(err, st.Err); err != nil {
+		st, err := drive.One(ag.pl.Poll(ctx, []sdk.HandleID{h}))
+		if err = drive.FirstErr(err, st.Err); err != nil {
 			return fmt.Errorf("poll handle %d: %w", h, err)
 		}
 		if st.State.Terminal() {
-			rel, err := one(ag.pl.Release(ctx, []sdk.HandleID{h}))
-			if err = firstErr(err, rel); err != nil {
+			rel, err := drive.One(ag.pl.Release(ctx, []sdk.HandleID{h}))
+			if err = drive.FirstErr(err, rel); err != nil {
 				return fmt.Errorf("release handle %d: %w", h, err)
 			}
 			if st.State != sdk.StateDone {
@@ -223,8 +224,8 @@ func (ag *copyAgent) stop() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if ag.region != 0 {
-		res, err := one(ag.pl.DeregisterMemory(ctx, []sdk.RegionID{ag.region}))
-		if err = firstErr(err, res); err != nil {
+		res, err := drive.One(ag.pl.DeregisterMemory(ctx, []sdk.RegionID{ag.region}))
+		if err = drive.FirstErr(err, res); err != nil {
 			return fmt.Errorf("deregister region of %s: %w", ag.name, err)
 		}
 	}
@@ -241,26 +242,6 @@ func (ag *copyAgent) stop() error {
 	return nil
 }
 
-// one returns the single result of a batched call of one item.
-func one[T any](res []T, err error) (T, error) {
-	var zero T
-	if err != nil {
-		return zero, err
-	}
-	if len(res) != 1 {
-		return zero, fmt.Errorf("transport returned %d results for 1 item", len(res))
-	}
-	return res[0], nil
-}
-
-// firstErr returns the call's error, else the item's.
-func firstErr(call, item error) error {
-	if call != nil {
-		return call
-	}
-	return item
-}
-
 func countDiff(a, b []byte) int {
 	n := 0
 	for i := range a {
@@ -269,12 +250,4 @@ func countDiff(a, b []byte) int {
 		}
 	}
 	return n
-}
-
-// shmDir is where region files go: /dev/shm when it exists.
-func shmDir() string {
-	if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
-		return "/dev/shm"
-	}
-	return os.TempDir()
 }

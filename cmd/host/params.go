@@ -26,10 +26,14 @@ func parseParams(kvs []string) (map[string]string, error) {
 
 // defaultPlugin is the path of the named transport binary installed next to
 // this custody binary (make build puts both in ./bin).
-func defaultPlugin(name string) string {
+func defaultPlugin(name string) string { return sibling("custody-transport-" + name) }
+
+// sibling is the program name next to this one (make build puts custody's
+// programs side by side), or name alone when this one's path is unknown.
+func sibling(name string) string {
 	exe, err := os.Executable()
 	if err != nil {
-		return "custody-transport-" + name
+		return name
 	}
-	return filepath.Join(filepath.Dir(exe), "custody-transport-"+name)
+	return filepath.Join(filepath.Dir(exe), name)
 }

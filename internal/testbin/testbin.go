@@ -15,6 +15,7 @@ import (
 // packages maps each binary to the package that builds it.
 var packages = map[string]string{
 	"custody":                "github.com/custody-dev/custody/cmd/host",
+	"custody-bench-ref":      "github.com/custody-dev/custody/cmd/benchref",
 	"custody-transport-fake": "github.com/custody-dev/custody/plugins/fake/cmd/custody-transport-fake",
 	"custody-transport-ucx":  "github.com/custody-dev/custody/plugins/ucx/cmd/custody-transport-ucx",
 	// The example transport, a template for authors (examples/memcopy).
