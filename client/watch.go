@@ -75,7 +75,9 @@ func (c *Client) watchStream(ctx context.Context, fn func(Finished) error) (rest
 		return c.restarted(ctx, cursor, err)
 	}
 	acks := c.startAcker(stream)
-	defer acks.end()
+	// The stream ends before the acker: an acknowledgement blocked in Send
+	// (a host that stopped reading) must not keep this call from returning.
+	defer func() { cancel(); acks.end() }()
 	var round Finished
 	next := cursor // where the next batch must start
 	for {
