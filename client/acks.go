@@ -34,6 +34,7 @@ type acker struct {
 	delay  time.Duration
 	after  func(time.Duration) (<-chan time.Time, func() bool)
 	noted  func(cursor uint64)
+	sendFn func(enginev1.Engine_WatchFinishedClient, *enginev1.WatchFinishedRequest) error
 
 	mu          sync.Mutex
 	cursor, inc uint64 // the newest processed
@@ -45,7 +46,7 @@ type acker struct {
 // startAcker starts the acknowledgements of stream; end must be called
 // once the stream is done with.
 func (c *Client) startAcker(stream enginev1.Engine_WatchFinishedClient) *acker {
-	a := &acker{stream: stream, delay: c.ackDelay, after: c.ackAfter, noted: c.ackNoted}
+	a := &acker{stream: stream, delay: c.ackDelay, after: c.ackAfter, noted: c.ackNoted, sendFn: c.ackSend}
 	if a.delay <= 0 {
 		return a
 	}
@@ -107,7 +108,12 @@ func (a *acker) run() {
 // send acknowledges cursor. A lost acknowledgement costs nothing: the
 // next stream opens at the client's cursor, which acknowledges it too.
 func (a *acker) send(cursor, inc uint64) {
-	_ = a.stream.Send(&enginev1.WatchFinishedRequest{Cursor: cursor, Incarnation: inc})
+	req := &enginev1.WatchFinishedRequest{Cursor: cursor, Incarnation: inc}
+	if a.sendFn != nil {
+		_ = a.sendFn(a.stream, req)
+		return
+	}
+	_ = a.stream.Send(req)
 }
 
 // end stops the acknowledgements; what was not sent yet is left to the

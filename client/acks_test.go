@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"net"
 	"path/filepath"
 	"testing"
@@ -31,6 +32,8 @@ func (w *watchHost) WatchFinished(st enginev1.Engine_WatchFinishedServer) error 
 }
 
 const testInc = 7
+
+var errBoom = errors.New("boom: fn refused the report")
 
 // ackRig is a client watching a test-played host, with the ack delay's
 // timer in the test's hands: each timer the acker arms arrives on armed.
@@ -81,6 +84,9 @@ func (r *ackRig) watch() (enginev1.Engine_WatchFinishedServer, *enginev1.WatchFi
 		r.watched <- r.c.WatchFinished(ctx, func(f Finished) error {
 			for _, id := range f.FinishedRecving {
 				r.got <- id
+				if id == "boom" {
+					return errBoom
+				}
 			}
 			return nil
 		})
@@ -185,6 +191,27 @@ func TestWatchFinishedEndingBeforeItsAcknowledgementLosesNothing(t *testing.T) {
 	_, open := r.watch()
 	require.Equal(t, uint64(2), open.GetCursor(), "the next stream opens after a and b")
 	require.Equal(t, uint64(testInc), open.GetIncarnation())
+}
+
+// An acknowledgement blocked in Send (a host that stopped reading: gRPC's
+// Send then waits until the stream ends) does not keep WatchFinished from
+// returning fn's error.
+func TestWatchFinishedReturnsWhileAnAcknowledgementIsBlocked(t *testing.T) {
+	r := newAckRig(t)
+	blocked := make(chan struct{})
+	r.c.ackSend = func(st enginev1.Engine_WatchFinishedClient, _ *enginev1.WatchFinishedRequest) error {
+		close(blocked)
+		<-st.Context().Done()
+		return st.Context().Err()
+	}
+	st, _ := r.watch()
+	r.report(st, 0, "a")
+	next(t, r.armed) <- time.Now()
+	next(t, blocked)
+	require.NoError(t, st.Send(&enginev1.Finished{FinishedRecving: []string{"boom"}, Cursor: 1, Next: 2, Incarnation: testInc}))
+	require.Equal(t, "boom", next(t, r.got))
+	require.ErrorIs(t, next(t, r.watched), errBoom)
+	r.cancel = nil // the watch ended
 }
 
 func TestDialRefusesABadAckDelay(t *testing.T) {

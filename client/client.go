@@ -26,9 +26,12 @@ type Client struct {
 	maxReply int
 	ackDelay time.Duration
 	// ackAfter, when set (tests), stands in for the ack delay's timer;
-	// ackNoted, when set, hears each cursor processed once it is recorded.
+	// ackNoted, when set, hears each cursor processed once it is recorded;
+	// ackSend, when set, stands in for the stream's Send of an
+	// acknowledgement.
 	ackAfter func(time.Duration) (<-chan time.Time, func() bool)
 	ackNoted func(cursor uint64)
+	ackSend  func(enginev1.Engine_WatchFinishedClient, *enginev1.WatchFinishedRequest) error
 
 	// watch is WatchFinished's state: the cursor below which every report
 	// was processed, the host process it is of (its incarnation, 0 while
