@@ -20,9 +20,10 @@ import (
 )
 
 // hostHelperEnv makes this test binary a host: it launches the fake
-// transport (FAKE_BIN), prints the transport's pid, and waits to be killed.
-// Its value says which of the two mechanisms the launch keeps:
-// "both", "lifeline" (no death signal) or "signal" (no lifeline).
+// transport (FAKE_BIN), its socket directory under SOCKET_DIR, prints the
+// transport's pid, and waits to be killed. Its value says which of the two
+// mechanisms the launch keeps: "both", "lifeline" (no death signal) or
+// "signal" (no lifeline).
 const hostHelperEnv = "CUSTODY_SDK_TEST_HOST"
 
 func helperHost(mode string) int {
@@ -34,7 +35,9 @@ func helperHost(mode string) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	p, err := plugin.Launch(ctx, os.Getenv("FAKE_BIN"), plugin.LaunchOptions{Logger: hclog.NewNullLogger()})
+	// A killed host cannot remove its transport's socket directory: the
+	// test's own directory holds it, and goes with the test.
+	p, err := plugin.Launch(ctx, os.Getenv("FAKE_BIN"), plugin.LaunchOptions{Logger: hclog.NewNullLogger(), SocketDir: os.Getenv("SOCKET_DIR")})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "helper host:", err)
 		return 1
@@ -73,7 +76,7 @@ func TestTransportDiesWithItsHost(t *testing.T) {
 	for _, mode := range []string{"both", "lifeline", "signal"} {
 		t.Run(mode, func(t *testing.T) {
 			host := exec.Command(helperBin)
-			host.Env = append(os.Environ(), hostHelperEnv+"="+mode, "FAKE_BIN="+fakeBin)
+			host.Env = append(os.Environ(), hostHelperEnv+"="+mode, "FAKE_BIN="+fakeBin, "SOCKET_DIR="+t.TempDir())
 			out, err := host.StdoutPipe()
 			require.NoError(t, err)
 			host.Stderr = os.Stderr
