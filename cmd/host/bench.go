@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/custody-dev/custody/internal/drive"
 	"io"
 	"net"
 	"os"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/custody-dev/custody/internal/drive"
 	"github.com/custody-dev/custody/sdk"
 	"github.com/custody-dev/custody/sdk/plugin"
 )

@@ -124,10 +124,19 @@ func runE2E(ctx context.Context, out io.Writer, cfg e2eConfig) (err error) {
 	if _, err := b.sequential(ctx, "warm", e2eWarmup); err != nil {
 		return err
 	}
+	hosts0, engine0, err := pairCost(pair)
+	if err != nil {
+		return err
+	}
 	seq, err := b.sequential(ctx, "seq", cfg.pulls)
 	if err != nil {
 		return err
 	}
+	hosts1, engine1, err := pairCost(pair)
+	if err != nil {
+		return err
+	}
+	hosts, engine := hosts1.sub(hosts0), engine1.sub(engine0)
 	rate, err := b.concurrent(ctx, cfg.concurrency, cfg.duration)
 	if err != nil {
 		return err
@@ -143,6 +152,9 @@ func runE2E(ctx context.Context, out io.Writer, cfg e2eConfig) (err error) {
 	fmt.Fprintf(out, "method: two `custody serve` hosts (prefill, decode) on the engine API over unix sockets; a pull is ExpectSend on prefill, then Read of one block on decode (notify_producer), timed from Read until its finished report arrives on decode's WatchFinished stream; the producer's finished report is awaited before the next pull. %d warm-up pulls first. Throughput: %d requests kept in flight for %v. References in the same run: the same transport with two agents in one process (custody-bench-ref), Post READ of one block then Poll in a loop until DONE; and a bare gRPC unary call (health Check) over a unix socket to another process, with the engine API's gRPC options (flow-control windows set, so no bandwidth-delay pings) on both ends.\n",
 		e2eWarmup, cfg.concurrency, cfg.duration)
 	fmt.Fprintf(out, "e2e pull latency      p50 %s  p99 %s  (%d pulls)\n", us(pct(seq, 50)), us(pct(seq, 99)), len(seq))
+	n := time.Duration(len(seq))
+	fmt.Fprintf(out, "e2e cost per pull     hosts and transports CPU %s  switches %.1f;  engine (this process) CPU %s  switches %.1f  (the sequential pulls, spinning included; every thread's schedstat and context switches in /proc)\n",
+		us(hosts.cpu/n), float64(hosts.switches)/float64(n), us(engine.cpu/n), float64(engine.switches)/float64(n))
 	fmt.Fprintf(out, "e2e pulls/s at %-3d    %.0f\n", cfg.concurrency, rate)
 	fmt.Fprintf(out, "in-process Post→DONE  p50 %s  p99 %s\n", us(pct(inproc, 50)), us(pct(inproc, 99)))
 	fmt.Fprintf(out, "bare gRPC unary RTT   p50 %s  p99 %s\n", us(pct(rtt, 50)), us(pct(rtt, 99)))

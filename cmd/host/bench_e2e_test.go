@@ -29,6 +29,7 @@ func TestBenchE2EPrintsItsGoalLine(t *testing.T) {
 	num := `[0-9]+\.[0-9]us`
 	for _, re := range []string{
 		`(?m)^e2e pull latency +p50 ` + num + ` +p99 ` + num + ` +\(10 pulls\)$`,
+		`(?m)^e2e cost per pull +hosts and transports CPU ` + num + ` +switches [0-9]+\.[0-9];  engine \(this process\) CPU ` + num + ` +switches [0-9]+\.[0-9] `,
 		`(?m)^e2e pulls/s at 4 +[1-9][0-9]*$`,
 		`(?m)^in-process Post→DONE +p50 ` + num,
 		`(?m)^bare gRPC unary RTT +p50 ` + num,

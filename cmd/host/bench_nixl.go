@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/custody-dev/custody/internal/drive"
 	"io"
 	"os"
 	"os/exec"
@@ -14,6 +13,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/custody-dev/custody/internal/drive"
 	"github.com/custody-dev/custody/sdk"
 	"github.com/custody-dev/custody/sdk/plugin"
 )

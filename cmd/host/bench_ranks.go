@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/custody-dev/custody/internal/drive"
 	"io"
 	"os"
 	"path/filepath"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/custody-dev/custody/client"
 	"github.com/custody-dev/custody/demo"
+	"github.com/custody-dev/custody/internal/drive"
 )
 
 // ranksBenchRounds is how many times each mode is measured, interleaved
@@ -419,64 +419,14 @@ func (m *rankMode) countWrites(ctx context.Context) (func() (map[string]int, int
 
 // cpu sums the CPU time used so far by the mode's hosts and every process
 // below them (their transports), and by the hosts alone, as /proc counts
-// it.
+// it (bench_cost.go).
 func (m *rankMode) cpu() (all, hosts time.Duration, err error) {
-	var ticks, own int64
 	for _, h := range append(append([]*demo.Host{}, m.set.Prefill...), m.set.Decode...) {
-		t, o, err := procTreeTicks(h.Pid())
+		total, own, err := treeCost(h.Pid())
 		if err != nil {
 			return 0, 0, fmt.Errorf("%s: CPU time: %w", h.Name, err)
 		}
-		ticks, own = ticks+t, own+o
+		all, hosts = all+total.cpu, hosts+own.cpu
 	}
-	return time.Duration(ticks) * time.Second / clockTicks, time.Duration(own) * time.Second / clockTicks, nil
-}
-
-// clockTicks is the unit of /proc/<pid>/stat's times (USER_HZ, 100 on
-// Linux).
-const clockTicks = 100
-
-// procTreeTicks is the user and system time of pid and its descendants,
-// and of pid alone, in clock ticks.
-func procTreeTicks(pid int) (total, own int64, err error) {
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, 0, err
-	}
-	// The fields after the command name (which may hold spaces), from
-	// field 3 (state): utime and stime are fields 14 and 15.
-	i := strings.LastIndexByte(string(raw), ')')
-	f := strings.Fields(string(raw[i+1:]))
-	if len(f) < 13 {
-		return 0, 0, fmt.Errorf("/proc/%d/stat: %d fields after the name", pid, len(f))
-	}
-	ut, err1 := strconv.ParseInt(f[11], 10, 64)
-	st, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err := errors.Join(err1, err2); err != nil {
-		return 0, 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
-	}
-	own = ut + st
-	total = own
-	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
-	if err != nil {
-		return 0, 0, err
-	}
-	for _, t := range tasks {
-		kids, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", pid, t.Name()))
-		if err != nil {
-			continue // the thread ended
-		}
-		for _, k := range strings.Fields(string(kids)) {
-			kid, err := strconv.Atoi(k)
-			if err != nil {
-				return 0, 0, fmt.Errorf("/proc/%d/task/%s/children: %w", pid, t.Name(), err)
-			}
-			n, _, err := procTreeTicks(kid)
-			if err != nil {
-				continue // the child ended
-			}
-			total += n
-		}
-	}
-	return total, own, nil
+	return all, hosts, nil
 }

@@ -6,13 +6,13 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"github.com/custody-dev/custody/internal/drive"
 	"io"
 	"os"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/custody-dev/custody/internal/drive"
 	"github.com/custody-dev/custody/sdk"
 	"github.com/custody-dev/custody/sdk/plugin"
 )
