@@ -98,7 +98,8 @@ func runE2E(ctx context.Context, out io.Writer, cfg e2eConfig) (err error) {
 	if err != nil {
 		return fmt.Errorf("bare gRPC reference: %w", err)
 	}
-	params := maps.Clone(cfg.params)
+	params := map[string]string{}
+	maps.Copy(params, cfg.params)
 	if cfg.transport == "fake" {
 		params["dir"] = dir
 	}
