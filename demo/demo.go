@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/custody-dev/custody/client"
+	"github.com/custody-dev/custody/internal/drive"
 )
 
 // Options configure a demo run. Zero values mean the defaults.
@@ -172,7 +173,7 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 	}
 	dir := o.Dir
 	if dir == "" {
-		d, err := os.MkdirTemp(shmDir(), "custody-demo-")
+		d, err := os.MkdirTemp(drive.ShmDir(), "custody-demo-")
 		if err != nil {
 			return nil, err
 		}
@@ -678,11 +679,4 @@ func (s *Summary) Print(w interface{ Write([]byte) (int, error) }) {
 	for _, l := range s.Leaks {
 		fmt.Fprintf(w, "  %s\n", l)
 	}
-}
-
-func shmDir() string {
-	if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
-		return "/dev/shm"
-	}
-	return os.TempDir()
 }

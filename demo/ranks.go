@@ -19,6 +19,7 @@ import (
 
 	enginev1 "github.com/custody-dev/custody/api/engine/v1"
 	"github.com/custody-dev/custody/client"
+	"github.com/custody-dev/custody/internal/drive"
 )
 
 // RanksSummary is what a run of RunRanks found.
@@ -114,7 +115,7 @@ func RunRanks(ctx context.Context, o Options) (*RanksSummary, error) {
 	}
 	dir := o.Dir
 	if dir == "" {
-		d, err := os.MkdirTemp(shmDir(), "custody-ranks-")
+		d, err := os.MkdirTemp(drive.ShmDir(), "custody-ranks-")
 		if err != nil {
 			return nil, err
 		}

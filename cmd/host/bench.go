@@ -440,7 +440,7 @@ func runPerftest(ctx context.Context, bin string, size int, env []string) (float
 		time.Sleep(100 * time.Millisecond)
 	}
 	if err != nil {
-		return 0, fmt.Errorf("%s client: %v: %s", bin, err, lastLine(out))
+		return 0, fmt.Errorf("%s client: %v: %s", bin, err, drive.LastLine(out))
 	}
 	for _, line := range strings.Split(string(out), "\n") {
 		f := strings.Fields(line)
@@ -448,15 +448,7 @@ func runPerftest(ctx context.Context, bin string, size int, env []string) (float
 			return strconv.ParseFloat(f[6], 64)
 		}
 	}
-	return 0, fmt.Errorf("%s printed no Final: line: %s", bin, lastLine(out))
-}
-
-func lastLine(b []byte) string {
-	s := strings.TrimSpace(string(b))
-	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
-		s = s[i+1:]
-	}
-	return s
+	return 0, fmt.Errorf("%s printed no Final: line: %s", bin, drive.LastLine(out))
 }
 
 func freePort() (int, error) {

@@ -187,7 +187,7 @@ func nixlReference(ctx context.Context, bin string, params map[string]string, mo
 	}
 	out, err := exec.CommandContext(ctx, bin, args...).CombinedOutput()
 	if err != nil {
-		return nil, fmt.Errorf("NIXL-direct reference %s %v: %v: %s", bin, args, err, lastLine(out))
+		return nil, fmt.Errorf("NIXL-direct reference %s %v: %v: %s", bin, args, err, drive.LastLine(out))
 	}
 	for _, line := range strings.Split(string(out), "\n") {
 		f := strings.Fields(line)
@@ -204,7 +204,7 @@ func nixlReference(ctx context.Context, bin string, params map[string]string, mo
 		}
 		return vals, nil
 	}
-	return nil, fmt.Errorf("NIXL-direct reference printed no result line: %s", lastLine(out))
+	return nil, fmt.Errorf("NIXL-direct reference printed no result line: %s", drive.LastLine(out))
 }
 
 func printNIXLBandwidth(out io.Writer, cfg nixlBenchConfig, rows []nixlRow) {

@@ -65,7 +65,7 @@ func run(ctx context.Context, program string, ref Reference) (referenceResult, e
 	cmd := exec.CommandContext(ctx, program)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = bytes.NewReader(in), &stdout, &stderr
 	if err := cmd.Run(); err != nil {
-		return res, fmt.Errorf("in-process reference %s (%s of %s): %w: %s", program, ref.Kind, ref.Transport, err, strings.TrimSpace(lastLine(stderr.String())))
+		return res, fmt.Errorf("in-process reference %s (%s of %s): %w: %s", program, ref.Kind, ref.Transport, err, LastLine(stderr.Bytes()))
 	}
 	if err := json.Unmarshal(stdout.Bytes(), &res); err != nil {
 		return res, fmt.Errorf("in-process reference %s: its answer: %w", program, err)
@@ -73,10 +73,12 @@ func run(ctx context.Context, program string, ref Reference) (referenceResult, e
 	return res, nil
 }
 
-func lastLine(s string) string {
-	s = strings.TrimSpace(s)
+// LastLine is the last non-blank line of a program's output, for an error
+// that quotes why it failed.
+func LastLine(b []byte) string {
+	s := strings.TrimSpace(string(b))
 	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
-		return s[i+1:]
+		s = s[i+1:]
 	}
 	return s
 }
