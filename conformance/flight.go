@@ -83,6 +83,26 @@ func (f *flight) spec(w int) sdk.PostSpec {
 	return sdk.PostSpec{Op: sdk.OpWrite, Local: f.ld, LocalIndices: []uint32{0}, Remote: f.rds[w], RemoteIndices: []uint32{0}}
 }
 
+// alone is how long one WRITE of the flight's size takes alone, Post to
+// DONE, into memory already written once: the second of two WRITEs into
+// slot 0. The first touch of fresh memory costs page faults (on a small
+// machine it ran at a tenth of the speed) that the flight's transfers,
+// which reuse their slots, mostly do not pay.
+func (f *flight) alone(t T) time.Duration {
+	a := f.a.as(t)
+	var took time.Duration
+	for range 2 {
+		start := time.Now()
+		h := a.post(f.spec(0))[0]
+		if st := a.wait(h)[0]; st.State != sdk.StateDone {
+			t.Fatalf("the WRITE of %d bytes that times a transfer alone ended %v (%v), want DONE", f.n, st.State, st.Reason)
+		}
+		took = time.Since(start)
+		a.release(h)
+	}
+	return took
+}
+
 // probes are the offsets, within a slot, of the two 4 KiB windows that
 // tell whether a WRITE is still far from done: its middle and its end.
 func (f *flight) probes() [2]uint64 {

@@ -54,7 +54,10 @@ func startTransport(ctx context.Context, tc TransportConfig, agent string, log h
 	if tc.SHA256 != "" {
 		sum, _ = hex.DecodeString(tc.SHA256) // validated at load
 	}
-	pl, err := plugin.Launch(ctx, path, plugin.LaunchOptions{Checksum: sum, Logger: log, CallTimeout: tc.CallTimeout, SocketDir: tc.socketDir})
+	// ReleaseTerminal: core releases every handle once it is terminal; the
+	// plugin does it as it reports the state, which saves a round trip
+	// between the processes per transfer.
+	pl, err := plugin.Launch(ctx, path, plugin.LaunchOptions{Checksum: sum, Logger: log, CallTimeout: tc.CallTimeout, SocketDir: tc.socketDir, ReleaseTerminal: true})
 	if err != nil {
 		return nil, err
 	}

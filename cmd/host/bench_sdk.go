@@ -57,7 +57,7 @@ func runSDKBench(ctx context.Context, out io.Writer, cfg sdkBenchConfig) error {
 	}
 	launchWay := func(name string, off bool) sdkWay {
 		start := func(ctx context.Context) (sdk.Transport, func(), error) {
-			p, err := plugin.Launch(ctx, cfg.plugin, plugin.LaunchOptions{DisableRings: off})
+			p, err := plugin.Launch(ctx, cfg.plugin, plugin.LaunchOptions{DisableRings: off, ReleaseTerminal: !off})
 			if err != nil {
 				return nil, nil, err
 			}
@@ -99,7 +99,7 @@ func runSDKBench(ctx context.Context, out io.Writer, cfg sdkBenchConfig) error {
 		}
 	}
 	fmt.Fprintf(out, "custody bench --sdk: transport %s (%s), params %v\n", name, filepath.Base(cfg.plugin), cfg.params)
-	fmt.Fprintf(out, "method: two agents A and B per way; A WRITEs %d B descriptors into B's region. latency: Post of one transfer, then Poll until DONE (spinning), then Release (not timed), at least %v; p50/p99 of the Post-to-DONE times. rate: %d transfers kept in flight; completions taken from Events (EventSource) or Poll, waiting on Wake when the transport is a Waker and spinning otherwise; each batch released and posted again (one call each), at least %v. %d rounds interleave the ways; each figure is the best of its rounds.\n",
+	fmt.Fprintf(out, "method: two agents A and B per way; A WRITEs %d B descriptors into B's region. latency: Post of one transfer, then Poll until DONE (spinning), then Release (not timed), at least %v; p50/p99 of the Post-to-DONE times. rate: %d transfers kept in flight; completions taken from Events (EventSource) or Poll, waiting on Wake when the transport is a Waker and spinning otherwise; each batch released and posted again (one call each), at least %v. The rings way runs as a host does, with release at terminal: the plugin releases each handle as it reports it terminal, and Release is answered from that. %d rounds interleave the ways; each figure is the best of its rounds.\n",
 		drive.SDKSize, cfg.minTime, drive.SDKDepth, cfg.minTime, max(1, cfg.repeat))
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "way\tpost->done p50 µs\tp99 µs\tcompletions/s\t")

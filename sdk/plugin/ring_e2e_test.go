@@ -168,3 +168,41 @@ func TestRingsLargePostGoesOverGRPC(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, errs[0])
 }
+
+// TestRingsReleaseAtTerminal: launched with ReleaseTerminal, the transport
+// process has released a handle by the time the host sees it DONE, and the
+// host's Release of it answers OK. Without the option, or when the
+// process's own Release fails (the fake's release-fail fault), the handle
+// stays live until the host's Release.
+func TestRingsReleaseAtTerminal(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name   string
+		opts   plugin.LaunchOptions
+		faults string
+		live   uint64 // handles live once the host sees DONE
+	}{
+		{name: "on", opts: plugin.LaunchOptions{ReleaseTerminal: true}},
+		{name: "off", live: 1},
+		{name: "failed in the process", opts: plugin.LaunchOptions{ReleaseTerminal: true}, faults: "release-fail,post=1", live: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rg := openRig(t, launch(t, fakeBin, tc.opts), tc.faults)
+			require.True(t, rg.p.Rings())
+			handles := func() uint64 {
+				r, err := rg.p.Resources(ctx)
+				require.NoError(t, err)
+				return r.Handles
+			}
+			res, err := rg.p.Post(ctx, []sdk.PostSpec{rg.write("")})
+			require.NoError(t, err)
+			require.NoError(t, res[0].Err)
+			assert.Equal(t, sdk.StateDone, rg.waitTerminal(t, res[0].ID).State)
+			assert.Equal(t, tc.live, handles(), "handles live in the process when the host sees DONE")
+			errs, err := rg.p.Release(ctx, []sdk.HandleID{res[0].ID})
+			require.NoError(t, err)
+			require.NoError(t, errs[0])
+			assert.Zero(t, handles(), "nothing live after the host's Release")
+		})
+	}
+}

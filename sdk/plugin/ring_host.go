@@ -27,6 +27,11 @@ import (
 //     has not reported it terminal yet: the contract's answer for "cannot
 //     tell"). Any other id is asked of the transport over gRPC, so unknown
 //     and released ids get the transport's own answer.
+//   - Release under release at terminal (LaunchOptions.ReleaseTerminal):
+//     a handle the plugin reported released with its terminal state is
+//     released from the record, without a call; the others go through
+//     the rings as before. The whole call fails, and changes nothing, when
+//     the part that went through them fails.
 //   - Events and Notifications: what the plugin forwarded, in order; when
 //     nothing waits, one drain call through the rings asks the transport
 //     now and returns its answer, errors included; unless the transport
@@ -77,11 +82,12 @@ func ringClock() int64 { return int64(time.Since(ringEpoch)) + 1 }
 
 // ringState is what a Plugin holds of its rings.
 type ringState struct {
-	noRings bool
-	log     hclog.Logger
-	kill    func() error
-	rings   atomic.Pointer[ringHost]
-	wake    chan struct{}
+	noRings         bool
+	releaseTerminal bool // LaunchOptions.ReleaseTerminal
+	log             hclog.Logger
+	kill            func() error
+	rings           atomic.Pointer[ringHost]
+	wake            chan struct{}
 	// ticker paces wake-ups while no rings are attached; started by the
 	// first Wake, it ends with the process (tickerExit is closed then).
 	tickerOnce sync.Once
@@ -98,6 +104,9 @@ type ringHost struct {
 	mem    []byte
 	m      *ringMap
 	events bool // the plugin forwards the transport's events
+	// releaseTerminal: the plugin releases each handle it follows when it
+	// reports it terminal, and says so with the state (ring.go).
+	releaseTerminal bool
 	// prompt: the transport is a Waker, so the plugin forwards its events
 	// and notifications as soon as it has them; Events and Notifications
 	// then answer from what the rings brought without a drain call.
@@ -139,9 +148,11 @@ type ringHost struct {
 	cpuSame atomic.Bool
 }
 
-// known is what the completion ring said of a handle posted through it.
+// known is what the completion ring said of a handle posted through it,
+// or released with its terminal state (release at terminal).
 type known struct {
 	terminal bool
+	released bool // the plugin released it; the host's Release is answered here
 	st       sdk.HandleStatus
 }
 
@@ -188,7 +199,7 @@ func (p *Plugin) attachRings(ctx context.Context) {
 	var resp *pb.AttachRingsResponse
 	err = p.call(ctx, "AttachRings", func(ctx context.Context) error {
 		var err error
-		resp, err = p.rpc.AttachRings(ctx, &pb.AttachRingsRequest{Path: path, Version: ringVersion})
+		resp, err = p.rpc.AttachRings(ctx, &pb.AttachRingsRequest{Path: path, Version: ringVersion, ReleaseTerminal: p.releaseTerminal})
 		return err
 	})
 	// Both sides mapped it (or never will): the name goes.
@@ -205,6 +216,7 @@ func (p *Plugin) attachRings(ctx context.Context) {
 	r := newRingHost(p.grpcClient, mem, defaultRingLayout, p.log, p.kill, p.wake)
 	r.events = resp.GetEvents()
 	r.prompt = resp.GetPrompt()
+	r.releaseTerminal = p.releaseTerminal && resp.GetReleaseTerminal()
 	r.stopAfter = context.AfterFunc(p.done, func() { r.stop() })
 	go r.reader()
 	p.rings.Store(r)
@@ -429,13 +441,24 @@ func (r *ringHost) handle(e ringEntry, payload []byte) (bool, error) {
 	case kindPostResult, kindReleaseRes, kindSendNotesRes, kindDrainResult:
 		return false, r.result(e, payload)
 	case kindEvents, kindStates:
-		evs, err := decodeEvents(payload, e.count)
+		evs, rel, err := decodeEvents(payload, e.count, r.releaseTerminal)
 		if err != nil {
 			return false, fmt.Errorf("completion %d: %w", e.seq, err)
 		}
-		for _, ev := range evs {
-			if k, ok := r.known[ev.Handle]; ok && !k.terminal && ev.State.Terminal() {
-				r.known[ev.Handle] = known{terminal: true, st: sdk.HandleStatus{State: ev.State, Reason: ev.Reason}}
+		for i, ev := range evs {
+			k, ok := r.known[ev.Handle]
+			if ok && !k.terminal && ev.State.Terminal() {
+				k = known{terminal: true, st: sdk.HandleStatus{State: ev.State, Reason: ev.Reason}}
+			}
+			if rel != nil && rel[i] {
+				// Posted over gRPC, the handle may be news here.
+				if !ok {
+					k = known{terminal: true, st: sdk.HandleStatus{State: ev.State, Reason: ev.Reason}}
+				}
+				k.released, ok = true, true
+			}
+			if ok {
+				r.known[ev.Handle] = k
 			}
 		}
 		if e.kind == kindEvents && r.events {
@@ -483,11 +506,16 @@ func (r *ringHost) result(e ringEntry, payload []byte) error {
 			return fmt.Errorf("completion %d (call %d): %w", e.seq, e.call, err)
 		}
 		for _, pr := range res {
-			if pr.Err == nil {
-				if _, dup := r.known[pr.ID]; !dup {
-					r.known[pr.ID] = known{}
-				}
+			if pr.Err != nil {
+				continue
 			}
+			if _, dup := r.known[pr.ID]; dup {
+				// Its record would answer for the new transfer: a DONE
+				// from the old one could hand back memory the new one
+				// still writes.
+				return ringErrorf("completion %d (call %d): Post returned handle %d, which the host has not released yet: ids must never be reused", e.seq, e.call, pr.ID)
+			}
+			r.known[pr.ID] = known{}
 		}
 		c.posts = append(c.posts, res...)
 	case kindReleaseRes:
@@ -795,9 +823,65 @@ func (p *Plugin) Post(ctx context.Context, posts []sdk.PostSpec) ([]sdk.PostResu
 	return c.posts, nil
 }
 
-// Release is Transport.Release: through the rings when attached.
+// Release is Transport.Release: through the rings when attached; a handle
+// the plugin released at terminal is answered from its record.
 func (p *Plugin) Release(ctx context.Context, ids []sdk.HandleID) ([]error, error) {
 	r := p.active()
+	local := r.releasedAtTerminal(ids)
+	if local == nil {
+		return p.release(ctx, r, ids)
+	}
+	rest := make([]sdk.HandleID, 0, len(ids))
+	for i, id := range ids {
+		if !local[i] {
+			rest = append(rest, id)
+		}
+	}
+	var errs []error
+	if len(rest) > 0 {
+		var err error
+		if errs, err = p.release(ctx, r, rest); err != nil {
+			return nil, err
+		}
+	}
+	out := make([]error, len(ids))
+	r.mu.Lock()
+	j := 0
+	for i, id := range ids {
+		if local[i] {
+			delete(r.known, id)
+			continue
+		}
+		out[i] = errs[j]
+		j++
+	}
+	r.mu.Unlock()
+	return out, nil
+}
+
+// releasedAtTerminal says which of ids the plugin released at terminal;
+// nil when none (or no rings).
+func (r *ringHost) releasedAtTerminal(ids []sdk.HandleID) []bool {
+	if r == nil || !r.releaseTerminal {
+		return nil
+	}
+	var local []bool
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i, id := range ids {
+		if k, ok := r.known[id]; ok && k.released {
+			if local == nil {
+				local = make([]bool, len(ids))
+			}
+			local[i] = true
+		}
+	}
+	return local
+}
+
+// release releases ids through the rings when r is attached and they fit,
+// else over gRPC.
+func (p *Plugin) release(ctx context.Context, r *ringHost, ids []sdk.HandleID) ([]error, error) {
 	if r == nil || 8*len(ids) > r.half || len(ids) > maxRingItems {
 		errs, err := p.grpcClient.Release(ctx, ids)
 		if r != nil && err == nil {

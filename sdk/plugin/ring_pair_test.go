@@ -43,12 +43,22 @@ func newPair(t *testing.T) *pair {
 // the host's call timeout.
 func newPairOf(t *testing.T, wrap func(sdk.Transport) sdk.Transport, timeout time.Duration) *pair {
 	t.Helper()
-	return newPairWith(t, wrap, timeout, nil)
+	return newPairWith(t, pairConfig{wrap: wrap, timeout: timeout})
 }
 
-// newPairWith is newPairOf with the fake opened with params too.
-func newPairWith(t *testing.T, wrap func(sdk.Transport) sdk.Transport, timeout time.Duration, params map[string]string) *pair {
+// pairConfig is how newPairWith builds a pair: the host's call timeout,
+// wrap as in newPairOf, the fake's Open params, and whether the pair runs
+// release at terminal.
+type pairConfig struct {
+	wrap            func(sdk.Transport) sdk.Transport
+	timeout         time.Duration
+	params          map[string]string
+	releaseTerminal bool
+}
+
+func newPairWith(t *testing.T, cfg pairConfig) *pair {
 	t.Helper()
+	wrap, timeout, params := cfg.wrap, cfg.timeout, cfg.params
 	ctx := context.Background()
 	impl := fake.New()
 	dir := t.TempDir()
@@ -82,13 +92,14 @@ func newPairWith(t *testing.T, wrap func(sdk.Transport) sdk.Transport, timeout t
 	c := &grpcClient{done: done, timeout: timeout, name: "test transport"}
 	pr.host = newRingHost(c, mem, smallLayout, hclog.NewNullLogger(), func() error { pr.kills.Add(1); exit(); return nil }, make(chan struct{}, 1))
 	pr.host.events = true
+	pr.host.releaseTerminal = cfg.releaseTerminal
 	pr.host.stopAfter = context.AfterFunc(done, pr.host.stop)
 	go pr.host.reader()
 	var served sdk.Transport = impl
 	if wrap != nil {
 		served = wrap(impl)
 	}
-	pr.server = newRingServer(ctx, served, pmem, l, hclog.NewNullLogger())
+	pr.server = newRingServer(ctx, served, pmem, l, hclog.NewNullLogger(), cfg.releaseTerminal)
 	pr.server.start()
 	t.Cleanup(func() {
 		pr.server.stop()
@@ -462,7 +473,7 @@ func TestRingPairPromptAsksNothing(t *testing.T) {
 // the reader draining the ring. The fake pauses between the chunks of a
 // transfer, so that the caller's Poll comes before the completion.
 func TestRingPairWakeAfterPollLoop(t *testing.T) {
-	pr := newPairWith(t, nil, 10*time.Second, map[string]string{"chunk": "1024", "chunk_delay": "1ms"})
+	pr := newPairWith(t, pairConfig{timeout: 10 * time.Second, params: map[string]string{"chunk": "1024", "chunk_delay": "1ms"}})
 	p := &Plugin{grpcClient: pr.host.c}
 	p.rings.Store(pr.host)
 	ctx := context.Background()

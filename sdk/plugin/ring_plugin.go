@@ -75,6 +75,10 @@ type ringServer struct {
 	// WakeReasoner (every wake-up is then taken as both).
 	reasons sdk.WakeReasoner
 	log     hclog.Logger
+	// releaseTerminal: the host asked the pump to release each handle it
+	// follows as soon as it pushes the handle's terminal state (ring.go:
+	// release at terminal).
+	releaseTerminal bool
 
 	mem     []byte
 	m       *ringMap
@@ -120,10 +124,10 @@ type ringServer struct {
 }
 
 // newRingServer serves the rings of mem for impl; call run.
-func newRingServer(ctx context.Context, impl sdk.Transport, mem []byte, l ringLayout, log hclog.Logger) *ringServer {
+func newRingServer(ctx context.Context, impl sdk.Transport, mem []byte, l ringLayout, log hclog.Logger, releaseTerminal bool) *ringServer {
 	m := newRingMap(mem, l)
 	s := &ringServer{
-		impl: impl, log: log, mem: mem, m: m,
+		impl: impl, log: log, mem: mem, m: m, releaseTerminal: releaseTerminal,
 		sub:      newConsumer(m.sub, "submission"),
 		comp:     newProducer(m.comp, "completion"),
 		inflight: map[sdk.HandleID]struct{}{},
@@ -620,6 +624,7 @@ func (s *ringServer) forwardNotes() (bool, error) {
 }
 
 func (s *ringServer) pushEvents(kind uint16, evs []sdk.Event) error {
+	released := s.releaseAtTerminal(evs)
 	for _, e := range evs {
 		if e.State.Terminal() {
 			s.untrack(e.Handle)
@@ -628,7 +633,45 @@ func (s *ringServer) pushEvents(kind uint16, evs []sdk.Event) error {
 	if len(evs) == 0 {
 		return nil
 	}
-	return s.pushItems(kind, 0, len(evs), func(w wire, i int) wire { return encodeEvent(w, evs[i]) })
+	if !s.releaseTerminal {
+		return s.pushItems(kind, 0, len(evs), func(w wire, i int) wire { return encodeEvent(w, evs[i]) })
+	}
+	return s.pushItems(kind, 0, len(evs), func(w wire, i int) wire { return encodeReleasedEvent(w, evs[i], released[i]) })
+}
+
+// releaseAtTerminal releases, when the host asked for it, the handles that
+// evs report terminal and that the pump follows, before their states go
+// out; it says which it released. A handle whose Release failed (or a
+// whole call that failed) is left to the host's own Release, as without
+// this.
+func (s *ringServer) releaseAtTerminal(evs []sdk.Event) []bool {
+	if !s.releaseTerminal || len(evs) == 0 {
+		return nil
+	}
+	released := make([]bool, len(evs))
+	var ids []sdk.HandleID
+	var at []int
+	s.trackMu.Lock()
+	for i, e := range evs {
+		if _, ok := s.inflight[e.Handle]; ok && e.State.Terminal() {
+			ids = append(ids, e.Handle)
+			at = append(at, i)
+		}
+	}
+	s.trackMu.Unlock()
+	if len(ids) == 0 {
+		return released
+	}
+	ctx := newCallCtx(time.Now().Add(ringDrainTimeout))
+	defer ctx.end(context.Canceled)
+	errs, err := s.impl.Release(ctx, ids)
+	if err != nil || len(errs) != len(ids) {
+		return released
+	}
+	for j, i := range at {
+		released[i] = errs[j] == nil
+	}
+	return released
 }
 
 func (s *ringServer) pushNotes(ns []sdk.Notification) error {

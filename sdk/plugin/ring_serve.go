@@ -50,10 +50,10 @@ func (s *grpcServer) AttachRings(ctx context.Context, req *pb.AttachRingsRequest
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
-	rs := newRingServer(ctx, s.impl, mem, l, log.Named("rings"))
+	rs := newRingServer(ctx, s.impl, mem, l, log.Named("rings"), req.GetReleaseTerminal())
 	rs.start()
 	s.rings = rs
-	return &pb.AttachRingsResponse{Events: rs.events != nil, Prompt: rs.waker != nil}, nil
+	return &pb.AttachRingsResponse{Events: rs.events != nil, Prompt: rs.waker != nil, ReleaseTerminal: rs.releaseTerminal}, nil
 }
 
 func (s *ringServing) current() *ringServer {

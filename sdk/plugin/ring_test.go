@@ -153,7 +153,7 @@ func TestRingRejectsGarbage(t *testing.T) {
 				if err := e.check(false); err != nil {
 					return err
 				}
-				_, err = decodeEvents(payload, e.count)
+				_, _, err = decodeEvents(payload, e.count, false)
 				return err
 			}()
 			if tc.want == "" {
@@ -284,9 +284,30 @@ func TestWireRoundTrip(t *testing.T) {
 	for _, e := range evs {
 		w = encodeEvent(w, e)
 	}
-	gotEvs, err := decodeEvents(w, 2)
+	gotEvs, rel, err := decodeEvents(w, 2, false)
 	require.NoError(t, err)
 	assert.Equal(t, evs, gotEvs)
+	assert.Nil(t, rel)
+
+	// Under release at terminal each event says whether the plugin
+	// released its handle; only a terminal one may be, and only 0 or 1.
+	w = nil
+	for i, e := range evs {
+		w = encodeReleasedEvent(w, e, i == 1)
+	}
+	gotEvs, rel, err = decodeEvents(w, 2, true)
+	require.NoError(t, err)
+	assert.Equal(t, evs, gotEvs)
+	assert.Equal(t, []bool{false, true}, rel)
+	_, _, err = decodeEvents(w, 2, false)
+	assert.ErrorContains(t, err, "events: 2 bytes left over", "a released byte the host did not ask for is garbage")
+	bad := append(wire(nil), w...)
+	bad[len(bad)-1] = 2
+	_, _, err = decodeEvents(bad, 2, true)
+	assert.ErrorContains(t, err, "event 1 (handle 2): released byte 2, not 0 or 1")
+	w = encodeReleasedEvent(nil, sdk.Event{Handle: 9, State: sdk.StateInProgress}, true)
+	_, _, err = decodeEvents(w, 1, true)
+	assert.ErrorContains(t, err, "event 0 (handle 9): released in state IN_PROGRESS, which is not terminal")
 
 	outs := []sdk.OutboundNotification{{Peer: 3, Message: []byte("hi")}, {Peer: 4}}
 	w = nil
@@ -352,7 +373,8 @@ func FuzzRingDecode(f *testing.F) {
 		_, _ = decodeIDs(b, count)
 		_, _ = decodePostResults(b, count)
 		_, _ = decodeErrs(b, count)
-		_, _ = decodeEvents(b, count)
+		_, _, _ = decodeEvents(b, count, false)
+		_, _, _ = decodeEvents(b, count, true)
 		_, _ = decodeNotes(b, count)
 		if len(b) >= ringEntrySize {
 			var e ringEntry

@@ -351,18 +351,52 @@ func encodeEvent(w wire, e sdk.Event) wire {
 	return w.u64(uint64(e.Handle)).u8(uint8(e.State)).err(e.Reason)
 }
 
-func decodeEvents(b []byte, count uint32) ([]sdk.Event, error) {
+// encodeReleasedEvent is an event under release at terminal: one more
+// byte says whether the plugin released the handle (1) or not (0).
+func encodeReleasedEvent(w wire, e sdk.Event, released bool) wire {
+	var b uint8
+	if released {
+		b = 1
+	}
+	return encodeEvent(w, e).u8(b)
+}
+
+// decodeEvents reads count events; with released (release at terminal),
+// each carries its released byte, returned in rel.
+func decodeEvents(b []byte, count uint32, released bool) (evs []sdk.Event, rel []bool, err error) {
 	r := reader{b: b}
-	if !r.need(count, 14, "events") {
-		return nil, r.err
+	size := 14
+	if released {
+		size++
 	}
-	out := make([]sdk.Event, count)
-	for i := range out {
-		out[i].Handle = sdk.HandleID(r.u64())
-		out[i].State = sdk.State(r.u8())
-		out[i].Reason = r.err2()
+	if !r.need(count, size, "events") {
+		return nil, nil, r.err
 	}
-	return out, r.done("events")
+	evs = make([]sdk.Event, count)
+	if released {
+		rel = make([]bool, count)
+	}
+	for i := range evs {
+		evs[i].Handle = sdk.HandleID(r.u64())
+		evs[i].State = sdk.State(r.u8())
+		evs[i].Reason = r.err2()
+		if !released {
+			continue
+		}
+		switch f := r.u8(); {
+		case r.err != nil:
+		case f > 1:
+			r.fail("event %d (handle %d): released byte %d, not 0 or 1", i, evs[i].Handle, f)
+		case f == 1 && !evs[i].State.Terminal():
+			r.fail("event %d (handle %d): released in state %v, which is not terminal", i, evs[i].Handle, evs[i].State)
+		default:
+			rel[i] = f == 1
+		}
+	}
+	if err := r.done("events"); err != nil {
+		return nil, nil, err
+	}
+	return evs, rel, nil
 }
 
 func encodeNote(w wire, n sdk.Notification) wire { return w.bytes([]byte(n.From)).bytes(n.Message) }

@@ -1873,13 +1873,16 @@ func (x *EventsResponse) GetEvents() []*Event {
 }
 
 // AttachRingsRequest names the ring file the host created and mapped; its
-// header states the layout.
+// header states the layout. release_terminal asks the plugin to release
+// each handle it follows as soon as it reports the handle terminal, and to
+// say so with the state (ring.go: release at terminal).
 type AttachRingsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
-	Version       uint32                 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	Path            string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	Version         uint32                 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	ReleaseTerminal bool                   `protobuf:"varint,3,opt,name=release_terminal,json=releaseTerminal,proto3" json:"release_terminal,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *AttachRingsRequest) Reset() {
@@ -1926,17 +1929,27 @@ func (x *AttachRingsRequest) GetVersion() uint32 {
 	return 0
 }
 
+func (x *AttachRingsRequest) GetReleaseTerminal() bool {
+	if x != nil {
+		return x.ReleaseTerminal
+	}
+	return false
+}
+
 // AttachRingsResponse: the plugin mapped the file and serves the rings.
 // events says that it forwards the transport's events through them;
 // prompt, that the transport is an sdk.Waker, so the plugin forwards its
 // events and notifications as soon as the transport has them and the host
-// need not ask for them when the rings brought none.
+// need not ask for them when the rings brought none. release_terminal
+// says that the plugin took the request's release_terminal: every event and
+// state it pushes then carries whether it released the handle.
 type AttachRingsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Events        bool                   `protobuf:"varint,1,opt,name=events,proto3" json:"events,omitempty"`
-	Prompt        bool                   `protobuf:"varint,2,opt,name=prompt,proto3" json:"prompt,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	Events          bool                   `protobuf:"varint,1,opt,name=events,proto3" json:"events,omitempty"`
+	Prompt          bool                   `protobuf:"varint,2,opt,name=prompt,proto3" json:"prompt,omitempty"`
+	ReleaseTerminal bool                   `protobuf:"varint,3,opt,name=release_terminal,json=releaseTerminal,proto3" json:"release_terminal,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *AttachRingsResponse) Reset() {
@@ -1979,6 +1992,13 @@ func (x *AttachRingsResponse) GetEvents() bool {
 func (x *AttachRingsResponse) GetPrompt() bool {
 	if x != nil {
 		return x.Prompt
+	}
+	return false
+}
+
+func (x *AttachRingsResponse) GetReleaseTerminal() bool {
+	if x != nil {
+		return x.ReleaseTerminal
 	}
 	return false
 }
@@ -2104,13 +2124,15 @@ const file_sdk_plugin_proto_custody_transport_v1_transport_proto_rawDesc = "" +
 	"\x05state\x18\x02 \x01(\rR\x05state\x124\n" +
 	"\x06reason\x18\x03 \x01(\v2\x1c.custody.transport.v1.StatusR\x06reason\"E\n" +
 	"\x0eEventsResponse\x123\n" +
-	"\x06events\x18\x01 \x03(\v2\x1b.custody.transport.v1.EventR\x06events\"B\n" +
+	"\x06events\x18\x01 \x03(\v2\x1b.custody.transport.v1.EventR\x06events\"m\n" +
 	"\x12AttachRingsRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x18\n" +
-	"\aversion\x18\x02 \x01(\rR\aversion\"E\n" +
+	"\aversion\x18\x02 \x01(\rR\aversion\x12)\n" +
+	"\x10release_terminal\x18\x03 \x01(\bR\x0freleaseTerminal\"p\n" +
 	"\x13AttachRingsResponse\x12\x16\n" +
 	"\x06events\x18\x01 \x01(\bR\x06events\x12\x16\n" +
-	"\x06prompt\x18\x02 \x01(\bR\x06prompt2\xdb\f\n" +
+	"\x06prompt\x18\x02 \x01(\bR\x06prompt\x12)\n" +
+	"\x10release_terminal\x18\x03 \x01(\bR\x0freleaseTerminal2\xdb\f\n" +
 	"\tTransport\x12Y\n" +
 	"\bDescribe\x12%.custody.transport.v1.DescribeRequest\x1a&.custody.transport.v1.DescribeResponse\x12F\n" +
 	"\x04Open\x12!.custody.transport.v1.OpenRequest\x1a\x1b.custody.transport.v1.Empty\x12A\n" +
