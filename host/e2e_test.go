@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"os"
 	"slices"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/custody-dev/custody/client"
+	"github.com/custody-dev/custody/sdk/plugin"
 )
 
 // pull runs one pull request: the prefill side pins n blocks of random
@@ -42,6 +44,18 @@ func TestPullMovesEveryByteAndFinishesBothSides(t *testing.T) {
 
 	f = prefill.waitFinished("r1")
 	assert.Equal(t, []string{"r1"}, f.FinishedSending, "the consumed notification finished the send")
+
+	// Over the rings the host runs release at terminal: core's Release of
+	// a DONE handle does not cross to the transport process.
+	var rings, atTerminal bool
+	require.NoError(t, decode.h.do(decode.ctx(), func(context.Context) error {
+		if p, ok := decode.h.tp.(*plugin.Plugin); ok {
+			rings, atTerminal = p.Rings(), p.ReleasesAtTerminal()
+		}
+		return nil
+	}))
+	assert.Equal(t, os.Getenv("CUSTODY_TRANSPORT_RINGS") != "off", rings, "rings attached")
+	assert.Equal(t, rings, atTerminal, "rings attached %v, release at terminal %v", rings, atTerminal)
 }
 
 func TestPushFinishesBothSidesOnTheirNotifications(t *testing.T) {

@@ -793,6 +793,13 @@ func (r *ringHost) detach() {
 // shared-memory rings now (false: over gRPC).
 func (p *Plugin) Rings() bool { return p.rings.Load() != nil }
 
+// ReleasesAtTerminal reports whether the rings are attached and run release
+// at terminal (LaunchOptions.ReleaseTerminal, taken by the plugin).
+func (p *Plugin) ReleasesAtTerminal() bool {
+	r := p.rings.Load()
+	return r != nil && r.releaseTerminal
+}
+
 // Post is Transport.Post: through the rings when attached.
 func (p *Plugin) Post(ctx context.Context, posts []sdk.PostSpec) ([]sdk.PostResult, error) {
 	r := p.active()
