@@ -10,4 +10,8 @@
 // code: it launches the binary and talks to it through Plugin, which
 // implements sdk.Transport itself. Serve runs the plugin side of the rings
 // for every transport, so a transport gets them without code of its own.
+// The host launches with LaunchOptions.ReleaseTerminal: the plugin side then
+// calls the transport's Release for each handle as soon as it reports the
+// handle terminal, so a transport sees Release right after its own DONE,
+// FAILED or CANCELED, from the pump's goroutine, as the contract allows.
 package plugin
