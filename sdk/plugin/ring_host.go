@@ -866,21 +866,23 @@ func (p *Plugin) Release(ctx context.Context, ids []sdk.HandleID) ([]error, erro
 	return out, nil
 }
 
-// releasedAtTerminal says which of ids the plugin released at terminal;
-// nil when none (or no rings).
+// releasedAtTerminal says which of ids the plugin released at terminal
+// (the first of repeats only: a repeat gets the transport's answer to a
+// second release); nil when none (or no rings).
 func (r *ringHost) releasedAtTerminal(ids []sdk.HandleID) []bool {
 	if r == nil || !r.releaseTerminal {
 		return nil
 	}
 	var local []bool
+	var seen map[sdk.HandleID]bool
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for i, id := range ids {
-		if k, ok := r.known[id]; ok && k.released {
+		if k, ok := r.known[id]; ok && k.released && !seen[id] {
 			if local == nil {
-				local = make([]bool, len(ids))
+				local, seen = make([]bool, len(ids)), map[sdk.HandleID]bool{}
 			}
-			local[i] = true
+			local[i], seen[id] = true, true
 		}
 	}
 	return local

@@ -86,12 +86,14 @@ func TestReleaseAtTerminal(t *testing.T) {
 			waitDone(t, p, id)
 			assert.Equal(t, 1, rel.of(id), "handle %d released by the plugin once it was DONE, before the host saw DONE", id)
 		}
-		errs, err := p.Release(ctx, ids)
+		errs, err := p.Release(ctx, []sdk.HandleID{ids[0], ids[1], ids[1]})
 		require.NoError(t, err)
-		assert.Equal(t, []error{nil, nil}, errs)
-		for _, id := range ids {
-			assert.Equal(t, 1, rel.of(id), "the host's Release of handle %d was answered from the record", id)
-		}
+		require.Len(t, errs, 3)
+		assert.NoError(t, errs[0])
+		assert.NoError(t, errs[1])
+		assert.ErrorIs(t, errs[2], sdk.ErrNotFound, "a repeat in one call gets the transport's answer to a second release")
+		assert.Equal(t, 1, rel.of(ids[0]), "the host's Release of handle %d was answered from the record", ids[0])
+		assert.Equal(t, 2, rel.of(ids[1]), "only the repeat of handle %d reached the transport", ids[1])
 		pr.host.mu.Lock()
 		assert.NotContains(t, pr.host.known, ids[0], "a released handle is forgotten")
 		pr.host.mu.Unlock()
