@@ -151,8 +151,8 @@ func runNIXLBench(ctx context.Context, out io.Writer, cfg nixlBenchConfig) error
 				continue
 			}
 			path := w.path
-			r, err := drive.MeasureSDK(ctx, func(ctx context.Context) (sdk.Transport, func(), error) {
-				p, err := plugin.Launch(ctx, path, plugin.LaunchOptions{})
+			r, err := drive.MeasureSDKLatency(ctx, func(ctx context.Context) (sdk.Transport, func(), error) {
+				p, err := plugin.Launch(ctx, path, plugin.LaunchOptions{ReleaseTerminal: true})
 				if err != nil {
 					return nil, nil, err
 				}
@@ -230,7 +230,7 @@ func printNIXLBandwidth(out io.Writer, cfg nixlBenchConfig, rows []nixlRow) {
 }
 
 func printNIXLLatency(out io.Writer, cfg nixlBenchConfig, lat map[string]drive.SDKResult) {
-	fmt.Fprintf(out, "latency: one %d B WRITE at a time, Post then Poll (getXferStatus) spinning until DONE, at least %v; custody ways through the plugin boundary (rings), as a host drives a transport.\n", nixlBenchLatencySize, cfg.minTime)
+	fmt.Fprintf(out, "latency: one %d B WRITE at a time, Post then Poll (getXferStatus) spinning until DONE, at least %v; custody ways through the plugin boundary (rings, handles released at terminal), as a host drives a transport.\n", nixlBenchLatencySize, cfg.minTime)
 	for _, name := range []string{"nixl-direct", "custody-nixl", "custody-ucx"} {
 		if r, ok := lat[name]; ok {
 			fmt.Fprintf(out, "latency way=%s size=%d p50_us=%.2f p99_us=%.2f\n", name, nixlBenchLatencySize, sdkMicros(r.P50), sdkMicros(r.P99))

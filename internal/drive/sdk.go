@@ -43,7 +43,16 @@ type agent struct {
 
 // MeasureSDK starts two agents A and B with start, measures A WRITEing
 // SDKSize descriptors into B (latency, then rate), and ends them.
-func MeasureSDK(ctx context.Context, start Start, params map[string]string, minTime time.Duration) (res SDKResult, err error) {
+func MeasureSDK(ctx context.Context, start Start, params map[string]string, minTime time.Duration) (SDKResult, error) {
+	return measureSDK(ctx, start, params, minTime, true)
+}
+
+// MeasureSDKLatency is MeasureSDK without the rate (Rate stays 0).
+func MeasureSDKLatency(ctx context.Context, start Start, params map[string]string, minTime time.Duration) (SDKResult, error) {
+	return measureSDK(ctx, start, params, minTime, false)
+}
+
+func measureSDK(ctx context.Context, start Start, params map[string]string, minTime time.Duration, withRate bool) (res SDKResult, err error) {
 	var ag [2]*agent
 	defer func() {
 		for _, a := range ag {
@@ -94,7 +103,7 @@ func MeasureSDK(ctx context.Context, start Start, params map[string]string, minT
 		idx[i] = uint32(i)
 		specs[i] = sdk.PostSpec{Op: sdk.OpWrite, Local: lists[0].ID, LocalIndices: idx[i : i+1], Remote: lists[1].ID, RemoteIndices: idx[i : i+1]}
 	}
-	if res.P50, res.P99, err = latency(ctx, a.t, specs, minTime); err != nil {
+	if res.P50, res.P99, err = latency(ctx, a.t, specs, minTime); err != nil || !withRate {
 		return res, err
 	}
 	res.Rate, err = rate(ctx, a.t, specs, minTime)
