@@ -61,12 +61,13 @@ type LaunchOptions struct {
 	// ReleaseTerminal has the plugin release every handle it follows as
 	// soon as it reports the handle terminal through the rings (DONE,
 	// FAILED or CANCELED), so that the caller's Release of such a handle
-	// is answered at once, without crossing to the process. A Release that
-	// fails there is left to the caller's Release, as without it. It
-	// leaves what Poll and Events report unchanged. It saves a round trip
-	// between the processes per transfer; it takes the host's own release
-	// out of what a conformance check sees (a lie about DONE then shows
-	// only after the plugin's release), so the suite runs without it.
+	// is answered at once, without crossing to the process. A Release
+	// that fails there is left to the caller's Release, as without it.
+	// It leaves what Poll, Events and Cancel answer unchanged. It saves a
+	// round trip between the processes per transfer; it takes the host's
+	// own release out of what a conformance check sees (a lie about DONE
+	// then shows only after the plugin's release), so the suite runs
+	// without it.
 	ReleaseTerminal bool
 }
 

@@ -78,9 +78,10 @@ import (
 // follows as soon as it finds the handle terminal, before the state goes
 // out, and each event and state it pushes carries one more byte, 1 when it
 // released the handle. The host answers its own Release of such a handle
-// from that record, without crossing to the process; a handle whose
-// release failed in the plugin (byte 0) is released through the rings as
-// before. A terminal state is final, so releasing at once frees nothing
+// from that record, without crossing to the process, and its Cancel of
+// such a handle as the transport would for a terminal one (OK); a handle
+// whose release failed in the plugin (byte 0) is released through the
+// rings as before. A terminal state is final, so releasing at once frees nothing
 // that may still be touched, and the host still holds the handle's blocks
 // until its own Release returns. It saves one round trip between the
 // processes per transfer. A plugin that says released for a handle it

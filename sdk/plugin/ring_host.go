@@ -31,7 +31,8 @@ import (
 //     a handle the plugin reported released with its terminal state is
 //     released from the record, without a call; the others go through
 //     the rings as before. The whole call fails, and changes nothing, when
-//     the part that went through them fails.
+//     the part that went through them fails. Cancel of such a handle is
+//     answered OK here, as the transport answers for a terminal handle.
 //   - Events and Notifications: what the plugin forwarded, in order; when
 //     nothing waits, one drain call through the rings asks the transport
 //     now and returns its answer, errors included; unless the transport
@@ -834,11 +835,28 @@ func (p *Plugin) Post(ctx context.Context, posts []sdk.PostSpec) ([]sdk.PostResu
 // the plugin released at terminal is answered from its record.
 func (p *Plugin) Release(ctx context.Context, ids []sdk.HandleID) ([]error, error) {
 	r := p.active()
-	local := r.releasedAtTerminal(ids)
+	local := r.releasedAtTerminal(ids, true)
 	if local == nil {
 		return p.release(ctx, r, ids)
 	}
-	rest := make([]sdk.HandleID, 0, len(ids))
+	out, err := answerLocal(ids, local, func(rest []sdk.HandleID) ([]error, error) { return p.release(ctx, r, rest) })
+	if err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	for i, id := range ids {
+		if local[i] {
+			delete(r.known, id)
+		}
+	}
+	r.mu.Unlock()
+	return out, nil
+}
+
+// answerLocal answers OK for the ids marked local and calls call with the
+// others, in order; a call that fails as a whole fails the whole.
+func answerLocal(ids []sdk.HandleID, local []bool, call func([]sdk.HandleID) ([]error, error)) ([]error, error) {
+	var rest []sdk.HandleID
 	for i, id := range ids {
 		if !local[i] {
 			rest = append(rest, id)
@@ -847,29 +865,25 @@ func (p *Plugin) Release(ctx context.Context, ids []sdk.HandleID) ([]error, erro
 	var errs []error
 	if len(rest) > 0 {
 		var err error
-		if errs, err = p.release(ctx, r, rest); err != nil {
+		if errs, err = call(rest); err != nil {
 			return nil, err
 		}
 	}
 	out := make([]error, len(ids))
-	r.mu.Lock()
 	j := 0
-	for i, id := range ids {
-		if local[i] {
-			delete(r.known, id)
-			continue
+	for i := range ids {
+		if !local[i] {
+			out[i] = errs[j]
+			j++
 		}
-		out[i] = errs[j]
-		j++
 	}
-	r.mu.Unlock()
 	return out, nil
 }
 
 // releasedAtTerminal says which of ids the plugin released at terminal
-// (the first of repeats only: a repeat gets the transport's answer to a
-// second release); nil when none (or no rings).
-func (r *ringHost) releasedAtTerminal(ids []sdk.HandleID) []bool {
+// (with once, the first of repeats only: a repeated Release gets the
+// transport's answer to a second release); nil when none (or no rings).
+func (r *ringHost) releasedAtTerminal(ids []sdk.HandleID, once bool) []bool {
 	if r == nil || !r.releaseTerminal {
 		return nil
 	}
@@ -878,7 +892,7 @@ func (r *ringHost) releasedAtTerminal(ids []sdk.HandleID) []bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for i, id := range ids {
-		if k, ok := r.known[id]; ok && k.released && !seen[id] {
+		if k, ok := r.known[id]; ok && k.released && !(once && seen[id]) {
 			if local == nil {
 				local, seen = make([]bool, len(ids)), map[sdk.HandleID]bool{}
 			}
@@ -886,6 +900,25 @@ func (r *ringHost) releasedAtTerminal(ids []sdk.HandleID) []bool {
 		}
 	}
 	return local
+}
+
+// Cancel is Transport.Cancel, over gRPC. A handle the plugin released at
+// terminal is, to the caller, a terminal handle it holds: its Cancel
+// changes nothing and is OK, answered here (the transport, which no longer
+// knows it, would say NOT_FOUND). What the rings brought is taken first,
+// so a handle released before Cancel was called is known as such, unless
+// the plugin had not pushed its state yet.
+func (p *Plugin) Cancel(ctx context.Context, ids []sdk.HandleID) ([]error, error) {
+	r := p.active()
+	if r == nil || !r.releaseTerminal {
+		return p.grpcClient.Cancel(ctx, ids)
+	}
+	r.drain()
+	local := r.releasedAtTerminal(ids, false)
+	if local == nil {
+		return p.grpcClient.Cancel(ctx, ids)
+	}
+	return answerLocal(ids, local, func(rest []sdk.HandleID) ([]error, error) { return p.grpcClient.Cancel(ctx, rest) })
 }
 
 // release releases ids through the rings when r is attached and they fit,

@@ -286,7 +286,12 @@ func TestRingPairExitUnderPendingCall(t *testing.T) {
 // that what it answers came through the rings.
 type noGRPC struct {
 	pb.TransportClient
-	sends atomic.Int32
+	sends, cancels atomic.Int32
+}
+
+func (n *noGRPC) Cancel(context.Context, *pb.IDs, ...grpc.CallOption) (*pb.Statuses, error) {
+	n.cancels.Add(1)
+	return nil, status.Error(codes.Internal, "this call went over gRPC")
 }
 
 func (n *noGRPC) SendNotifications(context.Context, *pb.SendNotificationsRequest, ...grpc.CallOption) (*pb.Statuses, error) {

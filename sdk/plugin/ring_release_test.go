@@ -43,6 +43,7 @@ func (r *releases) of(id sdk.HandleID) int {
 // releasePair is a pair under release at terminal whose transport counts
 // its releases, with a Plugin over its host side that has no gRPC.
 func releasePair(t *testing.T, releaseTerminal bool) (*pair, *releases, *Plugin) {
+	t.Helper()
 	rel := &releases{calls: map[sdk.HandleID]int{}}
 	pr := newPairWith(t, pairConfig{
 		wrap:            func(tr sdk.Transport) sdk.Transport { rel.Transport = tr; return rel },
@@ -86,7 +87,14 @@ func TestReleaseAtTerminal(t *testing.T) {
 			waitDone(t, p, id)
 			assert.Equal(t, 1, rel.of(id), "handle %d released by the plugin once it was DONE, before the host saw DONE", id)
 		}
-		errs, err := p.Release(ctx, []sdk.HandleID{ids[0], ids[1], ids[1]})
+		// To the host the handles are terminal and held: Cancel changes
+		// nothing and is OK, without asking the transport (which no
+		// longer knows them).
+		errs, err := p.Cancel(ctx, ids)
+		require.NoError(t, err)
+		assert.Equal(t, []error{nil, nil}, errs)
+		assert.Zero(t, pr.host.c.rpc.(*noGRPC).cancels.Load(), "Cancel answered without gRPC")
+		errs, err = p.Release(ctx, []sdk.HandleID{ids[0], ids[1], ids[1]})
 		require.NoError(t, err)
 		require.Len(t, errs, 3)
 		assert.NoError(t, errs[0])
@@ -109,6 +117,9 @@ func TestReleaseAtTerminal(t *testing.T) {
 		require.NoError(t, err)
 		waitDone(t, p, res[0].ID)
 		assert.Zero(t, rel.of(res[0].ID), "nothing released before the host asked")
+		_, err = p.Cancel(ctx, []sdk.HandleID{res[0].ID})
+		require.Error(t, err, "Cancel goes to the transport")
+		assert.Equal(t, int32(1), pr.host.c.rpc.(*noGRPC).cancels.Load())
 		errs, err := p.Release(ctx, []sdk.HandleID{res[0].ID})
 		require.NoError(t, err)
 		assert.NoError(t, errs[0])
