@@ -130,11 +130,16 @@ func (pr *pair) teardown(t *testing.T) {
 	require.NoError(t, pr.impl.Close(ctx))
 }
 
+// spec is one 4 KiB WRITE from the local dlist into the remote one.
+func (pr *pair) spec() sdk.PostSpec {
+	return sdk.PostSpec{Op: sdk.OpWrite, Local: pr.local, LocalIndices: []uint32{0}, Remote: pr.remote, RemoteIndices: []uint32{0}}
+}
+
 func (pr *pair) post(t *testing.T, n int) []sdk.PostResult {
 	t.Helper()
 	var w wire
 	for range n {
-		w = encodePostSpec(w, sdk.PostSpec{Op: sdk.OpWrite, Local: pr.local, LocalIndices: []uint32{0}, Remote: pr.remote, RemoteIndices: []uint32{0}})
+		w = encodePostSpec(w, pr.spec())
 	}
 	c, err := pr.host.submit(context.Background(), "Post", kindPost, kindPostResult, n, nil, w)
 	require.NoError(t, err)
@@ -246,7 +251,7 @@ func TestRingPairCallDeadline(t *testing.T) {
 	let := make(chan struct{})
 	pr := newPairOf(t, func(tr sdk.Transport) sdk.Transport { return &slowPost{Transport: tr, let: let} }, 50*time.Millisecond)
 	var w wire
-	w = encodePostSpec(w, sdk.PostSpec{Op: sdk.OpWrite, Local: pr.local, LocalIndices: []uint32{0}, Remote: pr.remote, RemoteIndices: []uint32{0}})
+	w = encodePostSpec(w, pr.spec())
 	_, err := pr.host.submit(context.Background(), "Post", kindPost, kindPostResult, 1, nil, w)
 	require.ErrorIs(t, err, sdk.ErrTimeout)
 	assert.Contains(t, err.Error(), "did not answer through its rings before the call's deadline")
@@ -265,7 +270,7 @@ func TestRingPairExitUnderPendingCall(t *testing.T) {
 	pr := newPairOf(t, func(tr sdk.Transport) sdk.Transport { slow.Transport = tr; return slow }, time.Hour)
 	defer close(let)
 	var w wire
-	w = encodePostSpec(w, sdk.PostSpec{Op: sdk.OpWrite, Local: pr.local, LocalIndices: []uint32{0}, Remote: pr.remote, RemoteIndices: []uint32{0}})
+	w = encodePostSpec(w, pr.spec())
 	errc := make(chan error, 1)
 	go func() {
 		_, err := pr.host.submit(context.Background(), "Post", kindPost, kindPostResult, 1, nil, w)

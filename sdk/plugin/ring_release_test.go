@@ -40,8 +40,9 @@ func (r *releases) of(id sdk.HandleID) int {
 	return r.calls[id]
 }
 
-// releasePair is a pair under release at terminal whose transport counts
-// its releases, with a Plugin over its host side that has no gRPC.
+// releasePair is a pair (under release at terminal when releaseTerminal)
+// whose transport counts its releases, with a Plugin over its host side
+// whose every gRPC call fails.
 func releasePair(t *testing.T, releaseTerminal bool) (*pair, *releases, *Plugin) {
 	t.Helper()
 	rel := &releases{calls: map[sdk.HandleID]int{}}
@@ -65,10 +66,6 @@ func waitDone(t *testing.T, p *Plugin, id sdk.HandleID) {
 		require.NoError(t, sts[0].Err)
 		return sts[0].State == sdk.StateDone
 	}, 10*time.Second, 10*time.Microsecond)
-}
-
-func (pr *pair) spec() sdk.PostSpec {
-	return sdk.PostSpec{Op: sdk.OpWrite, Local: pr.local, LocalIndices: []uint32{0}, Remote: pr.remote, RemoteIndices: []uint32{0}}
 }
 
 // TestReleaseAtTerminal: under release at terminal the plugin releases a
