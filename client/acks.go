@@ -47,6 +47,9 @@ type acker struct {
 // once the stream is done with.
 func (c *Client) startAcker(stream enginev1.Engine_WatchFinishedClient) *acker {
 	a := &acker{stream: stream, delay: c.ackDelay, after: c.ackAfter, noted: c.ackNoted, sendFn: c.ackSend}
+	if a.sendFn == nil {
+		a.sendFn = enginev1.Engine_WatchFinishedClient.Send
+	}
 	if a.delay <= 0 {
 		return a
 	}
@@ -108,12 +111,7 @@ func (a *acker) run() {
 // send acknowledges cursor. A lost acknowledgement costs nothing: the
 // next stream opens at the client's cursor, which acknowledges it too.
 func (a *acker) send(cursor, inc uint64) {
-	req := &enginev1.WatchFinishedRequest{Cursor: cursor, Incarnation: inc}
-	if a.sendFn != nil {
-		_ = a.sendFn(a.stream, req)
-		return
-	}
-	_ = a.stream.Send(req)
+	_ = a.sendFn(a.stream, &enginev1.WatchFinishedRequest{Cursor: cursor, Incarnation: inc})
 }
 
 // end stops the acknowledgements; what was not sent yet is left to the

@@ -22,6 +22,10 @@ func (c procCost) sub(o procCost) procCost {
 	return procCost{cpu: c.cpu - o.cpu, switches: c.switches - o.switches}
 }
 
+func (c procCost) add(o procCost) procCost {
+	return procCost{cpu: c.cpu + o.cpu, switches: c.switches + o.switches}
+}
+
 // treeCost is the cost of pid and every process below it (a host and its
 // transport); own is that of pid alone.
 func treeCost(pid int) (total, own procCost, err error) {
@@ -48,7 +52,7 @@ func treeCost(pid int) (total, own procCost, err error) {
 			if err != nil {
 				continue // the child ended
 			}
-			total.cpu, total.switches = total.cpu+c.cpu, total.switches+c.switches
+			total = total.add(c)
 		}
 	}
 	return total, own, nil
@@ -96,7 +100,7 @@ func pairCost(p *demo.Pair) (hosts, engine procCost, err error) {
 		if err != nil {
 			return procCost{}, procCost{}, fmt.Errorf("%s: cost: %w", h.Name, err)
 		}
-		hosts.cpu, hosts.switches = hosts.cpu+c.cpu, hosts.switches+c.switches
+		hosts = hosts.add(c)
 	}
 	engine, err = threadsCost(os.Getpid())
 	return hosts, engine, err

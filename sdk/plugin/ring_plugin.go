@@ -633,10 +633,11 @@ func (s *ringServer) pushEvents(kind uint16, evs []sdk.Event) error {
 	if len(evs) == 0 {
 		return nil
 	}
-	if !s.releaseTerminal {
-		return s.pushItems(kind, 0, len(evs), func(w wire, i int) wire { return encodeEvent(w, evs[i]) })
+	enc := func(w wire, i int) wire { return encodeEvent(w, evs[i]) }
+	if s.releaseTerminal {
+		enc = func(w wire, i int) wire { return encodeReleasedEvent(w, evs[i], released[i]) }
 	}
-	return s.pushItems(kind, 0, len(evs), func(w wire, i int) wire { return encodeReleasedEvent(w, evs[i], released[i]) })
+	return s.pushItems(kind, 0, len(evs), enc)
 }
 
 // releaseAtTerminal releases, when the host asked for it, the handles that
