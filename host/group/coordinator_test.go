@@ -2,6 +2,7 @@ package group
 
 import (
 	"context"
+	"errors"
 	"net"
 	"os"
 	"runtime/debug"
@@ -66,9 +67,16 @@ func TestCoordinatorLostMidRun(t *testing.T) {
 
 	// etcd comes back from its data directory on the same address; rank
 	// 1's lease survived (its TTL restarts), so its retained state lands.
+	// The client reconnects on its own backoff, which grew while etcd was
+	// gone: a Report can fail until then, and the state must still be
+	// held, not re-reported, when one gets through.
 	c.ranks[0] = c.open(0, c.addr)
 	g1.cfg.Timeouts.Op = 5 * time.Second
-	require.NoError(t, g1.Report(ctxT(t), nil))
+	require.Eventually(t, func() bool {
+		err := g1.Report(ctxT(t), nil)
+		require.True(t, err == nil || errors.Is(err, ErrCoordinator), "Report after etcd came back: %v", err)
+		return err == nil
+	}, bound, 10*time.Millisecond, "no Report got through after etcd came back")
 	st, ok := c.published(1)["kept"]
 	require.True(t, ok, "the report accepted while etcd was down was lost")
 	assert.Equal(t, Failed, st)
