@@ -85,6 +85,19 @@ type Host struct {
 	missed bool
 
 	exec *executor
+	// submitted counts the Work handed to the executor, reported the
+	// results of it handed to core (queued: the difference). local holds
+	// the results of Work answered on the owner goroutine (local.go),
+	// which happens only while nothing is queued; draining is set while
+	// absorb hands them to core.
+	submitted, reported uint64
+	local               []workResult
+	draining            bool
+	// A round asked for while Work is queued runs once that Work is
+	// reported (roundNowOrAfterQueued): woken, and wokeAt, what submitted
+	// was when it was asked for.
+	woken  bool
+	wokeAt uint64
 
 	// The rank group (nil for a host that decides alone) and the mode its
 	// ranks agreed on; ranks holds finished requests back until every
@@ -230,7 +243,9 @@ func (h *Host) Info() (PeerInfo, bool) {
 //
 // Rounds are event-driven: one runs at once after a command that may have
 // created transport work, after a handshake settles, after a fence, and
-// whenever the transport wakes the host (sdk.Waker). While something is in
+// whenever the transport wakes the host (sdk.Waker); the round after such a
+// command or wake-up waits, while Work is at the executor, until that Work
+// is reported (roundNowOrAfterQueued). While something is in
 // flight and the transport cannot wake the host, rounds follow each other
 // with a backoff that starts at zero and doubles to maxPollBackoff while
 // they make no progress. An idle host runs a round only at the next lease
@@ -254,11 +269,16 @@ func (h *Host) Run(ctx context.Context) error {
 			return h.shutdown()
 		case r := <-h.exec.results:
 			// A result: act on it at once (a handle seen DONE is released
-			// in the Work that follows); no round unless it was a round's.
+			// in the Work that follows); no round unless it was a round's
+			// or a wake-up waited for it.
 			if h.done1(r) {
 				h.backoff = 0
 			}
-			if h.missed && !h.core.Polling() {
+			woke := h.woken && h.reported >= h.wokeAt
+			if woke {
+				h.woken = false
+			}
+			if (woke || h.missed) && !h.core.Polling() {
 				h.round()
 			}
 			h.schedule(t)
@@ -268,7 +288,9 @@ func (h *Host) Run(ctx context.Context) error {
 			c.reply <- c.fn(cctx)
 			cancel()
 			h.absorb(h.core.Ready())
-			due = c.kick
+			if c.kick {
+				due = h.roundNowOrAfterQueued()
+			}
 		case hs := <-h.handshakes:
 			h.settle(hs)
 			due = true
@@ -276,7 +298,7 @@ func (h *Host) Run(ctx context.Context) error {
 			h.fence("transport process exited")
 			due = true
 		case <-h.wake:
-			due = true
+			due = h.roundNowOrAfterQueued()
 		case <-t.C:
 			due = true
 		}
@@ -287,10 +309,32 @@ func (h *Host) Run(ctx context.Context) error {
 	}
 }
 
+// roundNowOrAfterQueued is the round a command or a wake-up asks for: now
+// when nothing is at the executor, else (woken) once what is there now is
+// reported. Its queries would have waited behind that Work at the executor
+// anyway, and after it they are answered locally (local.go); usually the
+// wake-up announces the completion of the very post the executor reports.
+func (h *Host) roundNowOrAfterQueued() bool {
+	if h.queued() == 0 {
+		return true
+	}
+	h.woken, h.wokeAt = true, h.submitted
+	return false
+}
+
+// queued is how much Work the executor has whose result core lacks.
+func (h *Host) queued() uint64 { return h.submitted - h.reported }
+
 // done1 hands core one Work's result and absorbs what follows; it reports
 // whether that was progress (a report, or more Work: a release, a post).
 // A round's query that changed nothing doubles the poll backoff.
 func (h *Host) done1(r workResult) bool {
+	h.reported++
+	return h.apply(r)
+}
+
+// apply is done1 for a result of either origin, the executor or runLocal.
+func (h *Host) apply(r workResult) bool {
 	h.core.Done(r.id, r.res, r.err)
 	rd := h.core.Ready()
 	progress := !rd.Empty()
@@ -402,7 +446,26 @@ func (h *Host) round() {
 // absorb hands core's Work to the executor, logs its alerts, acts on its
 // fence requests and adds its finished report to the one the engine will
 // fetch; and again for what acting on it produced (a peer removed, ...).
+// The results of Work answered locally meanwhile go to core before it
+// returns, with what follows from them.
 func (h *Host) absorb(rd core.Ready) {
+	h.absorbReady(rd)
+	if h.draining {
+		return // an outer absorb is handing them over
+	}
+	h.draining = true
+	for len(h.local) > 0 {
+		r := h.local[0]
+		h.local = h.local[1:]
+		if h.apply(r) {
+			h.backoff = 0
+		}
+	}
+	h.local = h.local[:0]
+	h.draining = false
+}
+
+func (h *Host) absorbReady(rd core.Ready) {
 	for {
 		h.absorb1(rd)
 		more := h.core.Ready()
@@ -416,13 +479,23 @@ func (h *Host) absorb(rd core.Ready) {
 }
 
 func (h *Host) absorb1(rd core.Ready) {
-	jobs := make([]job, len(rd.Work))
-	for i, w := range rd.Work {
-		jobs[i] = job{w: w}
+	jobs := make([]job, 0, len(rd.Work))
+	for _, w := range rd.Work {
+		j := job{w: w}
 		if w.Epoch == h.epoch && h.tp != nil {
-			jobs[i].tp, jobs[i].most = h.tp, callItems(h.desc)
+			j.tp, j.most = h.tp, callItems(h.desc)
+			// With nothing at the executor, nothing handed out before w
+			// is unanswered: w may be answered here without reordering.
+			if h.queued() == 0 && len(jobs) == 0 {
+				if r, ok := runLocal(h.tp, w); ok {
+					h.local = append(h.local, r)
+					continue
+				}
+			}
 		}
+		jobs = append(jobs, j)
 	}
+	h.submitted += uint64(len(jobs))
 	h.exec.submit(jobs...)
 	for _, a := range rd.Alerts {
 		h.alert(a)

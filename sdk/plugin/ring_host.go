@@ -843,13 +843,7 @@ func (p *Plugin) Release(ctx context.Context, ids []sdk.HandleID) ([]error, erro
 	if err != nil {
 		return nil, err
 	}
-	r.mu.Lock()
-	for i, id := range ids {
-		if local[i] {
-			delete(r.known, id)
-		}
-	}
-	r.mu.Unlock()
+	r.forget(ids, local)
 	return out, nil
 }
 
@@ -1047,18 +1041,7 @@ func (p *Plugin) events(ctx context.Context, max int) ([]sdk.Event, error) {
 			return nil, err
 		}
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	n := len(r.evq)
-	if max > 0 && max < n {
-		n = max
-	}
-	if n == 0 {
-		return nil, nil
-	}
-	out := append([]sdk.Event(nil), r.evq[:n]...)
-	r.evq = r.evq[n:]
-	return out, nil
+	return r.takeEvents(max), nil
 }
 
 // Notifications is Transport.Notifications: what the plugin forwarded
@@ -1083,18 +1066,7 @@ func (p *Plugin) Notifications(ctx context.Context, max int) ([]sdk.Notification
 			return nil, err
 		}
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	n := len(r.notes)
-	if max > 0 && max < n {
-		n = max
-	}
-	if n == 0 {
-		return nil, nil
-	}
-	out := append([]sdk.Notification(nil), r.notes[:n]...)
-	r.notes = r.notes[n:]
-	return out, nil
+	return r.takeNotes(max), nil
 }
 
 // Wake is sdk.Waker. With rings, it receives a value whenever the

@@ -1,0 +1,108 @@
+package plugin
+
+import (
+	"slices"
+
+	"github.com/custody-dev/custody/sdk"
+)
+
+// The calls below answer, at once and in the caller's process, what the
+// completion ring already brought: they never wait on the plugin process.
+// A host runs them on its own goroutine instead of handing them to the one
+// that makes transport calls, which saves two goroutine hand-offs per call.
+// ok is false when the call would have to ask the plugin (no rings, rings
+// that are not prompt, a handle not released at terminal) or when the rings
+// are broken or the process gone: nothing was taken then, and the ordinary
+// call (Events, Notifications, Release) gives the answer, errors included.
+
+// EventsNow is Events from the completion ring, when the transport is a
+// Waker (prompt rings): nothing is asked of the plugin.
+func (p *Plugin) EventsNow(max int) ([]sdk.Event, bool) {
+	r := p.active()
+	if r == nil || !r.events || !r.prompt || !p.HasEvents() || !r.drainNow() {
+		return nil, false
+	}
+	return r.takeEvents(max), true
+}
+
+// NotificationsNow is Notifications from the completion ring, when the
+// transport is a Waker (prompt rings).
+func (p *Plugin) NotificationsNow(max int) ([]sdk.Notification, bool) {
+	r := p.active()
+	if r == nil || !r.prompt || !r.drainNow() {
+		return nil, false
+	}
+	return r.takeNotes(max), true
+}
+
+// ReleaseNow is Release when the plugin released every one of ids at
+// terminal (LaunchOptions.ReleaseTerminal), each once: every item is OK.
+func (p *Plugin) ReleaseNow(ids []sdk.HandleID) ([]error, bool) {
+	r := p.active()
+	local := r.releasedAtTerminal(ids, true)
+	if local == nil || slices.Contains(local, false) {
+		return nil, false
+	}
+	r.forget(ids, local)
+	return make([]error, len(ids)), true
+}
+
+// drainNow takes what the completion ring holds; false when the rings are
+// broken (before or by what it took) or the process is gone.
+func (r *ringHost) drainNow() bool {
+	if !r.sound() {
+		return false
+	}
+	r.drain()
+	return r.sound()
+}
+
+// sound reports whether the rings are unbroken and the process alive.
+func (r *ringHost) sound() bool {
+	r.mu.Lock()
+	broken := r.broken != nil || r.unmapped
+	r.mu.Unlock()
+	return !broken && r.c.done.Err() == nil
+}
+
+// takeEvents takes up to max queued events (every one when max <= 0).
+func (r *ringHost) takeEvents(max int) []sdk.Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []sdk.Event
+	out, r.evq = take(r.evq, max)
+	return out
+}
+
+// takeNotes takes up to max queued notifications (every one when max <= 0).
+func (r *ringHost) takeNotes(max int) []sdk.Notification {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []sdk.Notification
+	out, r.notes = take(r.notes, max)
+	return out
+}
+
+// take splits up to max items (all when max <= 0) off q's head, copied.
+func take[T any](q []T, max int) (out, rest []T) {
+	n := len(q)
+	if max > 0 && max < n {
+		n = max
+	}
+	if n == 0 {
+		return nil, q
+	}
+	return append([]T(nil), q[:n]...), q[n:]
+}
+
+// forget drops the record of each of ids marked local (released at
+// terminal, now released to the host too).
+func (r *ringHost) forget(ids []sdk.HandleID, local []bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i, id := range ids {
+		if local[i] {
+			delete(r.known, id)
+		}
+	}
+}
