@@ -106,13 +106,7 @@ func TestEngineAnswersWhileATransportCallHangs(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, c.Attach(1, sdk.Description{Name: "stub"}, false))
 	sp := &stubProc{exited: make(chan struct{}), entered: make(chan struct{}, 1), unblock: make(chan struct{})}
-	h := &Host{cfg: &Config{Transport: TransportConfig{CallTimeout: time.Minute}}, log: hclog.NewNullLogger(), metrics: NewMetrics(),
-		core: c, tp: sp, epoch: 1, exec: newExecutor(time.Minute), links: map[string]*link{}, reqs: map[core.RequestID]reqInfo{},
-		cmds: make(chan command), handshakes: make(chan handshake), done: make(chan struct{})}
-	h.bgCtx, h.bgCancel = context.WithCancel(context.Background())
-	ctx, cancel := context.WithCancel(context.Background())
-	ran := make(chan error, 1)
-	go func() { ran <- h.Run(ctx) }()
+	h, cancel, ran := runOwner(c, sp, nil)
 
 	h.exec.submit(job{w: core.Work{ID: 99, Epoch: 1, Kind: core.WorkPoll, Handles: []sdk.HandleID{1}}, tp: sp})
 	<-sp.entered // the executor is inside a transport call that will not return
@@ -123,6 +117,20 @@ func TestEngineAnswersWhileATransportCallHangs(t *testing.T) {
 	close(sp.unblock)
 	cancel()
 	require.NoError(t, <-ran)
+}
+
+// runOwner runs the owner loop (Run) of a host over core c, attached as
+// epoch 1 of transport tp with wake-up channel wake (nil: none), until
+// cancel; ran then gives Run's error.
+func runOwner(c *core.Core, tp process, wake <-chan struct{}) (h *Host, cancel context.CancelFunc, ran <-chan error) {
+	h = &Host{cfg: &Config{Transport: TransportConfig{CallTimeout: time.Minute}}, log: hclog.NewNullLogger(), metrics: NewMetrics(),
+		core: c, tp: tp, epoch: 1, exec: newExecutor(time.Minute), links: map[string]*link{}, reqs: map[core.RequestID]reqInfo{},
+		cmds: make(chan command), handshakes: make(chan handshake), done: make(chan struct{}), wake: wake}
+	h.bgCtx, h.bgCancel = context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(context.Background())
+	out := make(chan error, 1)
+	go func() { out <- h.Run(ctx) }()
+	return h, cancel, out
 }
 
 // noteProc is a transport with notifications and a wake-up channel whose
@@ -153,13 +161,7 @@ func TestWakeWhileARoundIsOutIsNotLost(t *testing.T) {
 	require.NoError(t, c.Attach(1, sdk.Description{Name: "stub", Capabilities: sdk.Capabilities{Notifications: true}}, false))
 	np := &noteProc{stubProc: stubProc{exited: make(chan struct{})}, calls: make(chan struct{}), release: make(chan struct{})}
 	wake := make(chan struct{}) // unbuffered: a send returns once the owner took it
-	h := &Host{cfg: &Config{Transport: TransportConfig{CallTimeout: time.Minute}}, log: hclog.NewNullLogger(), metrics: NewMetrics(),
-		core: c, tp: np, epoch: 1, exec: newExecutor(time.Minute), links: map[string]*link{}, reqs: map[core.RequestID]reqInfo{},
-		cmds: make(chan command), handshakes: make(chan handshake), done: make(chan struct{}), wake: wake}
-	h.bgCtx, h.bgCancel = context.WithCancel(context.Background())
-	ctx, cancel := context.WithCancel(context.Background())
-	ran := make(chan error, 1)
-	go func() { ran <- h.Run(ctx) }()
+	_, cancel, ran := runOwner(c, np, wake)
 	defer func() {
 		cancel()
 		close(np.release) // let any call still out return

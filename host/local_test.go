@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -62,13 +61,8 @@ func TestLocalCallsNeverOvertakeTheExecutor(t *testing.T) {
 	require.NoError(t, c.Attach(1, sdk.Description{Name: "stub", Capabilities: sdk.Capabilities{Notifications: true}}, false))
 	lp := &localProc{stubProc: stubProc{exited: make(chan struct{})}, posted: make(chan struct{}), postGo: make(chan struct{}), asked: make(chan string, 8)}
 	wake := make(chan struct{}) // unbuffered: a send returns once the owner took it
-	h := &Host{cfg: &Config{Transport: TransportConfig{CallTimeout: time.Minute}}, log: hclog.NewNullLogger(), metrics: NewMetrics(),
-		core: c, tp: lp, epoch: 1, exec: newExecutor(time.Minute), links: map[string]*link{}, reqs: map[core.RequestID]reqInfo{},
-		cmds: make(chan command), handshakes: make(chan handshake), done: make(chan struct{}), wake: wake}
-	h.bgCtx, h.bgCancel = context.WithCancel(context.Background())
-	ctx, cancel := context.WithCancel(context.Background())
-	ran := make(chan error, 1)
-	go func() { ran <- h.Run(ctx) }()
+	h, cancel, ran := runOwner(c, lp, wake)
+	ctx := context.Background()
 	defer func() {
 		cancel()
 		require.NoError(t, <-ran)

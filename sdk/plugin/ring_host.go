@@ -1041,7 +1041,7 @@ func (p *Plugin) events(ctx context.Context, max int) ([]sdk.Event, error) {
 			return nil, err
 		}
 	}
-	return r.takeEvents(max), nil
+	return takeLocked(r, &r.evq, max), nil
 }
 
 // Notifications is Transport.Notifications: what the plugin forwarded
@@ -1066,7 +1066,7 @@ func (p *Plugin) Notifications(ctx context.Context, max int) ([]sdk.Notification
 			return nil, err
 		}
 	}
-	return r.takeNotes(max), nil
+	return takeLocked(r, &r.notes, max), nil
 }
 
 // Wake is sdk.Waker. With rings, it receives a value whenever the

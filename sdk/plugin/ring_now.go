@@ -22,7 +22,7 @@ func (p *Plugin) EventsNow(max int) ([]sdk.Event, bool) {
 	if r == nil || !r.events || !r.prompt || !p.HasEvents() || !r.drainNow() {
 		return nil, false
 	}
-	return r.takeEvents(max), true
+	return takeLocked(r, &r.evq, max), true
 }
 
 // NotificationsNow is Notifications from the completion ring, when the
@@ -32,7 +32,7 @@ func (p *Plugin) NotificationsNow(max int) ([]sdk.Notification, bool) {
 	if r == nil || !r.prompt || !r.drainNow() {
 		return nil, false
 	}
-	return r.takeNotes(max), true
+	return takeLocked(r, &r.notes, max), true
 }
 
 // ReleaseNow is Release when the plugin released every one of ids at
@@ -65,21 +65,13 @@ func (r *ringHost) sound() bool {
 	return !broken && r.c.done.Err() == nil
 }
 
-// takeEvents takes up to max queued events (every one when max <= 0).
-func (r *ringHost) takeEvents(max int) []sdk.Event {
+// takeLocked takes up to max items (every one when max <= 0) off the
+// head of *q, one of r's queues, under r.mu.
+func takeLocked[T any](r *ringHost, q *[]T, max int) []T {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var out []sdk.Event
-	out, r.evq = take(r.evq, max)
-	return out
-}
-
-// takeNotes takes up to max queued notifications (every one when max <= 0).
-func (r *ringHost) takeNotes(max int) []sdk.Notification {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var out []sdk.Notification
-	out, r.notes = take(r.notes, max)
+	var out []T
+	out, *q = take(*q, max)
 	return out
 }
 
