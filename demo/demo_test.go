@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/custody-dev/custody/host"
 	"github.com/custody-dev/custody/internal/testbin"
 )
 
@@ -43,8 +44,12 @@ func TestDemoWithEveryFaultFindsNoCorruptionAndNoLeak(t *testing.T) {
 func TestRanksDemo(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	s, err := RunRanks(ctx, Options{Custody: custodyBin, Requests: 12, BlockSize: 4096, Dir: logsOnFailure(t)})
+	dir := logsOnFailure(t)
+	s, err := RunRanks(ctx, Options{Custody: custodyBin, Requests: 12, BlockSize: 4096, Dir: dir})
 	require.NoError(t, err)
+	for _, name := range []string{"pre-0", "pre-1", "dec-0", "dec-1", "bad-0", "bad-1", "psn-0", "psn-1"} {
+		assert.NoDirExists(t, host.SocketParent(filepath.Join(dir, "state"), name), "%s's transport sockets, killed or not", name)
+	}
 	t.Logf("%+v", s)
 	assert.True(t, s.Clean(), "summary: %+v", s)
 	assert.Equal(t, 12, s.OK+s.Failed)

@@ -2,6 +2,7 @@ package demo
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/custody-dev/custody/client"
+	"github.com/custody-dev/custody/host"
 )
 
 // hostProc is one `custody serve` process and an engine client for it.
@@ -27,6 +29,10 @@ type hostProc struct {
 	pool     string // region file
 	poolID   uint32
 	blocks   int
+	// sockets is where the host's transports make their sockets
+	// (host.SocketParent): stop removes it, which the host itself cannot
+	// when it was killed.
+	sockets string
 }
 
 // hostSpec is what startHost needs to write a host's config.
@@ -76,8 +82,9 @@ func startHost(ctx context.Context, s hostSpec) (*hostProc, error) {
 	if err != nil {
 		return nil, err
 	}
+	stateDir := filepath.Join(s.dir, "state")
 	h := &hostProc{name: s.name, socket: filepath.Join(s.dir, s.name+".sock"), metaAddr: meta,
-		pool: filepath.Join(s.dir, s.name+".kv"), blocks: s.blocks}
+		pool: filepath.Join(s.dir, s.name+".kv"), blocks: s.blocks, sockets: host.SocketParent(stateDir, s.name)}
 	if err := os.WriteFile(h.pool, nil, 0o600); err != nil {
 		return nil, err
 	}
@@ -91,7 +98,7 @@ func startHost(ctx context.Context, s hostSpec) (*hostProc, error) {
 		"escalation": map[string]any{"cap": s.cap.String(), "policy": s.policy},
 		"engine":     map[string]any{"socket": h.socket},
 		"log_level":  s.logLevel,
-		"state_dir":  filepath.Join(s.dir, "state"),
+		"state_dir":  stateDir,
 	}
 	if s.peers != nil {
 		cfg["peers"] = s.peers
@@ -164,7 +171,9 @@ func startHost(ctx context.Context, s hostSpec) (*hostProc, error) {
 }
 
 // stop ends the host with SIGTERM (it tears down in order) and waits; a host
-// that does not exit in time is killed, and that is an error.
+// that does not exit in time is killed, and that is an error. Once it
+// exited, what it left of its transports' sockets (killed before, it could
+// not remove them) goes.
 func (h *hostProc) stop() error {
 	if h.c != nil {
 		h.c.Close()
@@ -177,9 +186,9 @@ func (h *hostProc) stop() error {
 	case err := <-h.exited:
 		h.exited <- err
 		if err != nil {
-			return fmt.Errorf("host %s exited with %v", h.name, err)
+			err = fmt.Errorf("host %s exited with %v", h.name, err)
 		}
-		return nil
+		return errors.Join(err, os.RemoveAll(h.sockets))
 	case <-time.After(30 * time.Second):
 		_ = h.cmd.Process.Kill()
 		return fmt.Errorf("host %s did not stop within 30s of SIGTERM", h.name)

@@ -142,7 +142,7 @@ func TestKilledTransportLeavesNoFiles(t *testing.T) {
 	})
 	th := startHost(t, "tidy", 8, nil)
 	dir = th.cfg.Transport.Params["dir"]
-	sockets = socketParent(filepath.Join(th.cfg.StateDir, "hosts", "tidy"))
+	sockets = SocketParent(th.cfg.StateDir, "tidy")
 	socks, leases := leftovers()
 	require.Len(t, socks, 1)
 	require.Len(t, leases, 1)

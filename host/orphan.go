@@ -97,7 +97,7 @@ func openState(cfg *Config, log hclog.Logger) (*hostState, error) {
 		}
 		return nil, fmt.Errorf("host %q: state lock: %w", cfg.Name, err)
 	}
-	s := &hostState{dir: dir, sockets: socketParent(dir), lock: lock, log: log}
+	s := &hostState{dir: dir, sockets: SocketParent(cfg.StateDir, cfg.Name), lock: lock, log: log}
 	if err := s.fenceOrphan(); err != nil {
 		s.close()
 		return nil, err
@@ -114,12 +114,15 @@ func openState(cfg *Config, log hclog.Logger) (*hostState, error) {
 	return s, nil
 }
 
-// socketParent is where a host's transports make their socket
-// directories: a private directory in the temp directory, named after the
-// host's state directory (unix socket paths must stay short, so not within
-// it), the same at every start of the host.
-func socketParent(hostDir string) string {
-	sum := sha256.Sum256([]byte(hostDir))
+// SocketParent is where the transports of host name with state directory
+// stateDir make their socket directories: a private directory in the temp
+// directory, named after the host's own state directory (unix socket paths
+// must stay short, so not within it), the same at every start of the host.
+// The host removes it when it stops; one killed leaves it, with its dead
+// transports' socket directories, for its next start to clear, or for
+// whoever gives up on that host to remove.
+func SocketParent(stateDir, name string) string {
+	sum := sha256.Sum256([]byte(filepath.Join(stateDir, "hosts", name)))
 	return filepath.Join(os.TempDir(), fmt.Sprintf("custody-%d-%x", os.Getuid(), sum[:6]))
 }
 

@@ -176,7 +176,7 @@ func startServe(t *testing.T, name, dir, metaAddr, stateDir string, blocks int, 
 		<-p.exited
 		// A killed host cannot remove its transports' socket directories;
 		// the next host of its name would.
-		_ = os.RemoveAll(socketParent(filepath.Join(stateDir, "hosts", name)))
+		_ = os.RemoveAll(SocketParent(stateDir, name))
 	})
 	p.c, err = client.Dial(socket)
 	require.NoError(t, err)
