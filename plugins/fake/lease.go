@@ -33,9 +33,10 @@ func acquireLease(dir string) (*lease, error) {
 	return &lease{f: f}, nil
 }
 
-// openLease opens a peer's lease file to probe it.
-func openLease(path string) (*lease, error) {
-	f, err := os.Open(path)
+// openLease opens a peer's lease file, within dirs (openPeerFile), to
+// probe it.
+func openLease(what, path string, dirs []string) (*lease, error) {
+	f, err := openPeerFile(what, path, os.O_RDONLY, dirs)
 	if err != nil {
 		return nil, err
 	}

@@ -21,14 +21,19 @@ type mapping struct {
 // mapFile maps length bytes from offset of the file at path, read-write and
 // shared, so that writes reach every other mapping of the file.
 func mapFile(path string, offset, length uint64) (*mapping, error) {
-	if length == 0 {
-		return nil, fmt.Errorf("length is zero")
-	}
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {
 		return nil, err
 	}
+	return mapOpen(f, offset, length)
+}
+
+// mapOpen is mapFile of the file f, which it closes.
+func mapOpen(f *os.File, offset, length uint64) (*mapping, error) {
 	defer f.Close()
+	if length == 0 {
+		return nil, fmt.Errorf("length is zero")
+	}
 	st, err := f.Stat()
 	if err != nil {
 		return nil, err

@@ -2,7 +2,10 @@ package fake
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net"
+	"os"
 
 	"github.com/custody-dev/custody/sdk"
 	"github.com/custody-dev/custody/sdk/kit"
@@ -82,7 +85,10 @@ func (t *Transport) loadPeer(spec sdk.PeerSpec) (kit.Loaded[*peer], error) {
 	if t.fault(faultLoadPeerFail, 0, md.Agent, rank) != nil {
 		return none, sdk.Errorf(sdk.CodeBackend, "fake: LoadPeers %q: injected load-peer-fail at item %d; nothing loaded", md.Agent, rank)
 	}
-	life, err := openLease(md.Life)
+	life, err := openLease("life lease", md.Life, t.p.peerDirs)
+	if errors.Is(err, errNotAllowed) {
+		return none, sdk.Errorf(sdk.CodeInvalidArgument, "fake: LoadPeers %.256q: %v; nothing loaded", md.Agent, err)
+	}
 	if err != nil {
 		return none, sdk.Errorf(sdk.CodeRemoteDisconnect, "fake: LoadPeers %q: life lease: %v; the peer closed or died, fetch fresh metadata", md.Agent, err)
 	}
@@ -122,7 +128,10 @@ func (t *Transport) loadPeer(spec sdk.PeerSpec) (kit.Loaded[*peer], error) {
 func (t *Transport) mapPeerRegion(agent string, r metaRegion) (*mapping, error) {
 	var probe *lease
 	if t.p.fence != fenceInitiated {
-		l, err := openLease(r.Lease)
+		l, err := openLease(fmt.Sprintf("region %d lease", r.ID), r.Lease, t.p.peerDirs)
+		if errors.Is(err, errNotAllowed) {
+			return nil, sdk.Errorf(sdk.CodeInvalidArgument, "fake: LoadPeers %.256q: %v; nothing loaded", agent, err)
+		}
 		if err != nil {
 			return nil, sdk.Errorf(sdk.CodeRemoteDisconnect, "fake: LoadPeers %q: region %d lease: %v; the peer deregistered it or died, fetch fresh metadata", agent, r.ID, err)
 		}
@@ -132,10 +141,17 @@ func (t *Transport) mapPeerRegion(agent string, r metaRegion) (*mapping, error) 
 		}
 		probe = l
 	}
-	m, err := mapFile(r.Path, r.Offset, r.Length)
+	f, err := openPeerFile(fmt.Sprintf("region %d", r.ID), r.Path, os.O_RDWR, t.p.peerDirs)
+	var m *mapping
+	if err == nil {
+		m, err = mapOpen(f, r.Offset, r.Length)
+	}
 	if err != nil {
 		if probe != nil {
 			probe.close()
+		}
+		if errors.Is(err, errNotAllowed) {
+			return nil, sdk.Errorf(sdk.CodeInvalidArgument, "fake: LoadPeers %.256q: %v; nothing loaded", agent, err)
 		}
 		return nil, sdk.Errorf(sdk.CodeBackend, "fake: LoadPeers %q: cannot map region %d (%s): %v; peers must share a host", agent, r.ID, r.Path, err)
 	}

@@ -1,10 +1,12 @@
 package fake
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 )
 
 // A peer's metadata names files (its regions and lease files) and a
@@ -12,7 +14,9 @@ import (
 // the fake acts only on paths its own configuration allows: files within
 // the directories of the peer_dirs parameter (default: its dir and
 // /dev/shm), after symbolic links are resolved, and notification sockets
-// in the abstract namespace the fake itself uses.
+// in the abstract namespace the fake itself uses. LoadPeers checks the
+// paths first, for a clear refusal, and every file it opens again once
+// opened (openPeerFile), where a link swapped in meanwhile cannot escape.
 
 // shmDir is where regions in RAM live.
 const shmDir = "/dev/shm"
@@ -82,6 +86,45 @@ func allowedPath(what, path string, dirs []string) error {
 			return fmt.Errorf("%s %.256q: %v", what, path, err)
 		}
 	}
+	return within(what, path, real, dirs)
+}
+
+// errNotAllowed: what a peer's metadata named, once opened, is not a
+// regular file within the allowed directories.
+var errNotAllowed = errors.New("not a file this agent may open for peers")
+
+// openPeerFile opens a file a peer's metadata names, with flag, and keeps
+// it only if what was opened is a regular file within dirs (else an error
+// matching errNotAllowed). The kernel resolved the path's links as it
+// opened it, so a link swapped in after checkPeerPaths looked cannot lead
+// elsewhere; O_NONBLOCK keeps a FIFO swapped in from blocking the open.
+func openPeerFile(what, path string, flag int, dirs []string) (*os.File, error) {
+	f, err := os.OpenFile(path, flag|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
+	if err != nil {
+		return nil, err
+	}
+	st, err := f.Stat()
+	if err == nil && !st.Mode().IsRegular() {
+		err = fmt.Errorf("%s %.256q is not a regular file (%v): %w", what, path, st.Mode().Type(), errNotAllowed)
+	}
+	if err == nil {
+		var real string
+		if real, err = os.Readlink(fmt.Sprintf("/proc/self/fd/%d", f.Fd())); err == nil {
+			if err = within(what, path, real, dirs); err != nil {
+				err = fmt.Errorf("%w (opened as %.256q): %w", err, real, errNotAllowed)
+			}
+		}
+	}
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// within reports whether real, path resolved, lies within one of dirs
+// (their links resolved too).
+func within(what, path, real string, dirs []string) error {
 	for _, d := range dirs {
 		rd, err := filepath.EvalSymlinks(d)
 		if err != nil {

@@ -3,7 +3,9 @@ package fake
 import (
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -60,4 +62,51 @@ func TestLoadPeersRefusesPathsOutsidePeerDirs(t *testing.T) {
 	errs, err := a.UnloadPeers(ctx, []sdk.PeerID{res[0].ID})
 	require.NoError(t, err)
 	require.NoError(t, errs[0])
+}
+
+// TestOpenPeerFileChecksWhatItOpened: a file a peer names is kept only if
+// what the kernel opened is a regular file within the allowed directories,
+// whatever the path looked like before: a link to a file outside, a FIFO
+// (refused without blocking), a directory or an escape by ".." are
+// refused, matching errNotAllowed.
+func TestOpenPeerFileChecksWhatItOpened(t *testing.T) {
+	allowed, outside := t.TempDir(), t.TempDir()
+	good := filepath.Join(allowed, "region")
+	secret := filepath.Join(outside, "secret")
+	for _, p := range []string{good, secret} {
+		require.NoError(t, os.WriteFile(p, make([]byte, 4096), 0o600))
+	}
+	link := filepath.Join(allowed, "innocent")
+	require.NoError(t, os.Symlink(secret, link))
+	fifo := filepath.Join(allowed, "fifo")
+	require.NoError(t, syscall.Mkfifo(fifo, 0o600))
+	dirs := []string{allowed}
+
+	f, err := openPeerFile("region 1", good, os.O_RDWR, dirs)
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	for name, path := range map[string]string{
+		"a link to a file outside": link,
+		"a FIFO":                   fifo,
+		"a directory":              allowed,
+		"an escape by ..":          filepath.Join(allowed, "..", filepath.Base(outside), "secret"),
+	} {
+		t.Run(name, func(t *testing.T) {
+			done := make(chan error, 1)
+			go func() {
+				f, err := openPeerFile("region 1", path, os.O_RDONLY, dirs)
+				if err == nil {
+					f.Close()
+				}
+				done <- err
+			}()
+			select {
+			case err := <-done:
+				require.ErrorIs(t, err, errNotAllowed)
+				assert.ErrorContains(t, err, "region 1")
+			case <-time.After(10 * time.Second): // bounds a failure only
+				t.Fatal("the open blocked")
+			}
+		})
+	}
 }
