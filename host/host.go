@@ -454,13 +454,12 @@ func (h *Host) absorb(rd core.Ready) {
 		return // an outer absorb is handing them over
 	}
 	h.draining = true
-	for len(h.local) > 0 {
-		r := h.local[0]
-		h.local = h.local[1:]
-		if h.apply(r) {
+	for i := 0; i < len(h.local); i++ { // apply may append more
+		if h.apply(h.local[i]) {
 			h.backoff = 0
 		}
 	}
+	clear(h.local)
 	h.local = h.local[:0]
 	h.draining = false
 }

@@ -448,14 +448,12 @@ func (r *ringHost) handle(e ringEntry, payload []byte) (bool, error) {
 		}
 		for i, ev := range evs {
 			k, ok := r.known[ev.Handle]
-			if ok && !k.terminal && ev.State.Terminal() {
+			// Posted over gRPC, a released handle may be news here.
+			released := rel != nil && rel[i]
+			if (ok || released) && !k.terminal && ev.State.Terminal() {
 				k = known{terminal: true, st: sdk.HandleStatus{State: ev.State, Reason: ev.Reason}}
 			}
-			if rel != nil && rel[i] {
-				// Posted over gRPC, the handle may be news here.
-				if !ok {
-					k = known{terminal: true, st: sdk.HandleStatus{State: ev.State, Reason: ev.Reason}}
-				}
+			if released {
 				k.released, ok = true, true
 			}
 			if ok {
