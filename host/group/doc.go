@@ -7,8 +7,10 @@
 // (its effective mode) under the rank's lease; each rank's terminal
 // states, one record per write holding every state of that write (group
 // protocol 3), deleted by its writer once every rank's state of each of its
-// requests is in (by the lowest live rank once its writer is lost); the
-// expiries of requests a rank stopped waiting for; and each poisoned pool,
+// requests is in or expired (by the lowest live rank once its writer is
+// lost); the expiries of requests a rank stopped waiting for, each under a
+// lease that ends it should a rank it names never report; and each
+// poisoned pool,
 // durably (keys.go). Each rank follows the engine's keys with one
 // watch and resolves requests from what it saw, reading no etcd per round. Peer addresses live
 // under /custody/peers/<name>. A group of size 1 has no coordinator and

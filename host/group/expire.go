@@ -23,6 +23,31 @@ import (
 // (a timeout wins over a late success). A rank that resolved before the
 // expiry was written saw every state key present, so the transaction that
 // would write it fails: no two ranks ever resolve a request differently.
+//
+// Nothing needs the states records of an expired request any more: each
+// rank deletes its own once every other request in it is complete, as if
+// the ranks the expiry found pending had reported (outcome.go). The
+// expiry outlives them. The lowest live rank deletes it once every live
+// rank's state is in; a rank that never reports leaves it to its lease,
+// which ends expiryTTL after it was written (at least ten times the wait
+// that led to it). A silent rank that reports before then finds the
+// expiry and resolves the request TimedOut like the others; one that
+// reports later finds no key of the request at all, waits out its own
+// hold cap and expires it in turn, TimedOut again. Only a rank reporting
+// past expiryTTL while another rank's record naming the request is still
+// in etcd could resolve it differently, and such a record outlives the
+// expiry only while another request in it stays unresolved and unexpired
+// for that long.
+
+// expiryTTL is the least time an expiry stays in etcd when a rank it names
+// never reports.
+const expiryTTL = time.Hour
+
+// expiryLease is how long the lease of an expiry written after waiting
+// waited lasts, in whole seconds: expiryTTL, or ten times waited.
+func expiryLease(waited time.Duration) int64 {
+	return int64(max(expiryTTL, 10*waited).Round(time.Second) / time.Second)
+}
 
 // maxExpiryRecord bounds an expiry record read from etcd.
 const maxExpiryRecord = 1024
@@ -86,6 +111,15 @@ func (g *Group) Expire(ctx context.Context, ids []core.RequestID, waited time.Du
 	if g.cfg.Solo() {
 		return nil // a solo rank never waits for another
 	}
+	var lease clientv3.LeaseID // granted for the first expiry to write
+	used := false
+	defer func() {
+		if lease != clientv3.NoLease && !used {
+			octx, cancel := g.opCtx(context.WithoutCancel(ctx))
+			_, _ = g.cli.Revoke(octx, lease) // else it ends with its TTL
+			cancel()
+		}
+	}()
 	for _, id := range ids {
 		r := g.reqs.m[id]
 		for attempt := 1; ; attempt++ {
@@ -100,7 +134,14 @@ func (g *Group) Expire(ctx context.Context, ids []core.RequestID, waited time.Du
 			if r.out != nil || len(r.last.Pending) == 0 {
 				break
 			}
-			wrote, at, err := g.expireAt(ctx, id, r.last.Pending, rev, waited)
+			if lease == clientv3.NoLease {
+				var err error
+				if lease, err = g.expiryLease(ctx, waited); err != nil {
+					return err
+				}
+			}
+			wrote, at, err := g.expireAt(ctx, id, r.last.Pending, rev, waited, lease)
+			used = used || wrote
 			if err != nil || wrote {
 				if err != nil {
 					return err
@@ -120,10 +161,23 @@ func (g *Group) Expire(ctx context.Context, ids []core.RequestID, waited time.Du
 	return nil
 }
 
-// expireAt writes the expiry of id for the ranks pending in this rank's
-// view at revision rev, unless one of them wrote states since; it says
-// whether it wrote, and etcd's revision. Called with reqMu held.
-func (g *Group) expireAt(ctx context.Context, id core.RequestID, pending []int, rev int64, waited time.Duration) (bool, int64, error) {
+// expiryLease grants the lease the expiries of one Expire are written
+// under (expiryLease).
+func (g *Group) expiryLease(ctx context.Context, waited time.Duration) (clientv3.LeaseID, error) {
+	octx, cancel := g.opCtx(ctx)
+	resp, err := g.cli.Grant(octx, expiryLease(waited))
+	cancel()
+	g.reqs.writes.Add(1)
+	if err != nil {
+		return clientv3.NoLease, g.wrap("granting the lease of expiries", err)
+	}
+	return resp.ID, nil
+}
+
+// expireAt writes the expiry of id under lease for the ranks pending in
+// this rank's view at revision rev, unless one of them wrote states since;
+// it says whether it wrote, and etcd's revision. Called with reqMu held.
+func (g *Group) expireAt(ctx context.Context, id core.RequestID, pending []int, rev int64, waited time.Duration, lease clientv3.LeaseID) (bool, int64, error) {
 	memberKey := g.keys.member(g.cfg.Rank)
 	ifs := []clientv3.Cmp{clientv3.Compare(clientv3.LeaseValue(memberKey), "=", g.lease)}
 	for _, p := range pending {
@@ -131,7 +185,7 @@ func (g *Group) expireAt(ctx context.Context, id core.RequestID, pending []int, 
 	}
 	raw, _ := json.Marshal(expiryRecord{V: groupProto, Rank: g.cfg.Rank, Member: g.member, Pending: pending, Waited: waited.Round(time.Millisecond).String()})
 	octx, cancel := g.opCtx(ctx)
-	resp, err := g.cli.Txn(octx).If(ifs...).Then(clientv3.OpPut(g.keys.expiry(string(id), g.cfg.Rank), string(raw))).Else(clientv3.OpGet(memberKey)).Commit()
+	resp, err := g.cli.Txn(octx).If(ifs...).Then(clientv3.OpPut(g.keys.expiry(string(id), g.cfg.Rank), string(raw), clientv3.WithLease(lease))).Else(clientv3.OpGet(memberKey)).Commit()
 	cancel()
 	g.reqs.writes.Add(1)
 	if err != nil {

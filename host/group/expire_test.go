@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/custody-dev/custody/core"
 )
@@ -72,7 +73,7 @@ func TestRule10ExpiryRacedByAReport(t *testing.T) {
 	report(t, c.ranks[1], "x", Succeeded, "")
 	// Rank 0 expires x as of the view in which rank 1 had not reported it.
 	g0.reqMu.Lock()
-	wrote, _, err := g0.expireAt(ctxT(t), "x", []int{1}, seen, time.Second)
+	wrote, _, err := g0.expireAt(ctxT(t), "x", []int{1}, seen, time.Second, clientv3.NoLease)
 	g0.reqMu.Unlock()
 	require.NoError(t, err)
 	assert.False(t, wrote, "an expiry landed after the pending rank's state")
@@ -84,7 +85,7 @@ func TestRule10ExpiryRacedByAReport(t *testing.T) {
 	// z: rank 1 wrote since the view rank 0 had, but not z; Expire looks
 	// again and expires it.
 	g0.reqMu.Lock()
-	wrote, _, err = g0.expireAt(ctxT(t), "z", []int{1}, seen, time.Second)
+	wrote, _, err = g0.expireAt(ctxT(t), "z", []int{1}, seen, time.Second, clientv3.NoLease)
 	g0.reqMu.Unlock()
 	require.NoError(t, err)
 	require.False(t, wrote)
@@ -118,11 +119,55 @@ func TestStatesKeyTakenByAnother(t *testing.T) {
 	}
 }
 
-// TestRule10RecordsKeptUntilEveryRankReported: a request resolved past an
-// expiry keeps its states record and expiry in etcd while a live rank has
-// not reported it: however often the rank that expired it writes, the
-// late rank still finds them and resolves it the same.
-func TestRule10RecordsKeptUntilEveryRankReported(t *testing.T) {
+// settle runs every rank's round (Report, Sync, Resolve) twice: what each
+// may delete goes out, and each folds what the others deleted.
+func (c *cluster) settle() {
+	c.t.Helper()
+	for range 2 {
+		for _, g := range c.ranks {
+			require.NoError(c.t, g.Report(ctxT(c.t), nil))
+			require.NoError(c.t, g.Sync(ctxT(c.t)))
+			_, err := g.Resolve(ctxT(c.t), nil)
+			require.NoError(c.t, err)
+		}
+	}
+}
+
+// keysLeft lists the request and states keys still in etcd.
+func (c *cluster) keysLeft() []string {
+	c.t.Helper()
+	var left []string
+	g := c.ranks[0]
+	for _, prefix := range []string{g.keys.requests(), g.keys.batches()} {
+		resp, err := c.client().Get(ctxT(c.t), prefix, clientPrefix())
+		require.NoError(c.t, err)
+		for _, kv := range resp.Kvs {
+			left = append(left, string(kv.Key))
+		}
+	}
+	return left
+}
+
+// expiryLeaseOf returns the lease the expiry of id by rank is written
+// under, and the TTL it was granted.
+func (c *cluster) expiryLeaseOf(id string, rank int) (clientv3.LeaseID, int64) {
+	c.t.Helper()
+	resp, err := c.client().Get(ctxT(c.t), c.ranks[0].keys.expiry(id, rank))
+	require.NoError(c.t, err)
+	require.Len(c.t, resp.Kvs, 1, "the expiry of %s by rank %d", id, rank)
+	lease := clientv3.LeaseID(resp.Kvs[0].Lease)
+	require.NotEqual(c.t, clientv3.NoLease, lease, "the expiry of %s has no lease", id)
+	ttl, err := c.client().TimeToLive(ctxT(c.t), lease)
+	require.NoError(c.t, err)
+	return lease, ttl.GrantedTTL
+}
+
+// TestRule10LateRankFindsTheExpiry: once a request expired, no rank keeps
+// its states record for it, but the expiry stays, under a lease of at
+// least expiryTTL: the silent rank that reports late finds it and
+// resolves the request the same; once its state is in, the expiry goes
+// and both ranks forget the request.
+func TestRule10LateRankFindsTheExpiry(t *testing.T) {
 	c := newCluster(t, 2)
 	c.mustJoin()
 	g0, g1 := c.ranks[0], c.ranks[1]
@@ -130,36 +175,65 @@ func TestRule10RecordsKeptUntilEveryRankReported(t *testing.T) {
 	require.Equal(t, []int{1}, resolve(t, g0, "x").Pending)
 	require.NoError(t, g0.Expire(ctxT(t), []core.RequestID{"x"}, time.Second))
 	require.Equal(t, TimedOut, resolve(t, g0, "x").State)
-	for range 2 {
-		require.NoError(t, g0.Report(ctxT(t), nil))
-		require.NoError(t, g0.Sync(ctxT(t)))
-		_, err := g0.Resolve(ctxT(t), nil)
-		require.NoError(t, err)
-	}
-	assert.Contains(t, c.published(0), core.RequestID("x"), "rank 0 deleted its record before rank 1 reported")
-	require.NoError(t, g1.Sync(ctxT(t)))
-	_, err := g1.Resolve(ctxT(t), nil) // rank 1 folds what its view holds
-	require.NoError(t, err)
+	c.settle()
+	assert.NotContains(t, c.published(0), core.RequestID("x"), "rank 0 kept its record of an expired request")
+	_, ttl := c.expiryLeaseOf("x", 0)
+	assert.Equal(t, int64(expiryTTL/time.Second), ttl)
 	report(t, g1, "x", Succeeded, "")
 	o := resolve(t, g1, "x")
-	require.True(t, o.Resolved, "rank 1 found the records gone: %+v", o)
+	require.True(t, o.Resolved, "rank 1 found the expiry gone: %+v", o)
 	assert.Equal(t, TimedOut, o.State)
-	// Once rank 1's state is in, the records and the expiry go, and both
+	assert.Equal(t, resolve(t, g0, "x").Reason, o.Reason)
+	// Once rank 1's state is in, its record and the expiry go, and both
 	// ranks forget the request.
-	for range 2 {
-		for _, g := range c.ranks {
-			require.NoError(t, g.Report(ctxT(t), nil))
-			require.NoError(t, g.Sync(ctxT(t)))
-			_, err := g.Resolve(ctxT(t), nil)
-			require.NoError(t, err)
-		}
-	}
-	for _, prefix := range []string{g0.keys.requests(), g0.keys.batches()} {
-		resp, err := c.client().Get(ctxT(t), prefix, clientPrefix())
-		require.NoError(t, err)
-		assert.Empty(t, resp.Kvs, "left in etcd under %s", prefix)
-	}
+	c.settle()
+	assert.Empty(t, c.keysLeft())
 	for r, g := range c.ranks {
 		assert.Zero(t, g.Stats().InFlight, "rank %d still tracks the request", r)
 	}
+}
+
+// TestRule10SilentRankLeavesNothingBehind: a request a live rank never
+// reports, once expired, keeps no states record in etcd, not even the
+// records it shares with requests every rank reported; its expiry ends
+// with its lease, and then no rank tracks it any more.
+func TestRule10SilentRankLeavesNothingBehind(t *testing.T) {
+	c := newCluster(t, 2)
+	c.mustJoin()
+	g0, g1 := c.ranks[0], c.ranks[1]
+	// One record of rank 0 holds x, which rank 1 never reports, and y.
+	require.NoError(t, g0.Report(ctxT(t), []Terminal{{Request: "x", State: Succeeded}, {Request: "y", State: Succeeded}}))
+	report(t, g1, "y", Succeeded, "")
+	require.Equal(t, Succeeded, resolve(t, g0, "y").State)
+	require.Equal(t, Succeeded, resolve(t, g1, "y").State)
+	require.Equal(t, []int{1}, resolve(t, g0, "x").Pending)
+	require.NoError(t, g0.Expire(ctxT(t), []core.RequestID{"x"}, 10*time.Minute))
+	require.Equal(t, TimedOut, resolve(t, g0, "x").State)
+	c.settle()
+	assert.Equal(t, []string{g0.keys.expiry("x", 0)}, c.keysLeft(), "all but the expiry goes")
+	lease, ttl := c.expiryLeaseOf("x", 0)
+	assert.Equal(t, int64(100*60), ttl, "ten times the wait, past expiryTTL")
+	// The lease ends (as its TTL would): nothing is left, on any rank.
+	_, err := c.client().Revoke(ctxT(t), lease)
+	require.NoError(t, err)
+	c.settle()
+	assert.Empty(t, c.keysLeft())
+	for r, g := range c.ranks {
+		assert.Zero(t, g.Stats().InFlight, "rank %d still tracks a request", r)
+	}
+	// Rank 1 reports x later still: it finds no key of x, waits out its
+	// own hold cap and expires x in turn, TimedOut as on rank 0; then its
+	// record goes, and its expiry with its lease.
+	report(t, g1, "x", Succeeded, "")
+	require.Equal(t, []int{0}, resolve(t, g1, "x").Pending)
+	require.NoError(t, g1.Expire(ctxT(t), []core.RequestID{"x"}, time.Second))
+	assert.Equal(t, TimedOut, resolve(t, g1, "x").State)
+	c.settle()
+	assert.Equal(t, []string{g1.keys.expiry("x", 1)}, c.keysLeft())
+	lease, _ = c.expiryLeaseOf("x", 1)
+	_, err = c.client().Revoke(ctxT(t), lease)
+	require.NoError(t, err)
+	c.settle()
+	assert.Empty(t, c.keysLeft())
+	assert.Zero(t, g1.Stats().InFlight)
 }

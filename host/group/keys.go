@@ -14,11 +14,12 @@ import (
 //	states/<rank>/<member>/<seq>    one write's local terminal states of a rank's
 //	                                member (durable; its writer deletes it once
 //	                                every rank's state of each of its requests is
-//	                                in, the lowest live rank once its writer is
-//	                                lost)
+//	                                in or expired, the lowest live rank once its
+//	                                writer is lost)
 //	req/<id>/t/<rank>               a rank ended the wait past the hold cap
 //	                                (expire.go; the lowest live rank deletes
-//	                                req/<id>/ once every rank's state is in)
+//	                                req/<id>/ once every rank's state is in,
+//	                                else its lease ends it)
 //	poison/<pool>                   a poisoned pool (durable, cleared by an operator)
 //
 // /custody/last/<engine>/<rank> is rewritten with each write of a rank's

@@ -556,16 +556,26 @@ func (g *Group) apply(id core.RequestID, r *request, e *viewEntry, now []string)
 		r.out = &o
 		g.log.Debug("group_request_resolved", "request", id, "state", o.State, "rank", o.Rank)
 	}
+	reported := true // every live rank's state is in
+	for rank, v := range ranks {
+		if !v.stored && !lostFor(r, rank, now) {
+			reported = false
+			break
+		}
+	}
 	if !r.complete {
-		for rank, v := range ranks {
-			if !v.stored && !lostFor(r, rank, now) {
-				return // a live rank has yet to write its state
-			}
+		// An expiry stands for the states of the ranks it found pending:
+		// it decides the union, so no rank needs the states records any
+		// more, and a rank that never reports leaves none behind. The
+		// expiry itself outlives them (expire.go).
+		if !reported && exp == nil {
+			return // a live rank has yet to write its state
 		}
 		g.completeReq(r)
 	}
-	// The lowest live rank deletes the expiries, if any, and another takes
-	// over if it goes before it did.
+	// The lowest live rank deletes the expiries once every live rank's
+	// state is in, and another takes over if it goes before it did; an
+	// expiry of a rank that never reports ends with its lease.
 	collector := -1
 	for rank := range ranks {
 		if !lostFor(r, rank, now) {
@@ -574,7 +584,7 @@ func (g *Group) apply(id core.RequestID, r *request, e *viewEntry, now []string)
 		}
 	}
 	r.expLive = expLive
-	r.delExp = expLive && collector == g.cfg.Rank && !r.expDeleted
+	r.delExp = expLive && reported && collector == g.cfg.Rank && !r.expDeleted
 }
 
 // readRanks reads each rank's state of one request, the expiry with the
