@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -898,8 +899,11 @@ func (r *ringHost) releasedAtTerminal(ids []sdk.HandleID, once bool) []bool {
 // terminal is, to the caller, a terminal handle it holds: its Cancel
 // changes nothing and is OK, answered here (the transport, which no longer
 // knows it, would say NOT_FOUND). What the rings brought is taken first,
-// so a handle released before Cancel was called is known as such, unless
-// the plugin had not pushed its state yet.
+// so a handle released before Cancel was called is known as such. One the
+// plugin released while the call was on its way is answered NOT_FOUND by
+// the transport, and the plugin sends that answer only once the handle's
+// state is in the completion ring (grpcServer.Cancel): taking what the
+// rings brought once more turns it into OK.
 func (p *Plugin) Cancel(ctx context.Context, ids []sdk.HandleID) ([]error, error) {
 	r := p.active()
 	if r == nil || !r.releaseTerminal {
@@ -908,9 +912,19 @@ func (p *Plugin) Cancel(ctx context.Context, ids []sdk.HandleID) ([]error, error
 	r.drain()
 	local := r.releasedAtTerminal(ids, false)
 	if local == nil {
-		return p.grpcClient.Cancel(ctx, ids)
+		local = make([]bool, len(ids))
 	}
-	return answerLocal(ids, local, func(rest []sdk.HandleID) ([]error, error) { return p.grpcClient.Cancel(ctx, rest) })
+	errs, err := answerLocal(ids, local, func(rest []sdk.HandleID) ([]error, error) { return p.grpcClient.Cancel(ctx, rest) })
+	if err != nil || !slices.ContainsFunc(errs, isNotFound) {
+		return errs, err
+	}
+	r.drain()
+	for i, released := range r.releasedAtTerminal(ids, false) {
+		if released && isNotFound(errs[i]) {
+			errs[i] = nil
+		}
+	}
+	return errs, nil
 }
 
 // release releases ids through the rings when r is attached and they fit,

@@ -88,6 +88,9 @@ type ringServer struct {
 
 	trackMu  sync.Mutex
 	inflight map[sdk.HandleID]struct{}
+	// releasing is held by the pump from releasing handles at terminal
+	// until their states are in the completion ring (settled).
+	releasing sync.Mutex
 
 	// kickedStates and kickedNotes make the pump ask the transport for
 	// its changes (events or polls) and for its notifications, at once.
@@ -624,6 +627,8 @@ func (s *ringServer) forwardNotes() (bool, error) {
 }
 
 func (s *ringServer) pushEvents(kind uint16, evs []sdk.Event) error {
+	s.releasing.Lock()
+	defer s.releasing.Unlock()
 	released := s.releaseAtTerminal(evs)
 	for _, e := range evs {
 		if e.State.Terminal() {
@@ -638,6 +643,15 @@ func (s *ringServer) pushEvents(kind uint16, evs []sdk.Event) error {
 		enc = func(w wire, i int) wire { return encodeReleasedEvent(w, evs[i], released[i]) }
 	}
 	return s.pushItems(kind, 0, len(evs), enc)
+}
+
+// settled returns once the states of every handle the pump released at
+// terminal so far are in the completion ring: a call the transport
+// answered NOT_FOUND for such a handle then reaches the host after the
+// state that tells it why.
+func (s *ringServer) settled() {
+	s.releasing.Lock()
+	defer s.releasing.Unlock()
 }
 
 // releaseAtTerminal releases, when the host asked for it, the handles that

@@ -9,8 +9,10 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
 
 	"github.com/custody-dev/custody/sdk"
+	pb "github.com/custody-dev/custody/sdk/plugin/proto/custody/transport/v1"
 )
 
 // releases counts the transport's Release calls per handle, and fails
@@ -207,4 +209,97 @@ func TestRingPairFencesAReusedID(t *testing.T) {
 		assert.Contains(t, err.Error(), "which the host has not released yet: ids must never be reused")
 		assert.Equal(t, int32(1), pr.kills.Load(), "fenced once")
 	}
+}
+
+// gatedRelease holds the pump inside its release at terminal: once the
+// transport released the handles, the first such call says so on released
+// and waits for proceed. The first Cancel that reaches the transport sends
+// the transport's answer on cancelled.
+type gatedRelease struct {
+	sdk.Transport
+	released  chan []sdk.HandleID
+	proceed   chan struct{}
+	cancelled chan []error
+}
+
+func (g *gatedRelease) Release(ctx context.Context, ids []sdk.HandleID) ([]error, error) {
+	errs, err := g.Transport.Release(ctx, ids)
+	select {
+	case g.released <- ids:
+		<-g.proceed
+	default:
+	}
+	return errs, err
+}
+
+func (g *gatedRelease) Cancel(ctx context.Context, ids []sdk.HandleID) ([]error, error) {
+	errs, err := g.Transport.Cancel(ctx, ids)
+	select {
+	case g.cancelled <- errs:
+	default:
+	}
+	return errs, err
+}
+
+// serverRPC answers the host's gRPC Cancel with the plugin's gRPC server,
+// in process.
+type serverRPC struct {
+	pb.TransportClient
+	s *grpcServer
+}
+
+func (c *serverRPC) Cancel(ctx context.Context, in *pb.IDs, _ ...grpc.CallOption) (*pb.Statuses, error) {
+	return c.s.Cancel(ctx, in)
+}
+
+// within waits for ch, failing the test past 10 s.
+func within[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no %s", what)
+		panic("unreachable")
+	}
+}
+
+// TestCancelRacingReleaseAtTerminal: a Cancel that reaches the transport
+// after the plugin released the handle at terminal, but before the host
+// saw its state, is OK, as the Cancel of any terminal handle: the
+// transport's NOT_FOUND reaches the host only once the state is in the
+// completion ring, and the host answers from it.
+func TestCancelRacingReleaseAtTerminal(t *testing.T) {
+	ctx := context.Background()
+	g := &gatedRelease{released: make(chan []sdk.HandleID, 1), proceed: make(chan struct{}), cancelled: make(chan []error, 1)}
+	pr := newPairWith(t, pairConfig{
+		wrap:            func(tr sdk.Transport) sdk.Transport { g.Transport = tr; return g },
+		timeout:         10 * time.Second,
+		releaseTerminal: true,
+	})
+	pr.host.c.rpc = &serverRPC{s: &grpcServer{impl: g, ringServing: ringServing{rings: pr.server}}}
+	p := &Plugin{grpcClient: pr.host.c}
+	p.rings.Store(pr.host)
+	res, err := p.Post(ctx, []sdk.PostSpec{pr.spec()})
+	require.NoError(t, err)
+	require.NoError(t, res[0].Err)
+	id := res[0].ID
+	require.Equal(t, []sdk.HandleID{id}, within(t, g.released, "release at terminal"))
+
+	type answer struct {
+		errs []error
+		err  error
+	}
+	got := make(chan answer, 1)
+	go func() {
+		errs, err := p.Cancel(ctx, []sdk.HandleID{id})
+		got <- answer{errs, err}
+	}()
+	// The transport no longer knows the handle; its state is not pushed.
+	require.True(t, isNotFound(within(t, g.cancelled, "Cancel at the transport")[0]))
+	close(g.proceed)
+	a := within(t, got, "answer to Cancel")
+	require.NoError(t, a.err)
+	assert.NoError(t, a.errs[0], "a Cancel racing the release at terminal")
+	waitDone(t, p, id)
 }
