@@ -98,7 +98,8 @@ func TestRule10ExpiryRacedByAReport(t *testing.T) {
 // TestStatesKeyTakenByAnother: a record already under the key this member
 // was about to write is not taken for its own: Report says so, naming the
 // key, and publishes the states under a new key, none lost; every rank
-// that read the foreign record fails the requests it names.
+// that read the foreign record fails the requests it names, and the member
+// deletes it once they are complete.
 func TestStatesKeyTakenByAnother(t *testing.T) {
 	c := newCluster(t, 2)
 	c.mustJoin()
@@ -116,6 +117,13 @@ func TestStatesKeyTakenByAnother(t *testing.T) {
 		o := resolve(t, g, "f")
 		require.True(t, o.Resolved, "rank %d", r)
 		assert.Equal(t, Failed, o.State, "rank %d", r)
+	}
+	// Once f is complete, rank 1 deletes the foreign record under its own
+	// keys with its own: nothing is left.
+	c.settle()
+	assert.Empty(t, c.keysLeft())
+	for r, g := range c.ranks {
+		assert.Zero(t, g.Stats().InFlight, "rank %d still tracks the request", r)
 	}
 }
 

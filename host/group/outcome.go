@@ -470,26 +470,26 @@ func (g *Group) forget(id core.RequestID) bool {
 	return true
 }
 
-// collectOrphans marks for deletion, on the lowest live rank, the states
-// records of members gone from their rank whose requests no longer wait
-// here: a lost rank's state counts for the requests it reported before it
-// went, and is read from the view of a rank that saw it until folded
-// (reqView), never again from etcd. Called with reqMu and rv.mu held.
+// collectOrphans marks for deletion the states records of members gone
+// from their rank (on the lowest live rank), and the foreign records under
+// this member's own keys (view.go), whose requests no longer wait here: a
+// lost rank's state counts for the requests it reported before it went,
+// and is read from the view of a rank that saw it until folded (reqView),
+// never again from etcd. Called with reqMu and rv.mu held.
 func (g *Group) collectOrphans(now []string) {
 	if len(g.rv.orphans) == 0 {
 		return
 	}
+	lowest := false
 	for rank, m := range now {
 		if m != "" {
-			if rank != g.cfg.Rank {
-				return // a lower rank collects
-			}
+			lowest = rank == g.cfg.Rank
 			break
 		}
 	}
 	for key, b := range g.rv.orphans {
-		if _, ok := g.reqs.orphans[key]; ok {
-			continue
+		if _, ok := g.reqs.orphans[key]; ok || !(lowest || g.foreign(b)) {
+			continue // collected already, or by a lower rank
 		}
 		done := true
 		for _, id := range b.ids {

@@ -148,7 +148,7 @@ func (g *Group) applyBatch(key string, rank int, member string, value []byte) bo
 		b.ids = append(b.ids, en.id)
 	}
 	g.rv.batches[key] = b
-	if g.view[rank].member != member {
+	if g.orphan(b) {
 		g.rv.orphans[key] = b
 	}
 	return len(b.ids) > 0
@@ -175,13 +175,27 @@ func (g *Group) ownBatch(rank int, member string, seq uint64) bool {
 	return rank == g.cfg.Rank && member == g.member && seq <= g.ownSeq.Load()
 }
 
-// reorphan recomputes which states records belong to a member that no
-// longer holds its rank. Called with rv.mu and g.mu held, after
-// membership changed.
+// orphan says whether a states record of another writer is one no live
+// member deletes as its own: its member no longer holds its rank, or it
+// lies under this member's own keys, which this member did not allocate
+// (foreign: a forgery, or a writer that took the key first). Called with
+// g.mu held.
+func (g *Group) orphan(b *viewBatch) bool {
+	return g.view[b.rank].member != b.member || g.foreign(b)
+}
+
+// foreign says whether a states record of another writer lies under this
+// member's own keys.
+func (g *Group) foreign(b *viewBatch) bool {
+	return b.rank == g.cfg.Rank && b.member == g.member
+}
+
+// reorphan recomputes which states records are orphans. Called with rv.mu
+// and g.mu held, after membership changed.
 func (g *Group) reorphan() {
 	clear(g.rv.orphans)
 	for key, b := range g.rv.batches {
-		if g.view[b.rank].member != b.member {
+		if g.orphan(b) {
 			g.rv.orphans[key] = b
 		}
 	}
