@@ -118,6 +118,7 @@ func (g *Group) Expire(ctx context.Context, ids []core.RequestID, waited time.Du
 			octx, cancel := g.opCtx(context.WithoutCancel(ctx))
 			_, _ = g.cli.Revoke(octx, lease) // else it ends with its TTL
 			cancel()
+			g.reqs.writes.Add(1)
 		}
 	}()
 	for _, id := range ids {

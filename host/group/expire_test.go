@@ -113,6 +113,16 @@ func TestStatesKeyTakenByAnother(t *testing.T) {
 	assert.Contains(t, err.Error(), next)
 	assert.Contains(t, err.Error(), `"f"`)
 	assert.Equal(t, Failed, c.published(1)["f"], "rank 1's own state was not published")
+	g1.rv.mu.Lock()
+	_, seen := g1.rv.batches[next]
+	g1.rv.mu.Unlock()
+	assert.True(t, seen, "rank 1's view does not hold the record under its key once Report found it")
+	// However rank 1's view comes to hold that key (its watch may bring it
+	// only after rank 1 allocated it), it reads the record there as a
+	// foreign one: here, after a reload, as when its watch breaks.
+	resp, err := c.client().Get(ctxT(t), g1.keys.base, clientPrefix())
+	require.NoError(t, err)
+	g1.resync(resp.Kvs, resp.Header.Revision)
 	for r, g := range c.ranks {
 		o := resolve(t, g, "f")
 		require.True(t, o.Resolved, "rank %d", r)

@@ -55,8 +55,12 @@ type Group struct {
 	reqs  requests
 	rv    reqView
 	// ownSeq is the last sequence number of a states record this member
-	// allocated (its view decodes none of them).
+	// allocated (its view decodes none of them, but those in taken).
 	ownSeq atomic.Uint64
+	// taken holds the sequence numbers this member allocated whose key
+	// another writer took first: the view decodes what lies there as a
+	// foreign record. Under mu; never shrinks (one entry per key taken).
+	taken map[uint64]struct{}
 }
 
 // Open connects this rank to its group's coordinator (starting the embedded

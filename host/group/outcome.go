@@ -53,6 +53,7 @@ type request struct {
 // batch is one states record of this member: the states of one write.
 type batch struct {
 	key   string
+	seq   uint64
 	reqs  []*request
 	value string
 	// left counts its requests not yet complete. written: it landed;
@@ -181,7 +182,7 @@ func (g *Group) newBatch(reqs []*request) *batch {
 	for i, r := range reqs {
 		ts[i] = r.mine
 	}
-	b := &batch{key: g.keys.batch(g.cfg.Rank, g.member, seq), reqs: reqs, value: encodeBatch(g.cfg.Rank, g.member, ts), left: len(reqs)}
+	b := &batch{key: g.keys.batch(g.cfg.Rank, g.member, seq), seq: seq, reqs: reqs, value: encodeBatch(g.cfg.Rank, g.member, ts), left: len(reqs)}
 	for _, r := range reqs {
 		r.batch = b
 	}
@@ -292,6 +293,7 @@ func (g *Group) flush(ctx context.Context) error {
 				ids[i] = fmt.Sprintf("%q", r.mine.Request)
 			}
 			errs = append(errs, fmt.Sprintf("states key %s already holds a record this member did not write (%.80q); requests %s are published under a new key, and any rank that read that record fails them", b.key, firstValue(got), strings.Join(ids, ", ")))
+			g.tookKey(b, got)
 			if conflicts++; conflicts > maxConflicts {
 				return fmt.Errorf("group %q rank %d: %s: %w", g.cfg.Engine, g.cfg.Rank, strings.Join(errs, "; "), ErrMalformed)
 			}
@@ -312,6 +314,27 @@ func (g *Group) flush(ctx context.Context) error {
 		return fmt.Errorf("group %q rank %d: %s: %w", g.cfg.Engine, g.cfg.Rank, strings.Join(errs, "; "), ErrMalformed)
 	}
 	return nil
+}
+
+// tookKey records that another writer took the key of b first, holding
+// got: this member's view reads that record as a foreign one, as the other
+// ranks' views do (they cannot tell it from this member's), and this
+// member deletes it once the requests it names are complete
+// (collectOrphans). Called with reqMu held.
+func (g *Group) tookKey(b *batch, got []*mvccpb.KeyValue) {
+	g.rv.mu.Lock()
+	defer g.rv.mu.Unlock()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.taken == nil {
+		g.taken = map[uint64]struct{}{}
+	}
+	g.taken[b.seq] = struct{}{}
+	if len(got) == 1 && g.rv.batches[b.key] == nil {
+		if g.applyBatch(b.key, g.cfg.Rank, g.member, got[0].Value) {
+			g.notify()
+		}
+	}
 }
 
 func firstValue(kvs []*mvccpb.KeyValue) []byte {

@@ -169,10 +169,14 @@ func (g *Group) dropBatch(key string) bool {
 	return touched
 }
 
-// ownBatch says whether a states key is one this member allocated: its
-// records are never decoded.
+// ownBatch says whether a states key is one this member allocated and
+// wrote: its records are never decoded. Called with g.mu held.
 func (g *Group) ownBatch(rank int, member string, seq uint64) bool {
-	return rank == g.cfg.Rank && member == g.member && seq <= g.ownSeq.Load()
+	if rank != g.cfg.Rank || member != g.member || seq > g.ownSeq.Load() {
+		return false
+	}
+	_, taken := g.taken[seq]
+	return !taken
 }
 
 // orphan says whether a states record of another writer is one no live
