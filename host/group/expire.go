@@ -43,9 +43,9 @@ import (
 // never reports.
 const expiryTTL = time.Hour
 
-// expiryLease is how long the lease of an expiry written after waiting
+// expiryTTLFor is how long the lease of an expiry written after waiting
 // waited lasts, in whole seconds: expiryTTL, or ten times waited.
-func expiryLease(waited time.Duration) int64 {
+func expiryTTLFor(waited time.Duration) int64 {
 	return int64(max(expiryTTL, 10*waited).Round(time.Second) / time.Second)
 }
 
@@ -137,7 +137,7 @@ func (g *Group) Expire(ctx context.Context, ids []core.RequestID, waited time.Du
 			}
 			if lease == clientv3.NoLease {
 				var err error
-				if lease, err = g.expiryLease(ctx, waited); err != nil {
+				if lease, err = g.grantExpiryLease(ctx, waited); err != nil {
 					return err
 				}
 			}
@@ -162,11 +162,11 @@ func (g *Group) Expire(ctx context.Context, ids []core.RequestID, waited time.Du
 	return nil
 }
 
-// expiryLease grants the lease the expiries of one Expire are written
-// under (expiryLease).
-func (g *Group) expiryLease(ctx context.Context, waited time.Duration) (clientv3.LeaseID, error) {
+// grantExpiryLease grants the lease the expiries of one Expire are written
+// under (expiryTTLFor).
+func (g *Group) grantExpiryLease(ctx context.Context, waited time.Duration) (clientv3.LeaseID, error) {
 	octx, cancel := g.opCtx(ctx)
-	resp, err := g.cli.Grant(octx, expiryLease(waited))
+	resp, err := g.cli.Grant(octx, expiryTTLFor(waited))
 	cancel()
 	g.reqs.writes.Add(1)
 	if err != nil {

@@ -137,35 +137,6 @@ func TestStatesKeyTakenByAnother(t *testing.T) {
 	}
 }
 
-// settle runs every rank's round (Report, Sync, Resolve) twice: what each
-// may delete goes out, and each folds what the others deleted.
-func (c *cluster) settle() {
-	c.t.Helper()
-	for range 2 {
-		for _, g := range c.ranks {
-			require.NoError(c.t, g.Report(ctxT(c.t), nil))
-			require.NoError(c.t, g.Sync(ctxT(c.t)))
-			_, err := g.Resolve(ctxT(c.t), nil)
-			require.NoError(c.t, err)
-		}
-	}
-}
-
-// keysLeft lists the request and states keys still in etcd.
-func (c *cluster) keysLeft() []string {
-	c.t.Helper()
-	var left []string
-	g := c.ranks[0]
-	for _, prefix := range []string{g.keys.requests(), g.keys.batches()} {
-		resp, err := c.client().Get(ctxT(c.t), prefix, clientPrefix())
-		require.NoError(c.t, err)
-		for _, kv := range resp.Kvs {
-			left = append(left, string(kv.Key))
-		}
-	}
-	return left
-}
-
 // expiryLeaseOf returns the lease the expiry of id by rank is written
 // under, and the TTL it was granted.
 func (c *cluster) expiryLeaseOf(id string, rank int) (clientv3.LeaseID, int64) {
