@@ -7,6 +7,7 @@ PROTOC_GEN_GO_GRPC_VERSION := v1.5.1
 STATICCHECK_VERSION := v0.8.2
 GREMLINS_VERSION := v0.6.0
 GOBIN_TOOLS := $(CURDIR)/.tools
+PYTHON := $(CURDIR)/.venv/bin/python
 PROTO := sdk/plugin/proto/custody/transport/v1/transport.proto api/engine/v1/engine.proto
 
 .PHONY: all build test test-nixl demo soak proto bench lint deps clean mutate
@@ -72,13 +73,18 @@ mutate:
 	@test -x $(GOBIN_TOOLS)/gremlins || GOBIN=$(GOBIN_TOOLS) $(GO) install github.com/go-gremlins/gremlins/cmd/gremlins@$(GREMLINS_VERSION)
 	GOFLAGS="-count=1 -short -vet=off -ldflags=-w" $(GOBIN_TOOLS)/gremlins unleash --timeout-coefficient 15 ./core
 
-# proto regenerates the checked-in gRPC code from $(PROTO).
+# proto regenerates the checked-in gRPC code from $(PROTO): Go, and the
+# Python package's engine API stubs (grpcio-tools, pinned in
+# python/requirements-dev.txt).
 proto:
 	@command -v protoc >/dev/null || ./scripts/deps.sh protoc
 	GOBIN=$(GOBIN_TOOLS) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
 	GOBIN=$(GOBIN_TOOLS) $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
 	PATH=$(GOBIN_TOOLS):$$PATH protoc --go_out=. --go_opt=paths=source_relative \
 		--go-grpc_out=. --go-grpc_opt=paths=source_relative $(PROTO)
+	@./scripts/python.sh
+	$(PYTHON) -m grpc_tools.protoc -Icustody/api/engine/v1=api/engine/v1 \
+		--python_out=python --grpc_python_out=python --pyi_out=python custody/api/engine/v1/engine.proto
 
 clean:
 	rm -rf $(BIN) $(GOBIN_TOOLS)

@@ -1,0 +1,1 @@
+"""custody: the engine API client (custody.client) and the vLLM connector (custody.vllm)."""

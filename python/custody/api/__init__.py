@@ -1,0 +1,1 @@
+"""Generated engine API stubs (make proto)."""
