@@ -1,1 +1,66 @@
-"""custody: the engine API client (custody.client) and the vLLM connector (custody.vllm)."""
+"""custody: the engine API client (custody.client) and the vLLM connector (custody.vllm).
+
+The client's public names are re-exported here: ``custody.Client``,
+``custody.Unavailable`` and so on. ``custody.vllm`` is imported on its own,
+so that the client needs nothing of vLLM.
+"""
+
+from custody.client import (
+    DEFAULT_ACK_DELAY,
+    MAX_ACK_DELAY,
+    MAX_REPLY,
+    MIN_REPLY,
+    BlockRef,
+    Client,
+    Failure,
+    Finished,
+    Part,
+    RemoteRank,
+    Watch,
+    new_token,
+)
+from custody.errors import (
+    Backend,
+    Busy,
+    Canceled,
+    CustodyError,
+    DeadlineExceeded,
+    HostRestarted,
+    InvalidArgument,
+    NotFound,
+    ResourceExhausted,
+    Unavailable,
+    UnknownOutcome,
+    Unsupported,
+    Watching,
+    error_from_rpc,
+)
+
+__all__ = [
+    "DEFAULT_ACK_DELAY",
+    "MAX_ACK_DELAY",
+    "MAX_REPLY",
+    "MIN_REPLY",
+    "Backend",
+    "BlockRef",
+    "Busy",
+    "Canceled",
+    "Client",
+    "CustodyError",
+    "DeadlineExceeded",
+    "Failure",
+    "Finished",
+    "HostRestarted",
+    "InvalidArgument",
+    "NotFound",
+    "Part",
+    "RemoteRank",
+    "ResourceExhausted",
+    "Unavailable",
+    "UnknownOutcome",
+    "Unsupported",
+    "Watch",
+    "Watching",
+    "error_from_rpc",
+    "new_token",
+]
