@@ -39,6 +39,8 @@ class HostProcess:
         socket: its engine socket.
         address: its metadata endpoint (host:port), what peers connect to.
         log: the file its output goes to.
+
+    Hosts trust each other when they share ``state_dir``.
     """
 
     name: str
@@ -48,6 +50,9 @@ class HostProcess:
     params: dict[str, str] = field(default_factory=dict)
     cap_s: float = 120.0
     log_level: str = "warn"
+    # Hosts that share a state directory trust each other (custody makes
+    # one CA there for them); default: dir/state.
+    state_dir: str = ""
     socket: str = ""
     address: str = ""
     log: str = ""
@@ -65,7 +70,7 @@ class HostProcess:
             "escalation": {"cap": f"{self.cap_s}s", "policy": "fence"},
             "engine": {"socket": self.socket},
             "log_level": self.log_level,
-            "state_dir": os.path.join(self.dir, "state"),
+            "state_dir": self.state_dir or os.path.join(self.dir, "state"),
         }
 
     def start(self, timeout_s: float = 30.0) -> HostProcess:

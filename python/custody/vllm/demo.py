@@ -1,0 +1,222 @@
+"""``python -m custody.vllm.demo``: a vLLM prefill/decode pair on custody.
+
+Three vLLM engines on this machine — a reference that prefills and decodes
+itself, a prefill and a decode, the last two with CustodyConnector over two
+``custody serve`` hosts with the fake transport — run the same prompts,
+greedy. Every decode output must equal the reference's. Then the decode
+host's transport injects faults, request by request: a transfer that
+fails, one that disconnects, one stalled until its transport process is
+SIGKILLed, one stalled past the hold cap. Under ``kv_load_failure_policy``
+"fail" each such request must be reported failed; under "recompute" it
+must give the reference's tokens anyway. No output may differ silently,
+and at the end neither host nor either vLLM may hold a block.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+
+from custody.client import Client
+from custody.hosts import HostProcess
+from custody.vllm.engine import Engine, EngineSpec, Output
+
+# The decode transport's fault rules, by the number of the transfer they
+# hit: the first CLEAN transfers of each transport process run clean, the
+# next ones fail, disconnect and stall (forever). A fence restarts the
+# process, whose count starts again, so each process sees every rule.
+CLEAN = 4
+FAULTS = [f"fail,after=0,post={CLEAN + 1}", f"disconnect,after=0,post={CLEAN + 2}", f"stall,post={CLEAN + 3}"]
+# What the rounds of requests meet: the first transport process's stall is
+# ended by a SIGKILL, the second's by the hold cap.
+ROUNDS = [("clean", CLEAN), ("fail", 1), ("disconnect", 1), ("kill", 1),
+          ("clean", CLEAN), ("fail", 1), ("disconnect", 1), ("hold-cap", 1)]
+FAULTY = {"fail", "disconnect", "kill", "hold-cap"}
+
+
+@dataclass
+class Summary:
+    """What a run found."""
+
+    policy: str
+    requests: int = 0
+    identical: int = 0
+    failed: int = 0
+    wrong: list[str] = field(default_factory=list)
+    unreported: list[str] = field(default_factory=list)
+    fences: int = 0
+    restarts: int = 0
+    leaks: list[str] = field(default_factory=list)
+
+    def ok(self) -> bool:
+        """No output differed silently, every fault was answered as the
+        policy says, nothing leaked."""
+        return not self.wrong and not self.unreported and not self.leaks
+
+    def lines(self) -> list[str]:
+        """The summary as custody demo prints it."""
+        return [
+            f"policy     {self.policy}",
+            f"requests   {self.requests}",
+            f"identical  {self.identical}",
+            f"failed     {self.failed}",
+            f"wrong      {len(self.wrong)}",
+            f"unanswered {len(self.unreported)}",
+            f"fences     {self.fences} (transport restarts {self.restarts})",
+            f"leaks      {len(self.leaks)}",
+        ] + [f"  wrong: {w}" for w in self.wrong] + [f"  unanswered: {u}" for u in self.unreported] + \
+            [f"  leak: {x}" for x in self.leaks]
+
+
+def prompts(n: int, offset: int = 0) -> list[list[int]]:
+    """n distinct prompts of 20 to 80 token ids."""
+    return [[(7 * i + 3 * j + offset) % 500 + 3 for j in range(20 + (i * 13) % 61)] for i in range(n)]
+
+
+def connector(host: HostProcess, policy: str, lease_s: float) -> dict[str, object]:
+    """The kv_transfer_config of an engine on host."""
+    return {"kv_connector": "CustodyConnector", "kv_connector_module_path": "custody.vllm", "kv_role": "kv_both",
+            "kv_load_failure_policy": policy,
+            "kv_connector_extra_config": {"socket": host.socket, "address": host.address, "lease_s": lease_s}}
+
+
+def _kill_transport_when_busy(host: HostProcess, done: threading.Event) -> None:
+    """SIGKILL host's transport process once a transfer is in flight."""
+    with Client(host.socket) as c:
+        deadline = time.monotonic() + 60
+        while not done.is_set() and time.monotonic() < deadline:
+            st = c.status(timeout=5)
+            if st.in_flight > 0 and st.transport_pid > 0:
+                os.kill(st.transport_pid, 9)
+                return
+            done.wait(0.005)
+
+
+def run(custody: str, d: str, policy: str, reference: list[Output], all_prompts: list[list[int]], prefill: Engine,
+        prefill_host: HostProcess, cap_s: float, max_tokens: int, settle_s: float) -> Summary:
+    """One decode engine under policy, on a host of its own (a host serves
+    one engine process: its pool cannot be registered twice), against the
+    running prefill."""
+    s = Summary(policy=policy)
+    decode_host = HostProcess(f"decode-{policy}", os.path.join(d, f"decode-{policy}"), custody, cap_s=cap_s,
+                              params={"fault": ";".join(FAULTS), "dir": prefill_host.params["dir"]},
+                              state_dir=prefill_host.state_dir).start()
+    decode = Engine(EngineSpec(f"decode-{policy}", connector(decode_host, policy, 1)))
+    try:
+        decode.wait_ready()
+        pre = prefill.generate(all_prompts, 1, [{"do_remote_decode": True}] * len(all_prompts))
+        i = 0
+        for kind, n in ROUNDS:
+            for _ in range(n):
+                done = threading.Event()
+                killer = None
+                if kind == "kill":
+                    killer = threading.Thread(target=_kill_transport_when_busy, args=(decode_host, done))
+                    killer.start()
+                out = decode.generate([all_prompts[i]], max_tokens, [pre[i].kv_transfer_params])[0]
+                done.set()
+                if killer is not None:
+                    killer.join()
+                s.requests += 1
+                judge(s, kind, i, out, reference[i], policy)
+                i += 1
+        leaks(s, prefill, decode, prefill_host, decode_host, settle_s)
+    finally:
+        decode.stop()
+        decode_host.stop()
+    return s
+
+
+def judge(s: Summary, kind: str, i: int, out: Output, ref: Output, policy: str) -> None:
+    """Count one decode output against the reference."""
+    if out.tokens == ref.tokens:
+        s.identical += 1
+        if kind in FAULTY and policy == "fail":
+            s.unreported.append(f"request {i} ({kind}) gave tokens though its load failed under policy fail")
+        return
+    if not out.tokens and out.finish_reason == "error":
+        s.failed += 1
+        if kind not in FAULTY:
+            s.unreported.append(f"request {i} ({kind}) failed without a fault")
+        elif policy == "recompute":
+            s.unreported.append(f"request {i} ({kind}) failed though policy recompute recomputes it")
+        return
+    s.wrong.append(f"request {i} ({kind}): {out.tokens} ({out.finish_reason}) != reference {ref.tokens}")
+
+
+def leaks(s: Summary, prefill: Engine, decode: Engine, prefill_host: HostProcess, decode_host: HostProcess,
+          wait_s: float) -> None:
+    """Nothing held: by either host (Status), by either vLLM (its block pool)."""
+    for e in (prefill, decode):
+        if e.settle(wait_s):
+            s.leaks.append(f"vLLM {e.spec.name}: requests still wait for the connector after {wait_s} s")
+    for h in (prefill_host, decode_host):
+        with Client(h.socket) as c:
+            deadline = time.monotonic() + wait_s
+            while True:
+                st = c.status(timeout=5)
+                held = {k: getattr(st, k) for k in ("in_flight", "retained", "retired", "quarantined_blocks", "requests")}
+                if not any(held.values()) or time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)  # a lease or a fence of another process runs out
+            if h is decode_host:
+                s.fences, s.restarts = int(st.fences), int(st.transport_restarts)
+            if any(held.values()):
+                s.leaks.append(f"host {h.name} holds {held}")
+    for e in (prefill, decode):
+        free, usable = e.blocks()
+        if free != usable:
+            s.leaks.append(f"vLLM {e.spec.name}: {usable - free} of {usable} blocks not free")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the demo under both policies and print the summaries."""
+    ap = argparse.ArgumentParser(prog="python -m custody.vllm.demo", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--custody", default=os.environ.get("CUSTODY_BIN", "bin") + "/custody", help="the custody binary")
+    ap.add_argument("--policy", choices=["fail", "recompute", "both"], default="both")
+    ap.add_argument("--max-tokens", type=int, default=8)
+    ap.add_argument("--keep", action="store_true", help="keep the hosts' directory (configs, logs)")
+    a = ap.parse_args(argv)
+    policies = ["fail", "recompute"] if a.policy == "both" else [a.policy]
+    d = tempfile.mkdtemp(prefix="custody-vllm-demo-")
+    cap_s, lease_s = 3.0, 5.0
+    n = sum(k for _, k in ROUNDS)
+    all_prompts = prompts(n)
+    # Both hosts' fakes keep their files in d, which each allows its peer's
+    # files in (the fake's peer_dirs holds its dir).
+    pre_host = HostProcess("prefill", os.path.join(d, "prefill"), a.custody, params={"dir": d},
+                           state_dir=os.path.join(d, "state")).start()
+    ref = Engine(EngineSpec("reference"))
+    prefill = Engine(EngineSpec("prefill", connector(pre_host, "fail", lease_s)))
+    ok = True
+    try:
+        ref.wait_ready()
+        reference = ref.generate(all_prompts, a.max_tokens)
+        ref.stop()
+        prefill.wait_ready()
+        for policy in policies:
+            s = run(a.custody, d, policy, reference, all_prompts, prefill, pre_host, cap_s, a.max_tokens,
+                    lease_s + cap_s + 10)
+            print("\n".join(s.lines()))
+            ok = ok and s.ok()
+    finally:
+        ref.stop()
+        prefill.stop()
+        pre_host.stop()
+        if a.keep or not ok:
+            print(f"vllm-demo: hosts' configs and logs in {d}", file=sys.stderr)
+        else:
+            shutil.rmtree(d, ignore_errors=True)
+    print("vllm-demo: every output identical or handled as the policy says, nothing leaked" if ok
+          else "vllm-demo: FAILED", file=sys.stderr)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
