@@ -20,11 +20,14 @@ from custody.client import (
     new_token,
 )
 from custody.errors import (
+    ERROR_DOMAIN,
+    REASON_HANDSHAKE_FAILED,
     Backend,
     Busy,
     Canceled,
     CustodyError,
     DeadlineExceeded,
+    HandshakeFailed,
     HostRestarted,
     InvalidArgument,
     NotFound,
@@ -38,9 +41,11 @@ from custody.errors import (
 
 __all__ = [
     "DEFAULT_ACK_DELAY",
+    "ERROR_DOMAIN",
     "MAX_ACK_DELAY",
     "MAX_REPLY",
     "MIN_REPLY",
+    "REASON_HANDSHAKE_FAILED",
     "Backend",
     "BlockRef",
     "Busy",
@@ -50,6 +55,7 @@ __all__ = [
     "DeadlineExceeded",
     "Failure",
     "Finished",
+    "HandshakeFailed",
     "HostRestarted",
     "InvalidArgument",
     "NotFound",

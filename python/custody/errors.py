@@ -10,12 +10,22 @@ from __future__ import annotations
 
 import grpc
 
+ERROR_DOMAIN = "custody.engine.v1"
+"""The domain of the google.rpc.ErrorInfo details the host attaches to an
+engine API error, whose reason tells apart errors of one code."""
+
+REASON_HANDSHAKE_FAILED = "HANDSHAKE_FAILED"
+"""The ErrorInfo reason of :class:`HandshakeFailed`."""
+
 __all__ = [
+    "ERROR_DOMAIN",
+    "REASON_HANDSHAKE_FAILED",
     "Backend",
     "Busy",
     "Canceled",
     "CustodyError",
     "DeadlineExceeded",
+    "HandshakeFailed",
     "HostRestarted",
     "InvalidArgument",
     "NotFound",
@@ -30,7 +40,9 @@ __all__ = [
 
 class CustodyError(Exception):
     """A failed engine API call: ``code`` is the host's gRPC status code and
-    ``message`` its message, which names what was wrong (it may be empty).
+    ``message`` its message, which names what was wrong (it may be empty);
+    ``reason`` is the reason of the ErrorInfo of ERROR_DOMAIN the host
+    attached, "" when none.
 
     A code without a subclass of its own (one the host does not use, or a
     watch that saw the host break the report stream's order, DATA_LOSS) is
@@ -39,11 +51,13 @@ class CustodyError(Exception):
 
     code: grpc.StatusCode
     message: str
+    reason: str
 
-    def __init__(self, code: grpc.StatusCode, message: str = "") -> None:
-        super().__init__(code, message)
+    def __init__(self, code: grpc.StatusCode, message: str = "", reason: str = "") -> None:
+        super().__init__(code, message, reason)
         self.code = code
         self.message = message
+        self.reason = reason
 
     def __str__(self) -> str:
         name = str(self.code.name) if isinstance(self.code, grpc.StatusCode) else str(self.code)
@@ -57,11 +71,13 @@ class _Coded(CustodyError):
     """A CustodyError whose subclass fixes its code (``CODE``)."""
 
     CODE: grpc.StatusCode = grpc.StatusCode.UNKNOWN
+    REASON: str = ""
 
     def __init__(self, message: str = "") -> None:
         Exception.__init__(self, message)
         self.code = self.CODE
         self.message = message
+        self.reason = self.REASON
 
 
 class Unavailable(_Coded):
@@ -105,9 +121,23 @@ class UnknownOutcome(_Coded):
 
 
 class Busy(_Coded):
-    """FAILED_PRECONDITION: something still holds what the call would free."""
+    """FAILED_PRECONDITION: something still holds what the call would free,
+    or a pool is poisoned; the message says which."""
 
     CODE = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class HandshakeFailed(_Coded):
+    """FAILED_PRECONDITION with reason HANDSHAKE_FAILED: the last attempt of
+    the peer's handshake failed; the message names the peer and the cause
+    (``peer "NAME": handshake failed: CAUSE``), as it stays until an attempt
+    succeeds. The host retries the handshake with backoff on its own: retry
+    the call at the engine's own pace, it succeeds once an attempt did;
+    ``connect_peer`` starts an attempt at once (with other ranks, when they
+    were wrong). It is not a Busy."""
+
+    CODE = grpc.StatusCode.FAILED_PRECONDITION
+    REASON = REASON_HANDSHAKE_FAILED
 
 
 class NotFound(_Coded):
@@ -142,9 +172,10 @@ class Watching(RuntimeError):
     the open watch (or let it end) first."""
 
 
-_BY_CODE: dict[grpc.StatusCode, type[_Coded]] = {
-    cls.CODE: cls
+_BY_REASON: dict[tuple[grpc.StatusCode, str], type[_Coded]] = {
+    (cls.CODE, cls.REASON): cls
     for cls in (
+        HandshakeFailed,
         Unavailable,
         InvalidArgument,
         DeadlineExceeded,
@@ -162,9 +193,10 @@ _BY_CODE: dict[grpc.StatusCode, type[_Coded]] = {
 
 def error_from_rpc(err: grpc.RpcError) -> CustodyError:
     """The CustodyError for a failed gRPC call: the subclass of its status
-    code, carrying its code and details; a code without a subclass (and an
-    RpcError that carries no status, as UNKNOWN) gives a CustodyError itself.
-    """
+    code (and of the reason of the ErrorInfo of ERROR_DOMAIN in its status
+    details, where one names a subclass), carrying its code, details and
+    reason; a code without a subclass gives a CustodyError itself, and an
+    RpcError that carries no status counts as UNKNOWN."""
     code_fn = getattr(err, "code", None)
     details_fn = getattr(err, "details", None)
     code = code_fn() if callable(code_fn) else None
@@ -172,7 +204,90 @@ def error_from_rpc(err: grpc.RpcError) -> CustodyError:
     if not isinstance(code, grpc.StatusCode):
         code = grpc.StatusCode.UNKNOWN
     message = details if isinstance(details, str) else ""
-    cls = _BY_CODE.get(code)
+    reason = _reason(err)
+    cls = _BY_REASON.get((code, reason)) or _BY_REASON.get((code, ""))
     if cls is None:
-        return CustodyError(code, message)
-    return cls(message)
+        return CustodyError(code, message, reason)
+    e = cls(message)
+    e.reason = reason
+    return e
+
+
+# The status details travel as a google.rpc.Status in the trailing metadata
+# grpc-status-details-bin. They are decoded here by hand (three small
+# messages) rather than with googleapis-common-protos, which the client
+# would otherwise need for this alone:
+#   google.rpc.Status    {int32 code = 1; string message = 2; repeated Any details = 3}
+#   google.protobuf.Any  {string type_url = 1; bytes value = 2}
+#   google.rpc.ErrorInfo {string reason = 1; string domain = 2; map metadata = 3}
+_STATUS_DETAILS_KEY = "grpc-status-details-bin"
+_ERROR_INFO_TYPE = "type.googleapis.com/google.rpc.ErrorInfo"
+
+
+def _reason(err: grpc.RpcError) -> str:
+    """The reason of the first ErrorInfo of ERROR_DOMAIN in err's status
+    details; "" when there is none or the details do not parse."""
+    md_fn = getattr(err, "trailing_metadata", None)
+    md = md_fn() if callable(md_fn) else None
+    for item in md or ():
+        try:
+            key, value = item
+        except (TypeError, ValueError):
+            continue
+        if key != _STATUS_DETAILS_KEY or not isinstance(value, bytes):
+            continue
+        try:
+            for field, any_bytes in _fields(value):
+                if field != 3:
+                    continue
+                any_fields = dict(_fields(any_bytes))
+                if any_fields.get(1, b"") != _ERROR_INFO_TYPE.encode():
+                    continue
+                info = dict(_fields(any_fields.get(2, b"")))
+                if info.get(2, b"") == ERROR_DOMAIN.encode():
+                    return info.get(1, b"").decode("utf-8", "replace")
+        except ValueError:
+            return ""
+    return ""
+
+
+def _fields(buf: bytes) -> list[tuple[int, bytes]]:
+    """The length-delimited fields of a protobuf message, as (field number,
+    bytes); fields of other wire types are skipped. ValueError when buf is
+    not a protobuf message."""
+    out: list[tuple[int, bytes]] = []
+    i = 0
+
+    def varint() -> int:
+        nonlocal i
+        n = shift = 0
+        while True:
+            if i >= len(buf) or shift > 63:
+                raise ValueError("truncated varint")
+            b = buf[i]
+            i += 1
+            n |= (b & 0x7F) << shift
+            shift += 7
+            if b < 0x80:
+                return n
+
+    while i < len(buf):
+        tag = varint()
+        field, wire = tag >> 3, tag & 7
+        if wire == 0:
+            varint()
+        elif wire == 1:
+            i += 8
+        elif wire == 5:
+            i += 4
+        elif wire == 2:
+            n = varint()
+            if i + n > len(buf):
+                raise ValueError("truncated field")
+            out.append((field, buf[i : i + n]))
+            i += n
+        else:
+            raise ValueError(f"wire type {wire}")
+        if i > len(buf):
+            raise ValueError("truncated field")
+    return out

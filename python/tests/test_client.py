@@ -29,6 +29,7 @@ from custody import (
     CustodyError,
     DeadlineExceeded,
     Finished,
+    HandshakeFailed,
     HostRestarted,
     InvalidArgument,
     NotFound,
@@ -328,17 +329,22 @@ def test_transport_errors_from_host(custody_pair: Pair, host_dir: Path) -> None:
 
 
 class _RpcError(grpc.RpcError):
-    """A gRPC error with a status, as grpc raises them (grpc.Call's code and
-    details)."""
+    """A gRPC error with a status, as grpc raises them (grpc.Call's code,
+    details and trailing metadata)."""
 
-    def __init__(self, code: grpc.StatusCode, details: str) -> None:
-        self._code, self._details = code, details
+    def __init__(
+        self, code: grpc.StatusCode, details: str, trailing: tuple[tuple[str, bytes], ...] = ()
+    ) -> None:
+        self._code, self._details, self._trailing = code, details, trailing
 
     def code(self) -> grpc.StatusCode:
         return self._code
 
     def details(self) -> str:
         return self._details
+
+    def trailing_metadata(self) -> tuple[tuple[str, bytes], ...]:
+        return self._trailing
 
 
 @pytest.mark.parametrize(
@@ -369,6 +375,36 @@ def test_error_from_rpc_maps_every_code(code: grpc.StatusCode, cls: type[Custody
     if cls is not CustodyError:
         assert cls("m").code is code  # a subclass fixes its code
         assert cls.__doc__ and code.name in cls.__doc__
+
+
+def test_error_from_rpc_reads_the_error_info_reason() -> None:
+    """The host's ErrorInfo (google.rpc.Status details, encoded here with
+    googleapis-common-protos) tells HandshakeFailed from Busy."""
+    status_pb2 = pytest.importorskip("google.rpc.status_pb2")
+    error_details_pb2 = pytest.importorskip("google.rpc.error_details_pb2")
+
+    def rpc_error(domain: str, reason: str) -> _RpcError:
+        st = status_pb2.Status(code=9, message="m")
+        info = error_details_pb2.ErrorInfo(domain=domain, reason=reason, metadata={"peer": "p"})
+        st.details.add().Pack(info)
+        md = (("other-bin", b"\x00"), ("grpc-status-details-bin", st.SerializeToString()))
+        return _RpcError(grpc.StatusCode.FAILED_PRECONDITION, 'peer "p": handshake failed: x', md)
+
+    e = error_from_rpc(rpc_error(custody.ERROR_DOMAIN, custody.REASON_HANDSHAKE_FAILED))
+    assert type(e) is HandshakeFailed
+    assert e.code is grpc.StatusCode.FAILED_PRECONDITION
+    assert e.reason == "HANDSHAKE_FAILED"
+    assert not isinstance(e, Busy)
+    assert HandshakeFailed("m").reason == "HANDSHAKE_FAILED"
+    e = error_from_rpc(rpc_error("another.domain", custody.REASON_HANDSHAKE_FAILED))
+    assert type(e) is Busy
+    assert e.reason == ""
+    e = error_from_rpc(rpc_error(custody.ERROR_DOMAIN, "SOMETHING_ELSE"))
+    assert type(e) is Busy
+    assert e.reason == "SOMETHING_ELSE"
+    garbled = (("grpc-status-details-bin", b"\x1a\xff\x01"),)
+    e = error_from_rpc(_RpcError(grpc.StatusCode.FAILED_PRECONDITION, "m", garbled))
+    assert type(e) is Busy
 
 
 def test_error_from_rpc_without_status() -> None:
