@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from custody.client import Client
 from custody.hosts import HostProcess
-from custody.vllm.engine import Engine, EngineSpec, Output
+from custody.vllm.engine import Engine, EngineSpec, Output, make_model
 
 # The decode transport's fault rules, by the number of the transfer they
 # hit: the first CLEAN transfers of each transport process run clean, the
@@ -35,8 +35,12 @@ CLEAN = 4
 FAULTS = [f"fail,after=0,post={CLEAN + 1}", f"disconnect,after=0,post={CLEAN + 2}", f"stall,post={CLEAN + 3}"]
 # What the rounds of requests meet: the first transport process's stall is
 # ended by a SIGKILL, the second's by the hold cap.
+# A "scribble" request is the negative control: its prefill blocks are
+# zeroed before the decode reads them, as a connector that let vLLM reuse
+# them would, and its output must then differ from the reference (a check
+# that could not see that would pass anything).
 ROUNDS = [("clean", CLEAN), ("fail", 1), ("disconnect", 1), ("kill", 1),
-          ("clean", CLEAN), ("fail", 1), ("disconnect", 1), ("hold-cap", 1)]
+          ("clean", CLEAN - 1), ("scribble", 1), ("fail", 1), ("disconnect", 1), ("hold-cap", 1)]
 FAULTY = {"fail", "disconnect", "kill", "hold-cap"}
 
 
@@ -50,6 +54,7 @@ class Summary:
     failed: int = 0
     wrong: list[str] = field(default_factory=list)
     unreported: list[str] = field(default_factory=list)
+    control: str = ""
     fences: int = 0
     restarts: int = 0
     leaks: list[str] = field(default_factory=list)
@@ -57,7 +62,7 @@ class Summary:
     def ok(self) -> bool:
         """No output differed silently, every fault was answered as the
         policy says, nothing leaked."""
-        return not self.wrong and not self.unreported and not self.leaks
+        return not self.wrong and not self.unreported and not self.leaks and self.control == "detected"
 
     def lines(self) -> list[str]:
         """The summary as custody demo prints it."""
@@ -67,6 +72,7 @@ class Summary:
             f"identical  {self.identical}",
             f"failed     {self.failed}",
             f"wrong      {len(self.wrong)}",
+            f"control    {self.control or 'not run'} (zeroed prefill blocks change the output)",
             f"unanswered {len(self.unreported)}",
             f"fences     {self.fences} (transport restarts {self.restarts})",
             f"leaks      {len(self.leaks)}",
@@ -107,7 +113,7 @@ def run(custody: str, d: str, policy: str, reference: list[Output], all_prompts:
     decode_host = HostProcess(f"decode-{policy}", os.path.join(d, f"decode-{policy}"), custody, cap_s=cap_s,
                               params={"fault": ";".join(FAULTS), "dir": prefill_host.params["dir"]},
                               state_dir=prefill_host.state_dir).start()
-    decode = Engine(EngineSpec(f"decode-{policy}", connector(decode_host, policy, 1)))
+    decode = Engine(EngineSpec(f"decode-{policy}", prefill.spec.model, connector(decode_host, policy, 1)))
     try:
         decode.wait_ready()
         pre = prefill.generate(all_prompts, 1, [{"do_remote_decode": True}] * len(all_prompts))
@@ -119,6 +125,8 @@ def run(custody: str, d: str, policy: str, reference: list[Output], all_prompts:
                 if kind == "kill":
                     killer = threading.Thread(target=_kill_transport_when_busy, args=(decode_host, done))
                     killer.start()
+                if kind == "scribble":
+                    prefill.scribble(pre[i].kv_transfer_params["remote_block_ids"])
                 out = decode.generate([all_prompts[i]], max_tokens, [pre[i].kv_transfer_params])[0]
                 done.set()
                 if killer is not None:
@@ -135,6 +143,9 @@ def run(custody: str, d: str, policy: str, reference: list[Output], all_prompts:
 
 def judge(s: Summary, kind: str, i: int, out: Output, ref: Output, policy: str) -> None:
     """Count one decode output against the reference."""
+    if kind == "scribble":
+        s.control = "detected" if out.tokens != ref.tokens else "MISSED"
+        return
     if out.tokens == ref.tokens:
         s.identical += 1
         if kind in FAULTY and policy == "fail":
@@ -175,44 +186,54 @@ def leaks(s: Summary, prefill: Engine, decode: Engine, prefill_host: HostProcess
             s.leaks.append(f"vLLM {e.spec.name}: {usable - free} of {usable} blocks not free")
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the demo under both policies and print the summaries."""
-    ap = argparse.ArgumentParser(prog="python -m custody.vllm.demo", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--custody", default=os.environ.get("CUSTODY_BIN", "bin") + "/custody", help="the custody binary")
-    ap.add_argument("--policy", choices=["fail", "recompute", "both"], default="both")
-    ap.add_argument("--max-tokens", type=int, default=8)
-    ap.add_argument("--keep", action="store_true", help="keep the hosts' directory (configs, logs)")
-    a = ap.parse_args(argv)
-    policies = ["fail", "recompute"] if a.policy == "both" else [a.policy]
+def run_demo(custody: str, policies: list[str], max_tokens: int = 8, keep: bool = False) -> list[Summary]:
+    """Run the demo under each policy; the hosts' directory is removed
+    unless keep or a run failed."""
     d = tempfile.mkdtemp(prefix="custody-vllm-demo-")
     cap_s, lease_s = 3.0, 5.0
-    n = sum(k for _, k in ROUNDS)
-    all_prompts = prompts(n)
+    all_prompts = prompts(sum(k for _, k in ROUNDS))
     # Both hosts' fakes keep their files in d, which each allows its peer's
     # files in (the fake's peer_dirs holds its dir).
-    pre_host = HostProcess("prefill", os.path.join(d, "prefill"), a.custody, params={"dir": d},
+    pre_host = HostProcess("prefill", os.path.join(d, "prefill"), custody, params={"dir": d},
                            state_dir=os.path.join(d, "state")).start()
-    ref = Engine(EngineSpec("reference"))
-    prefill = Engine(EngineSpec("prefill", connector(pre_host, "fail", lease_s)))
-    ok = True
+    model = make_model(os.path.join(d, "model"))
+    ref = Engine(EngineSpec("reference", model))
+    prefill = Engine(EngineSpec("prefill", model, connector(pre_host, "fail", lease_s)))
+    out: list[Summary] = []
     try:
         ref.wait_ready()
-        reference = ref.generate(all_prompts, a.max_tokens)
+        reference = ref.generate(all_prompts, max_tokens)
         ref.stop()
         prefill.wait_ready()
         for policy in policies:
-            s = run(a.custody, d, policy, reference, all_prompts, prefill, pre_host, cap_s, a.max_tokens,
-                    lease_s + cap_s + 10)
-            print("\n".join(s.lines()))
-            ok = ok and s.ok()
+            out.append(run(custody, d, policy, reference, all_prompts, prefill, pre_host, cap_s, max_tokens,
+                           lease_s + cap_s + 10))
     finally:
         ref.stop()
         prefill.stop()
         pre_host.stop()
-        if a.keep or not ok:
+        if keep or not all(s.ok() for s in out) or len(out) != len(policies):
             print(f"vllm-demo: hosts' configs and logs in {d}", file=sys.stderr)
         else:
             shutil.rmtree(d, ignore_errors=True)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the demo and print its summaries; exit 1 unless every run is ok."""
+    ap = argparse.ArgumentParser(prog="python -m custody.vllm.demo", description=(__doc__ or "").split("\n\n")[0])
+    ap.add_argument("--custody", default=os.path.join(os.environ.get("CUSTODY_BIN", "bin"), "custody"),
+                    help="the custody binary (default $CUSTODY_BIN/custody, else bin/custody)")
+    ap.add_argument("--policy", choices=["fail", "recompute", "both"], default="both",
+                    help="kv_load_failure_policy of the decode engine")
+    ap.add_argument("--max-tokens", type=int, default=8)
+    ap.add_argument("--keep", action="store_true", help="keep the hosts' directory (configs, logs)")
+    a = ap.parse_args(argv)
+    policies = ["fail", "recompute"] if a.policy == "both" else [a.policy]
+    summaries = run_demo(a.custody, policies, a.max_tokens, a.keep)
+    for s in summaries:
+        print("\n".join(s.lines()))
+    ok = len(summaries) == len(policies) and all(s.ok() for s in summaries)
     print("vllm-demo: every output identical or handled as the policy says, nothing leaked" if ok
           else "vllm-demo: FAILED", file=sys.stderr)
     return 0 if ok else 1

@@ -7,9 +7,10 @@ with vLLM's engine core in that process too, so that the driver can ask
 what vLLM's block pool holds and the test can kill an engine outright.
 
 The model is the tiny Llama whose config ships in ``models/tiny-llama``,
-with vLLM's dummy weights (the same on every engine: they are drawn from a
-fixed seed), greedy decoding and prompts given as token ids: nothing is
-downloaded.
+with weights drawn by :func:`make_model` from a fixed seed (Hugging Face's
+own initialisation, whose outputs depend on the context; vLLM's dummy
+weights are so small that zeroing the KV cache changes no token), greedy
+decoding and prompts given as token ids: nothing is downloaded.
 """
 
 from __future__ import annotations
@@ -21,7 +22,20 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
 
-MODEL = os.path.join(os.path.dirname(__file__), "models", "tiny-llama")
+CONFIG = os.path.join(os.path.dirname(__file__), "models", "tiny-llama")
+
+
+def make_model(directory: str, seed: int = 0) -> str:
+    """The tiny Llama with seeded random weights, saved in directory
+    (made once; the same bytes for the same seed)."""
+    if not os.path.exists(os.path.join(directory, "model.safetensors")):
+        import torch
+        import transformers
+
+        cfg = transformers.AutoConfig.from_pretrained(CONFIG)
+        torch.manual_seed(seed)
+        transformers.LlamaForCausalLM(cfg).save_pretrained(directory, safe_serialization=True)
+    return directory
 
 
 @dataclass
@@ -39,6 +53,7 @@ class EngineSpec:
     and vLLM settings."""
 
     name: str
+    model: str
     kv_transfer_config: dict[str, Any] | None = None
     kv_cache_bytes: int = 16 << 20
     env: dict[str, str] = field(default_factory=dict)
@@ -52,7 +67,7 @@ def _main(conn: Connection, spec: EngineSpec) -> None:
     from vllm.inputs import TokensPrompt
 
     kv = KVTransferConfig(**spec.kv_transfer_config) if spec.kv_transfer_config else None
-    llm = LLM(model=MODEL, load_format="dummy", skip_tokenizer_init=True, dtype="float32", max_model_len=256,
+    llm = LLM(model=spec.model, skip_tokenizer_init=True, dtype="float32", max_model_len=256,
               enforce_eager=True, seed=0, max_num_seqs=8, kv_cache_memory_bytes=spec.kv_cache_bytes,
               kv_transfer_config=kv, disable_log_stats=True)
     core = llm.llm_engine.engine_core.engine_core  # in process: VLLM_ENABLE_V1_MULTIPROCESSING=0
@@ -78,6 +93,16 @@ def _main(conn: Connection, spec: EngineSpec) -> None:
         elif cmd == "blocks":
             # Free blocks against usable ones (block 0 is vLLM's null block).
             conn.send(("ok", (pool.get_num_free_blocks(), pool.num_gpu_blocks - 1)))
+        elif cmd == "scribble":
+            # Overwrite blocks of the KV cache in place, as a bug that
+            # reused them would (the demo's negative control).
+            from vllm.distributed.kv_transfer import get_kv_transfer_group
+
+            w = get_kv_transfer_group().worker
+            layout, buf = w.layout, w.regions.files[0][1]
+            for cb in layout.to_custody(arg):
+                buf[cb * layout.block_bytes:(cb + 1) * layout.block_bytes] = 0
+            conn.send(("ok", None))
         elif cmd == "stop":
             llm.llm_engine.engine_core.shutdown()
             conn.send(("ok", None))
@@ -96,8 +121,10 @@ class Engine:
         child.close()
 
     def _call(self, cmd: str, arg: Any = None, timeout_s: float = 600) -> Any:
-        if cmd != "wait":
-            self._conn.send((cmd, arg))
+        self._conn.send((cmd, arg))
+        return self._answer(cmd, timeout_s)
+
+    def _answer(self, cmd: str, timeout_s: float) -> Any:
         if not self._conn.poll(timeout_s):
             raise TimeoutError(f"engine {self.spec.name}: no answer to {cmd} within {timeout_s} s")
         try:
@@ -108,7 +135,7 @@ class Engine:
 
     def wait_ready(self, timeout_s: float = 600) -> None:
         """Block until vLLM is up in the engine process."""
-        self._call("wait", timeout_s=timeout_s)
+        self._answer("start", timeout_s)
 
     def generate(self, prompts: list[list[int]], max_tokens: int,
                  params: list[dict[str, Any] | None] | None = None) -> list[Output]:
@@ -125,6 +152,10 @@ class Engine:
         """(free, usable) blocks of vLLM's block pool."""
         free, usable = self._call("blocks")
         return int(free), int(usable)
+
+    def scribble(self, blocks: list[int]) -> None:
+        """Zero vLLM blocks of the engine's KV cache (a connector engine)."""
+        self._call("scribble", blocks)
 
     def stop(self) -> None:
         """Shut vLLM down and end the process."""
