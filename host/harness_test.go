@@ -5,8 +5,11 @@ import (
 	"context"
 	"crypto/rand"
 	"hash/fnv"
+	"io"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -29,6 +32,8 @@ type testHost struct {
 	bs     uint64
 	// stop ends a ranked test host before the test's end (ranks_harness_test.go).
 	stop func() error
+	// logs holds what the host logged (at cfg.LogLevel).
+	logs *logBuffer
 }
 
 const testBlockSize = 64 << 10
@@ -61,7 +66,8 @@ func startHost(t *testing.T, name string, blocks int, mod func(*Config), params 
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan *Host, 1)
 	served := make(chan error, 1)
-	log := hclog.New(&hclog.LoggerOptions{Name: name, Level: hclog.Warn, Output: testWriter{t}})
+	logs := &logBuffer{}
+	log := hclog.New(&hclog.LoggerOptions{Name: name, Level: hclog.LevelFromString(cfg.LogLevel), Output: io.MultiWriter(testWriter{t}, logs)})
 	go func() { served <- Serve(ctx, cfg, log, func(h *Host) { ready <- h }) }()
 	var h *Host
 	select {
@@ -75,7 +81,7 @@ func startHost(t *testing.T, name string, blocks int, mod func(*Config), params 
 	}
 	c, err := client.Dial(cfg.Engine.Socket)
 	require.NoError(t, err)
-	th := &testHost{t: t, h: h, c: c, cfg: cfg, pool: pool, bs: testBlockSize}
+	th := &testHost{t: t, h: h, c: c, cfg: cfg, pool: pool, bs: testBlockSize, logs: logs}
 	t.Cleanup(func() {
 		c.Close()
 		cancel()
@@ -89,6 +95,31 @@ func startHost(t *testing.T, name string, blocks int, mod func(*Config), params 
 	th.poolID, err = c.RegisterPool(th.ctx(), "kv", pool, 0, testBlockSize, uint32(blocks))
 	require.NoError(t, err)
 	return th
+}
+
+// logBuffer keeps what a host logged, for tests that count log lines.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// count is how many lines logged so far contain s.
+func (b *logBuffer) count(s string) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := 0
+	for _, line := range strings.Split(b.buf.String(), "\n") {
+		if strings.Contains(line, s) {
+			n++
+		}
+	}
+	return n
 }
 
 type testWriter struct{ t *testing.T }
