@@ -704,10 +704,15 @@ class _Stream:
                 return rnd, self.next
 
     def close(self) -> None:
-        """Cancels the stream and waits until its sending thread is done."""
+        """Cancels the stream and waits until its sending thread is done and
+        gRPC is done with the call (its channel thread, which runs while a
+        stream is open, ends once the channel has no stream left)."""
+        done = threading.Event()
+        self.call.add_done_callback(lambda _: done.set())
         self.call.cancel()
         self.requests.end()
         self.requests.join()
+        done.wait(_JOIN_TIMEOUT)
 
 
 class Watch(Iterator[Finished]):

@@ -247,11 +247,20 @@ class Pair:
             h.close()
 
 
-def start_pair(binary: Path, dir: Path, *, blocks: int = 64, block_size: int = 16 << 10) -> Pair:
-    """Starts a prefill and a decode host in dir and connects them both
-    ways; stops what it started when it fails."""
+def start_pair(
+    binary: Path,
+    dir: Path,
+    *,
+    blocks: int = 64,
+    block_size: int = 16 << 10,
+    params: dict[str, str] | None = None,
+) -> Pair:
+    """Starts a prefill and a decode host in dir (the fake's params besides
+    its dir: params) and connects them both ways; stops what it started when
+    it fails."""
     hosts = [
-        Host(n, dir, binary, blocks=blocks, block_size=block_size) for n in ("prefill", "decode")
+        Host(n, dir, binary, blocks=blocks, block_size=block_size, params=dict(params or {}))
+        for n in ("prefill", "decode")
     ]
     pair = Pair(hosts[0], hosts[1], dir)
     try:
