@@ -379,8 +379,11 @@ class Client:
         part; the local blocks are lent to custody until a finished report
         lists the request (in ``finished_recving``). With ``notify_producer``
         each rank read from is told, with ``token`` (the one its
-        ``expect_send`` was given), once every part is done. Raises
-        Unavailable while the peer's handshake runs: retry."""
+        ``expect_send`` was given), once every part is done. A request for
+        a peer not connected yet waits for its handshake; one whose
+        handshake failed is reported failed, its blocks invalid. Raises
+        Unavailable when the host cannot take it now (it stops, its
+        transport restarts): retry."""
         self._call(
             self._stub.Read,
             engine_pb2.ReadRequest(
@@ -469,7 +472,9 @@ class Client:
         ``producers`` written notifications with ``token`` arrived (the
         receive finishes) or the lease of ``lease_s`` seconds (whole
         milliseconds, truncated) expired (the blocks come back invalid).
-        Raises Unavailable while the peer's handshake runs: retry."""
+        It needs the peer connected: Unavailable while its handshake runs
+        (retry), HandshakeFailed once an attempt of it failed, until one
+        succeeds (the host retries it; retry at the engine's pace)."""
         self._call(
             self._stub.ExpectReceive,
             engine_pb2.ExpectReceiveRequest(
