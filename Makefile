@@ -10,7 +10,7 @@ GOBIN_TOOLS := $(CURDIR)/.tools
 PYTHON := $(CURDIR)/.venv/bin/python
 PROTO := sdk/plugin/proto/custody/transport/v1/transport.proto api/engine/v1/engine.proto
 
-.PHONY: all build test test-nixl demo soak proto bench lint deps clean mutate
+.PHONY: all build test test-python lint-python test-nixl demo vllm-demo soak proto bench lint deps clean mutate
 
 all: build
 
@@ -30,6 +30,21 @@ build: deps
 
 test: build lint
 	CUSTODY_BIN=$(BIN) $(GO) test -race -count=1 -timeout 20m ./...
+	@$(MAKE) --no-print-directory test-python
+
+# test-python makes .venv (scripts/python.sh: the custody package, its test
+# tools and vLLM from the registry), lints the package and runs its tests
+# against the hosts make build built: the engine API client, and a real
+# vLLM prefill/decode pair on custody (python/tests/test_vllm_pair.py).
+test-python: build lint-python
+	CUSTODY_BIN=$(BIN) $(PYTHON) -m pytest python/tests -q
+
+# lint-python: ruff (lint and format) and mypy --strict over the package.
+lint-python:
+	@./scripts/python.sh
+	$(PYTHON) -m ruff check python
+	$(PYTHON) -m ruff format --check python
+	$(PYTHON) -m mypy --config-file python/pyproject.toml python/custody
 
 # test-nixl runs the NIXL transport's tests against an installed NIXL
 # (NIXL_PREFIX, or pkg-config's nixl): the conformance suite over UCX tcp
@@ -39,6 +54,12 @@ test-nixl: build
 
 demo: build
 	$(BIN)/custody demo
+
+# vllm-demo runs a vLLM prefill/decode pair on custody with faults injected
+# (python -m custody.vllm.demo) and prints its summary.
+vllm-demo: build
+	@./scripts/python.sh
+	CUSTODY_BIN=$(BIN) $(PYTHON) -m custody.vllm.demo
 
 # soak runs the demo long (custody soak): 10,000 requests with every fault
 # kind firing all along and 20 transport processes killed, and fails unless
@@ -87,4 +108,4 @@ proto:
 		--python_out=python --grpc_python_out=python --pyi_out=python custody/api/engine/v1/engine.proto
 
 clean:
-	rm -rf $(BIN) $(GOBIN_TOOLS)
+	rm -rf $(BIN) $(GOBIN_TOOLS) .venv

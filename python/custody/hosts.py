@@ -83,7 +83,9 @@ class HostProcess:
         with open(cfg, "w") as f:
             json.dump(self.config(), f)
         with open(self.log, "ab") as out:
-            self.proc = subprocess.Popen([self.binary, "serve", "--config", cfg], stdout=out, stderr=out)
+            self.proc = subprocess.Popen(
+                [self.binary, "serve", "--config", cfg], stdout=out, stderr=out
+            )
         deadline = time.monotonic() + timeout_s
         with Client(self.socket) as c:
             while True:
@@ -93,10 +95,14 @@ class HostProcess:
                 except CustodyError:
                     pass
                 if self.proc.poll() is not None:
-                    raise RuntimeError(f"host {self.name} exited at start with {self.proc.returncode}; see {self.log}")
+                    raise RuntimeError(
+                        f"host {self.name} exited at start with {self.proc.returncode}; see {self.log}"
+                    )
                 if time.monotonic() > deadline:
                     self.stop()
-                    raise RuntimeError(f"host {self.name} did not answer within {timeout_s} s; see {self.log}")
+                    raise RuntimeError(
+                        f"host {self.name} did not answer within {timeout_s} s; see {self.log}"
+                    )
                 time.sleep(0.02)  # a process coming up: nothing to wait on but its socket
 
     def kill(self) -> None:

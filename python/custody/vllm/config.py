@@ -42,29 +42,53 @@ class Settings:
         extra = dict(extra or {})
         unknown = sorted(set(extra) - _KEYS)
         if unknown:
-            raise ValueError(f"kv_connector_extra_config: unknown field(s) {unknown}; known: {sorted(_KEYS)}")
+            raise ValueError(
+                f"kv_connector_extra_config: unknown field(s) {unknown}; known: {sorted(_KEYS)}"
+            )
         socket = extra.get("socket")
         if not isinstance(socket, str) or not socket:
-            raise ValueError("kv_connector_extra_config.socket: the custody host's engine socket is required (a path; {rank} for the TP rank)")
+            raise ValueError(
+                "kv_connector_extra_config.socket: the custody host's engine socket is required (a path; {rank} for the TP rank)"
+            )
         address = extra.get("address", "")
         if not isinstance(address, str):
-            raise ValueError(f"kv_connector_extra_config.address: want a host:port string, got {address!r}")
+            raise TypeError(
+                f"kv_connector_extra_config.address: want a host:port string, got {address!r}"
+            )
         if producer and not address:
-            raise ValueError("kv_connector_extra_config.address: a producer must name its host's metadata endpoint (host:port; {rank} for the TP rank)")
+            raise ValueError(
+                "kv_connector_extra_config.address: a producer must name its host's metadata endpoint (host:port; {rank} for the TP rank)"
+            )
         lease = extra.get("lease_s", cls.lease_s)
         if not isinstance(lease, (int, float)) or isinstance(lease, bool) or not 0 < lease <= 3600:
-            raise ValueError(f"kv_connector_extra_config.lease_s: want seconds in (0, 3600], got {lease!r}")
+            raise ValueError(
+                f"kv_connector_extra_config.lease_s: want seconds in (0, 3600], got {lease!r}"
+            )
         timeout = extra.get("peer_timeout_s", cls.peer_timeout_s)
-        if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or not 0 < timeout <= 600:
-            raise ValueError(f"kv_connector_extra_config.peer_timeout_s: want seconds in (0, 600], got {timeout!r}")
+        if (
+            not isinstance(timeout, (int, float))
+            or isinstance(timeout, bool)
+            or not 0 < timeout <= 600
+        ):
+            raise ValueError(
+                f"kv_connector_extra_config.peer_timeout_s: want seconds in (0, 600], got {timeout!r}"
+            )
         pool = extra.get("pool", cls.pool)
         if not isinstance(pool, str) or not pool:
             raise ValueError(f"kv_connector_extra_config.pool: want a name, got {pool!r}")
         shm_dir = extra.get("shm_dir", cls.shm_dir)
         if not isinstance(shm_dir, str) or not shm_dir:
-            raise ValueError(f"kv_connector_extra_config.shm_dir: want a directory, got {shm_dir!r}")
-        return cls(socket=socket, address=address, lease_s=float(lease), pool=pool, shm_dir=shm_dir,
-                   peer_timeout_s=float(timeout))
+            raise ValueError(
+                f"kv_connector_extra_config.shm_dir: want a directory, got {shm_dir!r}"
+            )
+        return cls(
+            socket=socket,
+            address=address,
+            lease_s=float(lease),
+            pool=pool,
+            shm_dir=shm_dir,
+            peer_timeout_s=float(timeout),
+        )
 
     def socket_of(self, rank: int) -> str:
         """The engine socket of TP rank ``rank``."""

@@ -48,19 +48,26 @@ if TYPE_CHECKING:
 class CustodyConnector(KVConnectorBase_V1):
     """A KVConnectorBase_V1 over custody hosts (see the module doc)."""
 
-    def __init__(self, vllm_config: VllmConfig, role: KVConnectorRole, kv_cache_config: KVCacheConfig) -> None:
+    def __init__(
+        self, vllm_config: VllmConfig, role: KVConnectorRole, kv_cache_config: KVCacheConfig
+    ) -> None:
         super().__init__(vllm_config, role, kv_cache_config)
         kvt = self._kv_transfer_config
         self.settings = Settings.parse(kvt.kv_connector_extra_config, kvt.is_kv_producer)
         self.scheduler: SchedulerSide | None = None
         self.worker: WorkerSide | None = None
         if role == KVConnectorRole.SCHEDULER:
-            self.scheduler = SchedulerSide(self.settings, vllm_config.parallel_config.tensor_parallel_size,
-                                           kv_cache_config.num_blocks)
+            self.scheduler = SchedulerSide(
+                self.settings,
+                vllm_config.parallel_config.tensor_parallel_size,
+                kv_cache_config.num_blocks,
+            )
         else:
             from vllm.distributed.parallel_state import get_tensor_model_parallel_rank
 
-            self.worker = WorkerSide(self.settings, get_tensor_model_parallel_rank(), str(kvt.engine_id))
+            self.worker = WorkerSide(
+                self.settings, get_tensor_model_parallel_rank(), str(kvt.engine_id)
+            )
 
     def _sched(self) -> SchedulerSide:
         assert self.scheduler is not None, "a scheduler-side call on a worker's connector"
@@ -72,16 +79,22 @@ class CustodyConnector(KVConnectorBase_V1):
 
     # Scheduler side.
 
-    def get_num_new_matched_tokens(self, request: Request, num_computed_tokens: int) -> tuple[int | None, bool]:
+    def get_num_new_matched_tokens(
+        self, request: Request, num_computed_tokens: int
+    ) -> tuple[int | None, bool]:
         return self._sched().get_num_new_matched_tokens(request, num_computed_tokens)
 
-    def update_state_after_alloc(self, request: Request, blocks: KVCacheBlocks, num_external_tokens: int) -> None:
+    def update_state_after_alloc(
+        self, request: Request, blocks: KVCacheBlocks, num_external_tokens: int
+    ) -> None:
         self._sched().update_state_after_alloc(request, blocks, num_external_tokens)
 
     def build_connector_meta(self, scheduler_output: SchedulerOutput) -> KVConnectorMetadata:
         return self._sched().build_connector_meta()
 
-    def request_finished(self, request: Request, block_ids: list[int]) -> tuple[bool, dict[str, Any] | None]:
+    def request_finished(
+        self, request: Request, block_ids: list[int]
+    ) -> tuple[bool, dict[str, Any] | None]:
         return self._sched().request_finished(request, block_ids)
 
     def update_connector_output(self, connector_output: KVConnectorOutput) -> None:
@@ -110,7 +123,13 @@ class CustodyConnector(KVConnectorBase_V1):
     def wait_for_layer_load(self, layer_name: str) -> None:
         return  # loads are whole-request and asynchronous
 
-    def save_kv_layer(self, layer_name: str, kv_layer: torch.Tensor, attn_metadata: AttentionMetadata, **kwargs: Any) -> None:
+    def save_kv_layer(
+        self,
+        layer_name: str,
+        kv_layer: torch.Tensor,
+        attn_metadata: AttentionMetadata,
+        **kwargs: Any,
+    ) -> None:
         return  # the decode reads the prefill's blocks in place
 
     def wait_for_save(self) -> None:
@@ -118,8 +137,11 @@ class CustodyConnector(KVConnectorBase_V1):
 
     def get_transfer_results(self, finished_req_ids: set[str]) -> KVConnectorTransferResults:
         r = self._work().transfer_results()
-        return KVConnectorTransferResults(finished_sending=r.finished_sending, finished_recving=r.finished_recving,
-                                          failed_recving=r.failed_recving)
+        return KVConnectorTransferResults(
+            finished_sending=r.finished_sending,
+            finished_recving=r.finished_recving,
+            failed_recving=r.failed_recving,
+        )
 
     def get_finished(self, finished_req_ids: set[str]) -> tuple[set[str] | None, set[str] | None]:
         r = self.get_transfer_results(finished_req_ids)

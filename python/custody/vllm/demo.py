@@ -32,15 +32,28 @@ from custody.vllm.engine import Engine, EngineSpec, Output, make_model
 # next ones fail, disconnect and stall (forever). A fence restarts the
 # process, whose count starts again, so each process sees every rule.
 CLEAN = 4
-FAULTS = [f"fail,after=0,post={CLEAN + 1}", f"disconnect,after=0,post={CLEAN + 2}", f"stall,post={CLEAN + 3}"]
+FAULTS = [
+    f"fail,after=0,post={CLEAN + 1}",
+    f"disconnect,after=0,post={CLEAN + 2}",
+    f"stall,post={CLEAN + 3}",
+]
 # What the rounds of requests meet: the first transport process's stall is
 # ended by a SIGKILL, the second's by the hold cap.
 # A "scribble" request is the negative control: its prefill blocks are
 # zeroed before the decode reads them, as a connector that let vLLM reuse
 # them would, and its output must then differ from the reference (a check
 # that could not see that would pass anything).
-ROUNDS = [("clean", CLEAN), ("fail", 1), ("disconnect", 1), ("kill", 1),
-          ("clean", CLEAN - 1), ("scribble", 1), ("fail", 1), ("disconnect", 1), ("hold-cap", 1)]
+ROUNDS = [
+    ("clean", CLEAN),
+    ("fail", 1),
+    ("disconnect", 1),
+    ("kill", 1),
+    ("clean", CLEAN - 1),
+    ("scribble", 1),
+    ("fail", 1),
+    ("disconnect", 1),
+    ("hold-cap", 1),
+]
 FAULTY = {"fail", "disconnect", "kill", "hold-cap"}
 
 
@@ -62,34 +75,50 @@ class Summary:
     def ok(self) -> bool:
         """No output differed silently, every fault was answered as the
         policy says, nothing leaked."""
-        return not self.wrong and not self.unreported and not self.leaks and self.control == "detected"
+        return (
+            not self.wrong and not self.unreported and not self.leaks and self.control == "detected"
+        )
 
     def lines(self) -> list[str]:
         """The summary as custody demo prints it."""
-        return [
-            f"policy     {self.policy}",
-            f"requests   {self.requests}",
-            f"identical  {self.identical}",
-            f"failed     {self.failed}",
-            f"wrong      {len(self.wrong)}",
-            f"control    {self.control or 'not run'} (zeroed prefill blocks change the output)",
-            f"unanswered {len(self.unreported)}",
-            f"fences     {self.fences} (transport restarts {self.restarts})",
-            f"leaks      {len(self.leaks)}",
-        ] + [f"  wrong: {w}" for w in self.wrong] + [f"  unanswered: {u}" for u in self.unreported] + \
-            [f"  leak: {x}" for x in self.leaks]
+        return (
+            [
+                f"policy     {self.policy}",
+                f"requests   {self.requests}",
+                f"identical  {self.identical}",
+                f"failed     {self.failed}",
+                f"wrong      {len(self.wrong)}",
+                f"control    {self.control or 'not run'} (zeroed prefill blocks change the output)",
+                f"unanswered {len(self.unreported)}",
+                f"fences     {self.fences} (transport restarts {self.restarts})",
+                f"leaks      {len(self.leaks)}",
+            ]
+            + [f"  wrong: {w}" for w in self.wrong]
+            + [f"  unanswered: {u}" for u in self.unreported]
+            + [f"  leak: {x}" for x in self.leaks]
+        )
 
 
 def prompts(n: int, offset: int = 0) -> list[list[int]]:
     """n distinct prompts of 20 to 80 token ids."""
-    return [[(7 * i + 3 * j + offset) % 500 + 3 for j in range(20 + (i * 13) % 61)] for i in range(n)]
+    return [
+        [(7 * i + 3 * j + offset) % 500 + 3 for j in range(20 + (i * 13) % 61)] for i in range(n)
+    ]
 
 
 def connector(host: HostProcess, policy: str, lease_s: float) -> dict[str, object]:
     """The kv_transfer_config of an engine on host."""
-    return {"kv_connector": "CustodyConnector", "kv_connector_module_path": "custody.vllm", "kv_role": "kv_both",
-            "kv_load_failure_policy": policy,
-            "kv_connector_extra_config": {"socket": host.socket, "address": host.address, "lease_s": lease_s}}
+    return {
+        "kv_connector": "CustodyConnector",
+        "kv_connector_module_path": "custody.vllm",
+        "kv_role": "kv_both",
+        "kv_load_failure_policy": policy,
+        "kv_connector_extra_config": {
+            "socket": host.socket,
+            "address": host.address,
+            "lease_s": lease_s,
+        },
+    }
 
 
 def _kill_transport_when_busy(host: HostProcess, done: threading.Event) -> None:
@@ -104,16 +133,33 @@ def _kill_transport_when_busy(host: HostProcess, done: threading.Event) -> None:
             done.wait(0.005)
 
 
-def run(custody: str, d: str, policy: str, reference: list[Output], all_prompts: list[list[int]], prefill: Engine,
-        prefill_host: HostProcess, cap_s: float, max_tokens: int, settle_s: float) -> Summary:
+def run(
+    custody: str,
+    d: str,
+    policy: str,
+    reference: list[Output],
+    all_prompts: list[list[int]],
+    prefill: Engine,
+    prefill_host: HostProcess,
+    cap_s: float,
+    max_tokens: int,
+    settle_s: float,
+) -> Summary:
     """One decode engine under policy, on a host of its own (a host serves
     one engine process: its pool cannot be registered twice), against the
     running prefill."""
     s = Summary(policy=policy)
-    decode_host = HostProcess(f"decode-{policy}", os.path.join(d, f"decode-{policy}"), custody, cap_s=cap_s,
-                              params={"fault": ";".join(FAULTS), "dir": prefill_host.params["dir"]},
-                              state_dir=prefill_host.state_dir).start()
-    decode = Engine(EngineSpec(f"decode-{policy}", prefill.spec.model, connector(decode_host, policy, 1)))
+    decode_host = HostProcess(
+        f"decode-{policy}",
+        os.path.join(d, f"decode-{policy}"),
+        custody,
+        cap_s=cap_s,
+        params={"fault": ";".join(FAULTS), "dir": prefill_host.params["dir"]},
+        state_dir=prefill_host.state_dir,
+    ).start()
+    decode = Engine(
+        EngineSpec(f"decode-{policy}", prefill.spec.model, connector(decode_host, policy, 1))
+    )
     try:
         decode.wait_ready()
         pre = prefill.generate(all_prompts, 1, [{"do_remote_decode": True}] * len(all_prompts))
@@ -123,11 +169,18 @@ def run(custody: str, d: str, policy: str, reference: list[Output], all_prompts:
                 done = threading.Event()
                 killer = None
                 if kind == "kill":
-                    killer = threading.Thread(target=_kill_transport_when_busy, args=(decode_host, done))
+                    killer = threading.Thread(
+                        target=_kill_transport_when_busy, args=(decode_host, done)
+                    )
                     killer.start()
+                handoff = pre[i].kv_transfer_params
+                if handoff is None:
+                    raise RuntimeError(
+                        f"the prefill handed request {i} off with no kv_transfer_params"
+                    )
                 if kind == "scribble":
-                    prefill.scribble(pre[i].kv_transfer_params["remote_block_ids"])
-                out = decode.generate([all_prompts[i]], max_tokens, [pre[i].kv_transfer_params])[0]
+                    prefill.scribble(handoff["remote_block_ids"])
+                out = decode.generate([all_prompts[i]], max_tokens, [handoff])[0]
                 done.set()
                 if killer is not None:
                     killer.join()
@@ -149,30 +202,47 @@ def judge(s: Summary, kind: str, i: int, out: Output, ref: Output, policy: str) 
     if out.tokens == ref.tokens:
         s.identical += 1
         if kind in FAULTY and policy == "fail":
-            s.unreported.append(f"request {i} ({kind}) gave tokens though its load failed under policy fail")
+            s.unreported.append(
+                f"request {i} ({kind}) gave tokens though its load failed under policy fail"
+            )
         return
     if not out.tokens and out.finish_reason == "error":
         s.failed += 1
         if kind not in FAULTY:
             s.unreported.append(f"request {i} ({kind}) failed without a fault")
         elif policy == "recompute":
-            s.unreported.append(f"request {i} ({kind}) failed though policy recompute recomputes it")
+            s.unreported.append(
+                f"request {i} ({kind}) failed though policy recompute recomputes it"
+            )
         return
-    s.wrong.append(f"request {i} ({kind}): {out.tokens} ({out.finish_reason}) != reference {ref.tokens}")
+    s.wrong.append(
+        f"request {i} ({kind}): {out.tokens} ({out.finish_reason}) != reference {ref.tokens}"
+    )
 
 
-def leaks(s: Summary, prefill: Engine, decode: Engine, prefill_host: HostProcess, decode_host: HostProcess,
-          wait_s: float) -> None:
+def leaks(
+    s: Summary,
+    prefill: Engine,
+    decode: Engine,
+    prefill_host: HostProcess,
+    decode_host: HostProcess,
+    wait_s: float,
+) -> None:
     """Nothing held: by either host (Status), by either vLLM (its block pool)."""
     for e in (prefill, decode):
         if e.settle(wait_s):
-            s.leaks.append(f"vLLM {e.spec.name}: requests still wait for the connector after {wait_s} s")
+            s.leaks.append(
+                f"vLLM {e.spec.name}: requests still wait for the connector after {wait_s} s"
+            )
     for h in (prefill_host, decode_host):
         with Client(h.socket) as c:
             deadline = time.monotonic() + wait_s
             while True:
                 st = c.status(timeout=5)
-                held = {k: getattr(st, k) for k in ("in_flight", "retained", "retired", "quarantined_blocks", "requests")}
+                held = {
+                    k: getattr(st, k)
+                    for k in ("in_flight", "retained", "retired", "quarantined_blocks", "requests")
+                }
                 if not any(held.values()) or time.monotonic() > deadline:
                     break
                 time.sleep(0.05)  # a lease or a fence of another process runs out
@@ -186,7 +256,9 @@ def leaks(s: Summary, prefill: Engine, decode: Engine, prefill_host: HostProcess
             s.leaks.append(f"vLLM {e.spec.name}: {usable - free} of {usable} blocks not free")
 
 
-def run_demo(custody: str, policies: list[str], max_tokens: int = 8, keep: bool = False) -> list[Summary]:
+def run_demo(
+    custody: str, policies: list[str], max_tokens: int = 8, keep: bool = False
+) -> list[Summary]:
     """Run the demo under each policy; the hosts' directory is removed
     unless keep or a run failed."""
     d = tempfile.mkdtemp(prefix="custody-vllm-demo-")
@@ -194,8 +266,13 @@ def run_demo(custody: str, policies: list[str], max_tokens: int = 8, keep: bool 
     all_prompts = prompts(sum(k for _, k in ROUNDS))
     # Both hosts' fakes keep their files in d, which each allows its peer's
     # files in (the fake's peer_dirs holds its dir).
-    pre_host = HostProcess("prefill", os.path.join(d, "prefill"), custody, params={"dir": d},
-                           state_dir=os.path.join(d, "state")).start()
+    pre_host = HostProcess(
+        "prefill",
+        os.path.join(d, "prefill"),
+        custody,
+        params={"dir": d},
+        state_dir=os.path.join(d, "state"),
+    ).start()
     model = make_model(os.path.join(d, "model"))
     ref = Engine(EngineSpec("reference", model))
     prefill = Engine(EngineSpec("prefill", model, connector(pre_host, "fail", lease_s)))
@@ -206,8 +283,20 @@ def run_demo(custody: str, policies: list[str], max_tokens: int = 8, keep: bool 
         ref.stop()
         prefill.wait_ready()
         for policy in policies:
-            out.append(run(custody, d, policy, reference, all_prompts, prefill, pre_host, cap_s, max_tokens,
-                           lease_s + cap_s + 10))
+            out.append(
+                run(
+                    custody,
+                    d,
+                    policy,
+                    reference,
+                    all_prompts,
+                    prefill,
+                    pre_host,
+                    cap_s,
+                    max_tokens,
+                    lease_s + cap_s + 10,
+                )
+            )
     finally:
         ref.stop()
         prefill.stop()
@@ -221,11 +310,20 @@ def run_demo(custody: str, policies: list[str], max_tokens: int = 8, keep: bool 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the demo and print its summaries; exit 1 unless every run is ok."""
-    ap = argparse.ArgumentParser(prog="python -m custody.vllm.demo", description=(__doc__ or "").split("\n\n")[0])
-    ap.add_argument("--custody", default=os.path.join(os.environ.get("CUSTODY_BIN", "bin"), "custody"),
-                    help="the custody binary (default $CUSTODY_BIN/custody, else bin/custody)")
-    ap.add_argument("--policy", choices=["fail", "recompute", "both"], default="both",
-                    help="kv_load_failure_policy of the decode engine")
+    ap = argparse.ArgumentParser(
+        prog="python -m custody.vllm.demo", description=(__doc__ or "").split("\n\n")[0]
+    )
+    ap.add_argument(
+        "--custody",
+        default=os.path.join(os.environ.get("CUSTODY_BIN", "bin"), "custody"),
+        help="the custody binary (default $CUSTODY_BIN/custody, else bin/custody)",
+    )
+    ap.add_argument(
+        "--policy",
+        choices=["fail", "recompute", "both"],
+        default="both",
+        help="kv_load_failure_policy of the decode engine",
+    )
     ap.add_argument("--max-tokens", type=int, default=8)
     ap.add_argument("--keep", action="store_true", help="keep the hosts' directory (configs, logs)")
     a = ap.parse_args(argv)
@@ -234,8 +332,12 @@ def main(argv: list[str] | None = None) -> int:
     for s in summaries:
         print("\n".join(s.lines()))
     ok = len(summaries) == len(policies) and all(s.ok() for s in summaries)
-    print("vllm-demo: every output identical or handled as the policy says, nothing leaked" if ok
-          else "vllm-demo: FAILED", file=sys.stderr)
+    print(
+        "vllm-demo: every output identical or handled as the policy says, nothing leaked"
+        if ok
+        else "vllm-demo: FAILED",
+        file=sys.stderr,
+    )
     return 0 if ok else 1
 
 

@@ -20,7 +20,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, cast
 
 CONFIG = os.path.join(os.path.dirname(__file__), "models", "tiny-llama")
 
@@ -34,7 +34,9 @@ def make_model(directory: str, seed: int = 0) -> str:
 
         cfg = transformers.AutoConfig.from_pretrained(CONFIG)
         torch.manual_seed(seed)
-        transformers.LlamaForCausalLM(cfg).save_pretrained(directory, safe_serialization=True)
+        transformers.LlamaForCausalLM(cfg).save_pretrained(  # type: ignore[no-untyped-call]
+            directory, safe_serialization=True
+        )
     return directory
 
 
@@ -67,21 +69,52 @@ def _main(conn: Connection, spec: EngineSpec) -> None:
     from vllm.inputs import TokensPrompt
 
     kv = KVTransferConfig(**spec.kv_transfer_config) if spec.kv_transfer_config else None
-    llm = LLM(model=spec.model, skip_tokenizer_init=True, dtype="float32", max_model_len=256,
-              enforce_eager=True, seed=0, max_num_seqs=8, kv_cache_memory_bytes=spec.kv_cache_bytes,
-              kv_transfer_config=kv, disable_log_stats=True)
-    core = llm.llm_engine.engine_core.engine_core  # in process: VLLM_ENABLE_V1_MULTIPROCESSING=0
+    llm = LLM(
+        model=spec.model,
+        skip_tokenizer_init=True,
+        dtype="float32",
+        max_model_len=256,
+        enforce_eager=True,
+        seed=0,
+        max_num_seqs=8,
+        kv_cache_memory_bytes=spec.kv_cache_bytes,
+        kv_transfer_config=kv,
+        disable_log_stats=True,
+    )
+    client: Any = llm.llm_engine.engine_core
+    core = client.engine_core  # in process: VLLM_ENABLE_V1_MULTIPROCESSING=0
     pool = core.scheduler.kv_cache_manager.block_pool
     conn.send(("ready", None))
     while True:
         cmd, arg = conn.recv()
         if cmd == "generate":
             prompts, max_tokens, params = arg
-            sp = [SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True, detokenize=False,
-                                 extra_args={"kv_transfer_params": p} if p is not None else None) for p in params]
-            outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], sp, use_tqdm=False)
-            conn.send(("ok", [Output(list(o.outputs[0].token_ids), o.outputs[0].finish_reason, o.kv_transfer_params)
-                              for o in outs]))
+            sp = [
+                SamplingParams(
+                    temperature=0,
+                    max_tokens=max_tokens,
+                    ignore_eos=True,
+                    detokenize=False,
+                    extra_args={"kv_transfer_params": p} if p is not None else None,
+                )
+                for p in params
+            ]
+            outs = llm.generate(
+                [TokensPrompt(prompt_token_ids=p) for p in prompts], sp, use_tqdm=False
+            )
+            conn.send(
+                (
+                    "ok",
+                    [
+                        Output(
+                            list(o.outputs[0].token_ids),
+                            o.outputs[0].finish_reason,
+                            o.kv_transfer_params,
+                        )
+                        for o in outs
+                    ],
+                )
+            )
         elif cmd == "settle":
             # Step until no finished request waits for its connector (a
             # prefill's blocks wait for the decode's read), or the deadline.
@@ -98,10 +131,10 @@ def _main(conn: Connection, spec: EngineSpec) -> None:
             # reused them would (the demo's negative control).
             from vllm.distributed.kv_transfer import get_kv_transfer_group
 
-            w = get_kv_transfer_group().worker
+            w = cast(Any, get_kv_transfer_group()).worker
             layout, buf = w.layout, w.regions.files[0][1]
             for cb in layout.to_custody(arg):
-                buf[cb * layout.block_bytes:(cb + 1) * layout.block_bytes] = 0
+                buf[cb * layout.block_bytes : (cb + 1) * layout.block_bytes] = 0
             conn.send(("ok", None))
         elif cmd == "stop":
             llm.llm_engine.engine_core.shutdown()
@@ -116,7 +149,9 @@ class Engine:
         self.spec = spec
         ctx = mp.get_context("spawn")
         self._conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_main, args=(child, spec), name=f"vllm-{spec.name}", daemon=True)
+        self.proc = ctx.Process(
+            target=_main, args=(child, spec), name=f"vllm-{spec.name}", daemon=True
+        )
         self.proc.start()
         child.close()
 
@@ -128,19 +163,27 @@ class Engine:
         if not self._conn.poll(timeout_s):
             raise TimeoutError(f"engine {self.spec.name}: no answer to {cmd} within {timeout_s} s")
         try:
-            status, value = self._conn.recv()
+            _, value = self._conn.recv()
         except EOFError:
-            raise RuntimeError(f"engine {self.spec.name} exited (code {self.proc.exitcode}) during {cmd}") from None
+            raise RuntimeError(
+                f"engine {self.spec.name} exited (code {self.proc.exitcode}) during {cmd}"
+            ) from None
         return value
 
     def wait_ready(self, timeout_s: float = 600) -> None:
         """Block until vLLM is up in the engine process."""
         self._answer("start", timeout_s)
 
-    def generate(self, prompts: list[list[int]], max_tokens: int,
-                 params: list[dict[str, Any] | None] | None = None) -> list[Output]:
+    def generate(
+        self,
+        prompts: list[list[int]],
+        max_tokens: int,
+        params: list[dict[str, Any] | None] | None = None,
+    ) -> list[Output]:
         """Greedy outputs of prompts, with kv_transfer_params per prompt."""
-        result: list[Output] = self._call("generate", (prompts, max_tokens, params or [None] * len(prompts)))
+        result: list[Output] = self._call(
+            "generate", (prompts, max_tokens, params or [None] * len(prompts))
+        )
         return result
 
     def settle(self, timeout_s: float) -> bool:

@@ -52,13 +52,17 @@ class Layout:
         share of every block, in one list: one part)."""
         for b in blocks:
             if not 0 <= b < self.num_blocks:
-                raise ValueError(f"vLLM block {b} is outside the KV cache's {self.num_blocks} blocks")
+                raise ValueError(
+                    f"vLLM block {b} is outside the KV cache's {self.num_blocks} blocks"
+                )
         return [layer * self.num_blocks + b for layer in range(self.layers) for b in blocks]
 
     def to_vllm(self, custody_block: int) -> int:
         """The vLLM block a custody block belongs to."""
         if not 0 <= custody_block < self.custody_blocks:
-            raise ValueError(f"custody block {custody_block} is outside the pool's {self.custody_blocks} blocks")
+            raise ValueError(
+                f"custody block {custody_block} is outside the pool's {self.custody_blocks} blocks"
+            )
         return custody_block % self.num_blocks
 
 
@@ -72,7 +76,9 @@ class Regions:
 
     def allocate(self, nbytes: int) -> torch.Tensor:
         """A zeroed int8 tensor of nbytes backed by a new 0600 file."""
-        path = os.path.join(self.directory, f"custody-{self.name}-{os.getpid()}-{secrets.token_hex(4)}.kv")
+        path = os.path.join(
+            self.directory, f"custody-{self.name}-{os.getpid()}-{secrets.token_hex(4)}.kv"
+        )
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
         try:
             os.ftruncate(fd, nbytes)
@@ -117,17 +123,20 @@ def shm_allocation(regions: Regions) -> Iterator[None]:
     def zeros(*size: Any, **kw: Any) -> torch.Tensor:
         device = kw.get("device")
         flat = len(size) == 1 and isinstance(size[0], int)
-        if flat and kw.get("dtype") is torch.int8 and set(kw) <= {"dtype", "device"} and (
-            device is None or torch.device(device).type == "cpu"
+        if (
+            flat
+            and kw.get("dtype") is torch.int8
+            and set(kw) <= {"dtype", "device"}
+            and (device is None or torch.device(device).type == "cpu")
         ):
             return regions.allocate(size[0])
         return real(*size, **kw)
 
-    torch.zeros = zeros  # type: ignore[assignment]
+    torch.zeros = zeros
     try:
         yield
     finally:
-        torch.zeros = real  # type: ignore[assignment]
+        torch.zeros = real
 
 
 def describe(kv_caches: dict[str, torch.Tensor], regions: Regions) -> Layout:
@@ -148,11 +157,15 @@ def describe(kv_caches: dict[str, torch.Tensor], regions: Regions) -> Layout:
             )
         p, base = found
         if path and p != path:
-            raise ValueError(f"custody.vllm: layer {name}'s KV cache is in another buffer than the first layer's")
+            raise ValueError(
+                f"custody.vllm: layer {name}'s KV cache is in another buffer than the first layer's"
+            )
         path = p
         bb = t[0].numel() * t.element_size()
         if t.stride(0) * t.element_size() != bb or not t[0].is_contiguous():
-            raise ValueError(f"custody.vllm: layer {name}'s blocks are not contiguous (shape {tuple(t.shape)}, strides {t.stride()})")
+            raise ValueError(
+                f"custody.vllm: layer {name}'s blocks are not contiguous (shape {tuple(t.shape)}, strides {t.stride()})"
+            )
         if block_bytes and (bb, t.shape[0]) != (block_bytes, num_blocks):
             raise ValueError(
                 f"custody.vllm: layer {name} has {t.shape[0]} blocks of {bb} bytes, another layer "
@@ -164,5 +177,7 @@ def describe(kv_caches: dict[str, torch.Tensor], regions: Regions) -> Layout:
     layer_bytes = block_bytes * num_blocks
     layers = len(offsets)
     if sorted(offsets) != [i * layer_bytes for i in range(layers)]:
-        raise ValueError(f"custody.vllm: the layers' KV caches are not packed one after another at offset 0 (offsets {sorted(offsets)}, layer size {layer_bytes})")
+        raise ValueError(
+            f"custody.vllm: the layers' KV caches are not packed one after another at offset 0 (offsets {sorted(offsets)}, layer size {layer_bytes})"
+        )
     return Layout(path=path, block_bytes=block_bytes, num_blocks=num_blocks, layers=layers)

@@ -17,9 +17,8 @@ them (one Read, one part per rank).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
 import logging
+from typing import TYPE_CHECKING, Any
 
 from custody.client import Client, new_token
 from custody.errors import CustodyError
@@ -34,8 +33,15 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("custody.vllm")
 
-_DECODE_PARAMS = ("remote_request_id", "remote_block_ids", "remote_hosts", "remote_names", "remote_pool",
-                  "remote_num_blocks", "remote_token")
+_DECODE_PARAMS = (
+    "remote_request_id",
+    "remote_block_ids",
+    "remote_hosts",
+    "remote_names",
+    "remote_pool",
+    "remote_num_blocks",
+    "remote_token",
+)
 
 
 class SchedulerSide:
@@ -68,20 +74,26 @@ class SchedulerSide:
         out of the allocator."""
         self._block_pool = pool
 
-    def get_num_new_matched_tokens(self, request: Request, num_computed_tokens: int) -> tuple[int, bool]:
+    def get_num_new_matched_tokens(
+        self, request: Request, num_computed_tokens: int
+    ) -> tuple[int, bool]:
         """A decode request loads its whole prompt's KV from the prefill,
         asynchronously; vLLM recomputes the last token to sample the next."""
         params = request.kv_transfer_params
         if params and params.get("do_remote_prefill"):
             missing = [k for k in _DECODE_PARAMS if k not in params]
             if missing:
-                raise ValueError(f"custody.vllm: request {request.request_id}: kv_transfer_params lack {missing}")
+                raise ValueError(
+                    f"custody.vllm: request {request.request_id}: kv_transfer_params lack {missing}"
+                )
             count = len(request.prompt_token_ids or []) - num_computed_tokens
             if count > 0:
                 return count, True
         return 0, False
 
-    def update_state_after_alloc(self, request: Request, blocks: KVCacheBlocks, num_external_tokens: int) -> None:
+    def update_state_after_alloc(
+        self, request: Request, blocks: KVCacheBlocks, num_external_tokens: int
+    ) -> None:
         """Record the blocks a decode request's prompt KV is read into."""
         params = request.kv_transfer_params
         if not params or not params.get("do_remote_prefill"):
@@ -97,13 +109,20 @@ class SchedulerSide:
                 f"custody.vllm: request {request.request_id}: {len(local)} blocks to load, but the prefill names {len(remote)}"
             )
         # Blocks a local prefix hit covers are not read: the tail is.
-        remote = remote[len(remote) - len(local):]
-        self._recvs.append(Recv(
-            request=request.request_id, local_blocks=local, remote_request=str(params["remote_request_id"]),
-            remote_blocks=remote, remote_hosts=list(params["remote_hosts"]),
-            remote_names=list(params["remote_names"]), remote_pool=str(params["remote_pool"]),
-            remote_num_blocks=int(params["remote_num_blocks"]), token=int(params["remote_token"]),
-        ))
+        remote = remote[len(remote) - len(local) :]
+        self._recvs.append(
+            Recv(
+                request=request.request_id,
+                local_blocks=local,
+                remote_request=str(params["remote_request_id"]),
+                remote_blocks=remote,
+                remote_hosts=list(params["remote_hosts"]),
+                remote_names=list(params["remote_names"]),
+                remote_pool=str(params["remote_pool"]),
+                remote_num_blocks=int(params["remote_num_blocks"]),
+                token=int(params["remote_token"]),
+            )
+        )
 
     def build_connector_meta(self) -> CustodyMetadata:
         """This step's sends and reads, handed to every worker."""
@@ -111,7 +130,9 @@ class SchedulerSide:
         self._sends, self._recvs = [], []
         return meta
 
-    def request_finished(self, request: Request, block_ids: list[int]) -> tuple[bool, dict[str, Any] | None]:
+    def request_finished(
+        self, request: Request, block_ids: list[int]
+    ) -> tuple[bool, dict[str, Any] | None]:
         """A prefill request's blocks stay with vLLM until a worker reports
         them sent; the returned parameters let a decode read them."""
         from vllm.v1.request import RequestStatus
@@ -119,14 +140,22 @@ class SchedulerSide:
         params = request.kv_transfer_params
         if not params or not params.get("do_remote_decode"):
             return False, None
-        if request.status not in (RequestStatus.FINISHED_LENGTH_CAPPED, RequestStatus.FINISHED_STOPPED) or not block_ids:
+        if (
+            request.status
+            not in (RequestStatus.FINISHED_LENGTH_CAPPED, RequestStatus.FINISHED_STOPPED)
+            or not block_ids
+        ):
             return False, None  # aborted: nothing to hand off
         try:
             names = self.host_names()
         except CustodyError as e:
             # No hand-off without the hosts: vLLM frees the blocks now, and
             # a decode without parameters computes the prompt itself.
-            log.error("custody.vllm: request %s: the prefill's hosts do not answer (%s); not handing it off", request.request_id, e)
+            log.error(
+                "custody.vllm: request %s: the prefill's hosts do not answer (%s); not handing it off",
+                request.request_id,
+                e,
+            )
             return False, None
         token = new_token()
         self._sends.append(Send(request=request.request_id, blocks=list(block_ids), token=token))
@@ -158,7 +187,9 @@ class SchedulerSide:
             return
         self.quarantined |= new
         if self._block_pool is None:
-            raise RuntimeError("custody.vllm: blocks were quarantined before vLLM bound its block pool")
+            raise RuntimeError(
+                "custody.vllm: blocks were quarantined before vLLM bound its block pool"
+            )
         pool = self._block_pool
         pool.evict_blocks(set(new))
         pool.touch([pool.blocks[b] for b in sorted(new)])

@@ -79,16 +79,26 @@ class WorkerSide:
         block of it for the engine."""
         layout = describe(kv_caches, self.regions)
         t = self.settings.peer_timeout_s
-        self.pool = self.client.register_pool(self.settings.pool, layout.path, 0, layout.block_bytes,
-                                              layout.custody_blocks, timeout=t)
+        self.pool = self.client.register_pool(
+            self.settings.pool, layout.path, 0, layout.block_bytes, layout.custody_blocks, timeout=t
+        )
         got = self.client.alloc(self.pool, layout.custody_blocks, timeout=t)
         if sorted(got) != list(range(layout.custody_blocks)):
-            raise RuntimeError(f"custody.vllm: the host gave {len(got)} of the pool's {layout.custody_blocks} blocks to the engine; is another engine using pool {self.settings.pool!r}?")
+            raise RuntimeError(
+                f"custody.vllm: the host gave {len(got)} of the pool's {layout.custody_blocks} blocks to the engine; is another engine using pool {self.settings.pool!r}?"
+            )
         self.layout = layout
         self._watcher = threading.Thread(target=self._watch, name="custody-watch", daemon=True)
         self._watcher.start()
-        log.info("custody.vllm: rank %d: KV cache %s registered as pool %d: %d layers x %d blocks of %d bytes",
-                 self.rank, layout.path, self.pool, layout.layers, layout.num_blocks, layout.block_bytes)
+        log.info(
+            "custody.vllm: rank %d: KV cache %s registered as pool %d: %d layers x %d blocks of %d bytes",
+            self.rank,
+            layout.path,
+            self.pool,
+            layout.layers,
+            layout.num_blocks,
+            layout.block_bytes,
+        )
 
     def _watch(self) -> None:
         while not self._stop.is_set():
@@ -98,7 +108,11 @@ class WorkerSide:
             except CustodyError as e:
                 if self._stop.is_set():
                     return
-                log.error("custody.vllm: rank %d: watching finished reports failed: %s; watching again", self.rank, e)
+                log.error(
+                    "custody.vllm: rank %d: watching finished reports failed: %s; watching again",
+                    self.rank,
+                    e,
+                )
                 self._stop.wait(0.1)
 
     def _need_layout(self) -> Layout:
@@ -123,14 +137,31 @@ class WorkerSide:
         if remaining <= 0:
             # Never pinned: no decode read it through custody within the
             # lease, which is what the lease gives a decode.
-            log.error("custody.vllm: rank %d: request %s: its blocks were never pinned on the host within the lease; handing them back", self.rank, s.request)
+            log.error(
+                "custody.vllm: rank %d: request %s: its blocks were never pinned on the host within the lease; handing them back",
+                self.rank,
+                s.request,
+            )
             self._later().finished_sending.add(s.request)
             return
         try:
-            self.client.expect_send(s.request, s.token, "", self.pool, layout.to_custody(s.blocks), 1, remaining,
-                                    timeout=self.settings.peer_timeout_s)
+            self.client.expect_send(
+                s.request,
+                s.token,
+                "",
+                self.pool,
+                layout.to_custody(s.blocks),
+                1,
+                remaining,
+                timeout=self.settings.peer_timeout_s,
+            )
         except CustodyError as e:
-            log.warning("custody.vllm: rank %d: request %s: pinning its blocks failed (%s); retrying", self.rank, s.request, e)
+            log.warning(
+                "custody.vllm: rank %d: request %s: pinning its blocks failed (%s); retrying",
+                self.rank,
+                s.request,
+                e,
+            )
             self._unpinned.append((s, deadline))
 
     def _read(self, r: Recv) -> None:
@@ -139,15 +170,29 @@ class WorkerSide:
             self._fail(r, f"the prefill has {len(r.remote_hosts)} ranks, this is rank {self.rank}")
             return
         address, peer = r.remote_hosts[self.rank], r.remote_names[self.rank]
-        remote = Layout(path="", block_bytes=layout.block_bytes, num_blocks=r.remote_num_blocks, layers=layout.layers)
+        remote = Layout(
+            path="",
+            block_bytes=layout.block_bytes,
+            num_blocks=r.remote_num_blocks,
+            layers=layout.layers,
+        )
         try:
             if peer not in self._peers:
-                self.client.connect_peer(peer, [RemoteRank(address=address, pool=r.remote_pool)],
-                                         timeout=self.settings.peer_timeout_s)
+                self.client.connect_peer(
+                    peer,
+                    [RemoteRank(address=address, pool=r.remote_pool)],
+                    timeout=self.settings.peer_timeout_s,
+                )
                 self._peers.add(peer)
-            part = Part(pool=self.pool, local=layout.to_custody(r.local_blocks), rank=0,
-                        remote=remote.to_custody(r.remote_blocks))
-            self.client.read(r.remote_request, r.token, peer, True, [part], timeout=self.settings.peer_timeout_s)
+            part = Part(
+                pool=self.pool,
+                local=layout.to_custody(r.local_blocks),
+                rank=0,
+                remote=remote.to_custody(r.remote_blocks),
+            )
+            self.client.read(
+                r.remote_request, r.token, peer, True, [part], timeout=self.settings.peer_timeout_s
+            )
         except (CustodyError, ValueError) as e:
             self._fail(r, str(e))
             return
@@ -156,7 +201,12 @@ class WorkerSide:
     def _fail(self, r: Recv, why: str) -> None:
         """A read custody never took: its blocks were never lent, so they
         are invalid (not loaded) and safe."""
-        log.error("custody.vllm: rank %d: request %s: reading its KV failed: %s", self.rank, r.request, why)
+        log.error(
+            "custody.vllm: rank %d: request %s: reading its KV failed: %s",
+            self.rank,
+            r.request,
+            why,
+        )
         res = self._later()
         res.finished_recving.add(r.request)
         res.failed_recving.add(r.request)
@@ -198,20 +248,36 @@ class WorkerSide:
             if x.sending:
                 # A pin that ended in failure (its lease ran out): the
                 # blocks are back, and vLLM frees them as sent.
-                log.warning("custody.vllm: rank %d: request %s: hand-off failed: %s", self.rank, x.request, x.reason)
+                log.warning(
+                    "custody.vllm: rank %d: request %s: hand-off failed: %s",
+                    self.rank,
+                    x.request,
+                    x.reason,
+                )
                 res.finished_sending.add(x.request)
         # A failed read is in finished_recving too, with its reason in failed.
         for rid in f.finished_recving:
             got = self._reading.pop(rid, None)
             if got is None:
-                log.warning("custody.vllm: rank %d: the host reported a read %s this worker did not post", self.rank, rid)
+                log.warning(
+                    "custody.vllm: rank %d: the host reported a read %s this worker did not post",
+                    self.rank,
+                    rid,
+                )
                 continue
             res.finished_recving.add(got[0])
-            x = failed.get(rid)
-            if x is not None and not x.sending:
-                log.warning("custody.vllm: rank %d: request %s: reading its KV failed: %s", self.rank, got[0], x.reason)
+            why = failed.get(rid)
+            if why is not None and not why.sending:
+                log.warning(
+                    "custody.vllm: rank %d: request %s: reading its KV failed: %s",
+                    self.rank,
+                    got[0],
+                    why.reason,
+                )
                 res.failed_recving.add(got[0])
-        res.invalid_blocks.update(layout.to_vllm(b.block) for b in f.invalid_blocks if b.pool == self.pool)
+        res.invalid_blocks.update(
+            layout.to_vllm(b.block) for b in f.invalid_blocks if b.pool == self.pool
+        )
 
     @staticmethod
     def _merge(into: Results, r: Results) -> None:
