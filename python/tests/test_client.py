@@ -605,6 +605,28 @@ def test_watch_ends_promptly_on_stop_and_close(custody_pair: Pair) -> None:
         pass  # the client's watch is free again
 
 
+def test_watch_fails_canceled_when_its_client_closes(custody_pair: Pair) -> None:
+    c = Client(custody_pair.decode.socket)
+    c.status()
+    w = c.watch_finished()
+    result: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            next(w)
+        except BaseException as e:  # noqa: BLE001 - checked below
+            result.append(e)
+
+    t = threading.Thread(target=run)
+    t.start()
+    c.close()
+    t.join(5)
+    assert not t.is_alive(), "next() did not return once the client closed"
+    assert len(result) == 1
+    assert isinstance(result[0], Canceled), repr(result[0])
+    assert list(w) == []
+
+
 def test_watch_reopens_a_broken_stream_at_its_cursor(
     custody_pair: Pair,
     socket_proxy: Callable[[Path], SocketProxy],
