@@ -15,8 +15,6 @@ import pytest
 
 from custody.vllm import demo
 
-pytest.importorskip("vllm")
-
 FAULTS = sum(n for kind, n in demo.ROUNDS if kind in demo.FAULTY)
 CONTROLS = sum(n for kind, n in demo.ROUNDS if kind == "scribble")
 
