@@ -74,6 +74,12 @@ _WINDOW = 1 << 20
 _CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (
     ("grpc.http2.lookahead_bytes", _WINDOW),
     ("grpc.http2.bdp_probe", 0),
+    # The host is a local socket: reconnect within tens of milliseconds
+    # once it is back (gRPC's default waits a second and more), since a call
+    # while the channel waits to reconnect fails at once with UNAVAILABLE.
+    ("grpc.initial_reconnect_backoff_ms", 20),
+    ("grpc.min_reconnect_backoff_ms", 20),
+    ("grpc.max_reconnect_backoff_ms", 500),
 )
 
 # A watch reopens a stream that failed with UNAVAILABLE after a backoff that

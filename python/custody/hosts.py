@@ -9,8 +9,10 @@ binary.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -28,6 +30,14 @@ def free_port() -> int:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
         return port
+
+
+def socket_parent(state_dir: str, name: str) -> str:
+    """Where a host makes its transports' sockets (Go's host.SocketParent):
+    a host that was killed leaves it behind."""
+    key = os.path.join(os.path.normpath(state_dir), "hosts", name)
+    digest = hashlib.sha256(key.encode()).hexdigest()[:12]
+    return os.path.join(os.environ.get("TMPDIR") or "/tmp", f"custody-{os.getuid()}-{digest}")
 
 
 @dataclass
@@ -106,10 +116,21 @@ class HostProcess:
                 time.sleep(0.02)  # a process coming up: nothing to wait on but its socket
 
     def kill(self) -> None:
-        """SIGKILL the host (its transport dies with it)."""
+        """SIGKILL the host (its transport dies with it), and remove what it
+        left of its transports' sockets."""
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait()
+        shutil.rmtree(
+            socket_parent(self.state_dir or os.path.join(self.dir, "state"), self.name),
+            ignore_errors=True,
+        )
+
+    def restart(self) -> HostProcess:
+        """SIGKILL the host and start it again: the same config, socket and
+        metadata endpoint, a new process (a new incarnation)."""
+        self.kill()
+        return self.start()
 
     def stop(self, timeout_s: float = 30.0) -> int | None:
         """SIGTERM the host (it tears down in order) and wait; kill it

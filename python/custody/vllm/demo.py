@@ -53,6 +53,9 @@ ROUNDS = [
     ("fail", 1),
     ("disconnect", 1),
     ("hold-cap", 1),
+    # Read after the decode's host was SIGKILLed and started again: the
+    # connector registers the KV cache with the new host process.
+    ("host-restart", 1),
 ]
 FAULTY = {"fail", "disconnect", "kill", "hold-cap"}
 
@@ -70,6 +73,7 @@ class Summary:
     control: str = ""
     fences: int = 0
     restarts: int = 0
+    host_restarts: int = 0
     leaks: list[str] = field(default_factory=list)
 
     def ok(self) -> bool:
@@ -90,7 +94,7 @@ class Summary:
                 f"wrong      {len(self.wrong)}",
                 f"control    {self.control or 'not run'} (zeroed prefill blocks change the output)",
                 f"unanswered {len(self.unreported)}",
-                f"fences     {self.fences} (transport restarts {self.restarts})",
+                f"fences     {self.fences} (transport restarts {self.restarts}, host restarts {self.host_restarts})",
                 f"leaks      {len(self.leaks)}",
             ]
             + [f"  wrong: {w}" for w in self.wrong]
@@ -178,6 +182,10 @@ def run(
                     raise RuntimeError(
                         f"the prefill handed request {i} off with no kv_transfer_params"
                     )
+                if kind == "host-restart":
+                    count_fences(s, decode_host)
+                    decode_host.restart()
+                    s.host_restarts += 1
                 if kind == "scribble":
                     prefill.scribble(handoff["remote_block_ids"])
                 out = decode.generate([all_prompts[i]], max_tokens, [handoff])[0]
@@ -192,6 +200,13 @@ def run(
         decode.stop()
         decode_host.stop()
     return s
+
+
+def count_fences(s: Summary, h: HostProcess) -> None:
+    """Add h's fences and transport restarts so far to s."""
+    with Client(h.socket) as c:
+        st = c.status(timeout=5)
+    s.fences, s.restarts = s.fences + int(st.fences), s.restarts + int(st.transport_restarts)
 
 
 def judge(s: Summary, kind: str, i: int, out: Output, ref: Output, policy: str) -> None:
@@ -247,7 +262,10 @@ def leaks(
                     break
                 time.sleep(0.05)  # a lease or a fence of another process runs out
             if h is decode_host:
-                s.fences, s.restarts = int(st.fences), int(st.transport_restarts)
+                s.fences, s.restarts = (
+                    s.fences + int(st.fences),
+                    s.restarts + int(st.transport_restarts),
+                )
             if any(held.values()):
                 s.leaks.append(f"host {h.name} holds {held}")
     for e in (prefill, decode):

@@ -22,18 +22,22 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
 import torch
 
 from custody.client import Client, Finished, Part, RemoteRank
-from custody.errors import CustodyError
+from custody.errors import CustodyError, InvalidArgument
 from custody.vllm.config import Settings
 from custody.vllm.layout import Layout, Regions, describe, shm_allocation
 from custody.vllm.metadata import CustodyMetadata, CustodyWorkerMetadata, Recv, Send
 
 log = logging.getLogger("custody.vllm")
+
+# How often, at most, a busy worker asks whether its host restarted.
+_CHECK_S = 1.0
 
 
 @dataclass
@@ -63,8 +67,15 @@ class WorkerSide:
         # custody request id (the prefill's) -> vLLM's request id and blocks.
         self._reading: dict[str, tuple[str, list[int]]] = {}
         # sends ExpectSend refused (a host restarting), retried each step
-        # until their lease.
+        # until their lease; sends pinned, until reported; sends pinned on
+        # a host that restarted since, held until their lease.
         self._unpinned: list[tuple[Send, float]] = []
+        self._pinned: dict[str, float] = {}
+        self._orphaned: dict[str, float] = {}
+        # The host process the KV cache is registered with (Status's
+        # incarnation), and when that was last checked.
+        self._incarnation = 0
+        self._checked = 0.0
         # results held one step behind the quarantine they carry.
         self._held: Results | None = None
         self._quarantined: set[int] = set()
@@ -78,15 +89,7 @@ class WorkerSide:
         """Register the KV cache as one pool on the host and take every
         block of it for the engine."""
         layout = describe(kv_caches, self.regions)
-        t = self.settings.peer_timeout_s
-        self.pool = self.client.register_pool(
-            self.settings.pool, layout.path, 0, layout.block_bytes, layout.custody_blocks, timeout=t
-        )
-        got = self.client.alloc(self.pool, layout.custody_blocks, timeout=t)
-        if sorted(got) != list(range(layout.custody_blocks)):
-            raise RuntimeError(
-                f"custody.vllm: the host gave {len(got)} of the pool's {layout.custody_blocks} blocks to the engine; is another engine using pool {self.settings.pool!r}?"
-            )
+        self._attach(layout)
         self.layout = layout
         self._watcher = threading.Thread(target=self._watch, name="custody-watch", daemon=True)
         self._watcher.start()
@@ -99,6 +102,67 @@ class WorkerSide:
             layout.num_blocks,
             layout.block_bytes,
         )
+
+    def _attach(self, layout: Layout) -> None:
+        """Register the KV cache with the host process that runs now."""
+        t = self.settings.peer_timeout_s
+        incarnation = self.client.status(timeout=t).incarnation
+        try:
+            pool = self.client.register_pool(
+                self.settings.pool,
+                layout.path,
+                0,
+                layout.block_bytes,
+                layout.custody_blocks,
+                timeout=t,
+            )
+        except InvalidArgument as e:
+            raise RuntimeError(
+                f"custody.vllm: rank {self.rank}: registering the KV cache failed: {e}; a host serves one "
+                "engine process: restart it with its engine"
+            ) from e
+        got = self.client.alloc(pool, layout.custody_blocks, timeout=t)
+        if sorted(got) != list(range(layout.custody_blocks)):
+            raise RuntimeError(
+                f"custody.vllm: the host gave {len(got)} of the pool's {layout.custody_blocks} blocks "
+                f"to the engine; is another engine using pool {self.settings.pool!r}?"
+            )
+        self.pool, self._incarnation, self._peers = pool, incarnation, set()
+
+    def _host_restarted(self) -> bool:
+        """Whether the host process restarted since the KV cache was
+        registered with it. Then its reads and pins are gone with it: its
+        transport died with it, so no transfer of the old process touches
+        a block any more. The reads in flight are reported failed, their
+        blocks invalid; the pins are held until their lease, since a
+        decode may read them within it; and the KV cache is registered with
+        the new process."""
+        self._checked = time.monotonic()
+        try:
+            incarnation = self.client.status(timeout=self.settings.peer_timeout_s).incarnation
+        except CustodyError:
+            return False  # down: calls fail and are reported so meanwhile
+        if incarnation == self._incarnation:
+            return False
+        log.error(
+            "custody.vllm: rank %d: the host restarted (incarnation %#x, was %#x): %d reads failed, %d pins held "
+            "to their lease; registering the KV cache again",
+            self.rank,
+            incarnation,
+            self._incarnation,
+            len(self._reading),
+            len(self._pinned),
+        )
+        res = self._later()
+        for request, blocks in self._reading.values():
+            res.finished_recving.add(request)
+            res.failed_recving.add(request)
+            res.invalid_blocks.update(blocks)
+        self._reading.clear()
+        self._orphaned.update(self._pinned)
+        self._pinned.clear()
+        self._attach(self._need_layout())
+        return True
 
     def _watch(self) -> None:
         while not self._stop.is_set():
@@ -123,6 +187,13 @@ class WorkerSide:
     def start(self, meta: CustodyMetadata) -> None:
         """Pin this step's sends and post this step's reads."""
         now = time.monotonic()
+        busy = self._reading or self._pinned or meta.recvs or meta.sends
+        if busy and now - self._checked > _CHECK_S:
+            self._host_restarted()
+        for request, deadline in list(self._orphaned.items()):
+            if now >= deadline:
+                del self._orphaned[request]
+                self._later().finished_sending.add(request)
         pending, self._unpinned = self._unpinned, []
         for s, deadline in pending:
             self._pin(s, deadline, now)
@@ -144,7 +215,8 @@ class WorkerSide:
             )
             self._later().finished_sending.add(s.request)
             return
-        try:
+
+        def pin() -> None:
             self.client.expect_send(
                 s.request,
                 s.token,
@@ -155,6 +227,9 @@ class WorkerSide:
                 remaining,
                 timeout=self.settings.peer_timeout_s,
             )
+
+        try:
+            self._again_if_restarted(pin)
         except CustodyError as e:
             log.warning(
                 "custody.vllm: rank %d: request %s: pinning its blocks failed (%s); retrying",
@@ -163,6 +238,18 @@ class WorkerSide:
                 e,
             )
             self._unpinned.append((s, deadline))
+            return
+        self._pinned[s.request] = deadline
+
+    def _again_if_restarted(self, call: Callable[[], None]) -> None:
+        """call, and once more if it failed because the host restarted
+        (the KV cache is then registered with the new host process)."""
+        try:
+            call()
+        except CustodyError:
+            if not self._host_restarted():
+                raise
+            call()
 
     def _read(self, r: Recv) -> None:
         layout = self._need_layout()
@@ -176,7 +263,8 @@ class WorkerSide:
             num_blocks=r.remote_num_blocks,
             layers=layout.layers,
         )
-        try:
+
+        def read() -> None:
             if peer not in self._peers:
                 self.client.connect_peer(
                     peer,
@@ -193,6 +281,9 @@ class WorkerSide:
             self.client.read(
                 r.remote_request, r.token, peer, True, [part], timeout=self.settings.peer_timeout_s
             )
+
+        try:
+            self._again_if_restarted(read)
         except (CustodyError, ValueError) as e:
             self._fail(r, str(e))
             return
@@ -243,6 +334,8 @@ class WorkerSide:
 
     def _translate(self, f: Finished, layout: Layout, res: Results) -> None:
         res.finished_sending.update(f.finished_sending)
+        for request in f.finished_sending:
+            self._pinned.pop(request, None)
         failed = {x.request: x for x in f.failed}
         for x in f.failed:
             if x.sending:
@@ -255,6 +348,7 @@ class WorkerSide:
                     x.reason,
                 )
                 res.finished_sending.add(x.request)
+                self._pinned.pop(x.request, None)
         # A failed read is in finished_recving too, with its reason in failed.
         for rid in f.finished_recving:
             got = self._reading.pop(rid, None)
