@@ -32,13 +32,17 @@ from custody.vllm.engine import Engine, EngineSpec, make_model
 
 def nixl(port: int, host_ip: str = "127.0.0.1") -> tuple[dict[str, Any], dict[str, str]]:
     """NixlConnector's kv_transfer_config and environment for one engine."""
-    return ({"kv_connector": "NixlConnector", "kv_role": "kv_both", "kv_buffer_device": "cpu"},
-            {"VLLM_NIXL_SIDE_CHANNEL_PORT": str(port), "VLLM_NIXL_SIDE_CHANNEL_HOST": host_ip})
+    return (
+        {"kv_connector": "NixlConnector", "kv_role": "kv_both", "kv_buffer_device": "cpu"},
+        {"VLLM_NIXL_SIDE_CHANNEL_PORT": str(port), "VLLM_NIXL_SIDE_CHANNEL_HOST": host_ip},
+    )
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--custody", default=os.path.join(os.environ.get("CUSTODY_BIN", "bin"), "custody"))
+    ap.add_argument(
+        "--custody", default=os.path.join(os.environ.get("CUSTODY_BIN", "bin"), "custody")
+    )
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--prompts", type=int, default=16)
     ap.add_argument("--backends", default="custody-fake,custody-ucx,nixl")
@@ -52,17 +56,33 @@ def main() -> int:
             if b.startswith("custody-"):
                 transport = b.removeprefix("custody-")
                 params = {"dir": d} if transport == "fake" else {}
-                pre = HostProcess(f"{b}-p", os.path.join(d, f"{b}-p"), a.custody, transport=transport,
-                                  params=dict(params), state_dir=os.path.join(d, "state")).start()
-                dec = HostProcess(f"{b}-d", os.path.join(d, f"{b}-d"), a.custody, transport=transport,
-                                  params=dict(params), state_dir=os.path.join(d, "state")).start()
+                pre = HostProcess(
+                    f"{b}-p",
+                    os.path.join(d, f"{b}-p"),
+                    a.custody,
+                    transport=transport,
+                    params=dict(params),
+                    state_dir=os.path.join(d, "state"),
+                ).start()
+                dec = HostProcess(
+                    f"{b}-d",
+                    os.path.join(d, f"{b}-d"),
+                    a.custody,
+                    transport=transport,
+                    params=dict(params),
+                    state_dir=os.path.join(d, "state"),
+                ).start()
                 hosts += [pre, dec]
-                pairs[b] = (Engine(EngineSpec(f"{b}-prefill", model, connector(pre, "fail", 60))),
-                            Engine(EngineSpec(f"{b}-decode", model, connector(dec, "fail", 60))))
+                pairs[b] = (
+                    Engine(EngineSpec(f"{b}-prefill", model, connector(pre, "fail", 60))),
+                    Engine(EngineSpec(f"{b}-decode", model, connector(dec, "fail", 60))),
+                )
             elif b == "nixl":
                 (kp, ep), (kd, ed) = nixl(free_port()), nixl(free_port())
-                pairs[b] = (Engine(EngineSpec("nixl-prefill", model, kp, env=ep)),
-                            Engine(EngineSpec("nixl-decode", model, kd, env=ed)))
+                pairs[b] = (
+                    Engine(EngineSpec("nixl-prefill", model, kp, env=ep)),
+                    Engine(EngineSpec("nixl-decode", model, kd, env=ed)),
+                )
             else:
                 raise SystemExit(f"unknown backend {b}")
         for p, q in pairs.values():
@@ -73,14 +93,17 @@ def main() -> int:
         for r in range(a.rounds + 1):  # round 0 warms up
             for b, (p, q) in pairs.items():
                 ps = prompts(a.prompts, offset=1000 * r)
-                handoff = [o.kv_transfer_params for o in p.generate(ps, 1, [{"do_remote_decode": True}] * len(ps))]
+                handoff = [
+                    o.kv_transfer_params
+                    for o in p.generate(ps, 1, [{"do_remote_decode": True}] * len(ps))
+                ]
                 times = []
                 for x, h in zip(ps[: a.prompts // 2], handoff[: a.prompts // 2]):
                     t = time.perf_counter()
                     q.generate([x], 1, [h])
                     times.append(time.perf_counter() - t)
                 t = time.perf_counter()
-                q.generate(ps[a.prompts // 2:], 1, handoff[a.prompts // 2:])
+                q.generate(ps[a.prompts // 2 :], 1, handoff[a.prompts // 2 :])
                 batch = time.perf_counter() - t
                 if r:
                     ttft[b].append(statistics.median(times))
@@ -89,8 +112,10 @@ def main() -> int:
         for b in pairs:
             m = statistics.median(ttft[b])
             ratio = f"  {m / base:.2f}x NixlConnector" if base else ""
-            print(f"{b:14s} decode TTFT p50 {m * 1e3:7.2f} ms (rounds {', '.join(f'{x * 1e3:.2f}' for x in ttft[b])})"
-                  f"{ratio}; {statistics.median(rps[b]):6.1f} requests/s")
+            print(
+                f"{b:14s} decode TTFT p50 {m * 1e3:7.2f} ms (rounds {', '.join(f'{x * 1e3:.2f}' for x in ttft[b])})"
+                f"{ratio}; {statistics.median(rps[b]):6.1f} requests/s"
+            )
     finally:
         for p, q in pairs.values():
             p.stop()
