@@ -29,7 +29,13 @@ from dataclasses import dataclass, field
 import torch
 
 from custody.client import Client, Finished, Part, RemoteRank
-from custody.errors import CustodyError, InvalidArgument
+from custody.errors import (
+    CustodyError,
+    DeadlineExceeded,
+    InvalidArgument,
+    Unavailable,
+    UnknownOutcome,
+)
 from custody.vllm.config import Settings
 from custody.vllm.layout import Layout, Regions, describe, shm_allocation
 from custody.vllm.metadata import CustodyMetadata, CustodyWorkerMetadata, Recv, Send
@@ -38,6 +44,14 @@ log = logging.getLogger("custody.vllm")
 
 # How often, at most, a busy worker asks whether its host restarted.
 _CHECK_S = 1.0
+
+
+def _host_gone(e: CustodyError) -> bool:
+    """Whether gRPC found no host process on the socket (nothing listens:
+    the host exited, and its transport dies with it)."""
+    return isinstance(e, Unavailable) and (
+        "failed to connect to all addresses" in e.message or "Connection refused" in e.message
+    )
 
 
 @dataclass
@@ -70,8 +84,14 @@ class WorkerSide:
         # until their lease; sends pinned, until reported; sends pinned on
         # a host that restarted since, held until their lease.
         self._unpinned: list[tuple[Send, float]] = []
+        # reads the host could not take (Unavailable: it restarts, or the
+        # connection broke), retried each step until their deadline.
+        self._unread: list[tuple[Recv, float]] = []
         self._pinned: dict[str, float] = {}
         self._orphaned: dict[str, float] = {}
+        # sends handed back at their lease without a report of the host,
+        # whose report, should one come, vLLM must not see twice.
+        self._handed_back: set[str] = set()
         # The host process the KV cache is registered with (Status's
         # incarnation), and when that was last checked.
         self._incarnation = 0
@@ -187,7 +207,7 @@ class WorkerSide:
     def start(self, meta: CustodyMetadata) -> None:
         """Pin this step's sends and post this step's reads."""
         now = time.monotonic()
-        busy = self._reading or self._pinned or meta.recvs or meta.sends
+        busy = self._reading or self._pinned or self._unread or meta.recvs or meta.sends
         if busy and now - self._checked > _CHECK_S:
             self._host_restarted()
         for request, deadline in list(self._orphaned.items()):
@@ -199,8 +219,11 @@ class WorkerSide:
             self._pin(s, deadline, now)
         for s in meta.sends:
             self._pin(s, now + self.settings.lease_s, now)
+        unread, self._unread = self._unread, []
+        for r, deadline in unread:
+            self._read(r, deadline, now, retry=True)
         for r in meta.recvs:
-            self._read(r)
+            self._read(r, now + self.settings.peer_timeout_s, now, retry=False)
 
     def _pin(self, s: Send, deadline: float, now: float) -> None:
         layout = self._need_layout()
@@ -214,6 +237,7 @@ class WorkerSide:
                 s.request,
             )
             self._later().finished_sending.add(s.request)
+            self._handed_back.add(s.request)
             return
 
         def pin() -> None:
@@ -230,6 +254,12 @@ class WorkerSide:
 
         try:
             self._again_if_restarted(pin)
+        except InvalidArgument as e:
+            if "still in flight" not in e.message:
+                raise RuntimeError(
+                    f"custody.vllm: request {s.request}: the host refused to pin its blocks: {e}"
+                ) from e
+            # An earlier attempt got through (its reply was lost).
         except CustodyError as e:
             log.warning(
                 "custody.vllm: rank %d: request %s: pinning its blocks failed (%s); retrying",
@@ -251,7 +281,20 @@ class WorkerSide:
                 raise
             call()
 
-    def _read(self, r: Recv) -> None:
+    def _read(self, r: Recv, deadline: float, now: float, retry: bool) -> None:
+        """Post r's read, once.
+
+        What a failed call means for r's blocks decides what follows. A
+        refusal (the host answered that it took nothing: bad input, a
+        failed handshake) fails r at once: its blocks were never lent.
+        Unavailable, DeadlineExceeded and UnknownOutcome may hide a read the
+        host took (a reply lost with a dying host, or a slow one): the same
+        read is posted again each step until deadline, and a host that
+        answers the retry with "still in flight" had taken it, so r waits
+        for its report. Past the deadline, a host that refuses connections
+        is gone, and its transport with it: r fails. A host that answers
+        but never in time may hold the read: r waits for a report or the
+        host's restart, its blocks never handed back meanwhile."""
         layout = self._need_layout()
         if self.rank >= min(len(r.remote_hosts), len(r.remote_names)):
             self._fail(r, f"the prefill has {len(r.remote_hosts)} ranks, this is rank {self.rank}")
@@ -284,7 +327,29 @@ class WorkerSide:
 
         try:
             self._again_if_restarted(read)
-        except (CustodyError, ValueError) as e:
+        except CustodyError as e:
+            if retry and isinstance(e, InvalidArgument) and "still in flight" in e.message:
+                pass  # an earlier attempt got through
+            elif isinstance(e, Unavailable | DeadlineExceeded | UnknownOutcome):
+                if now < deadline:
+                    self._unread.append((r, deadline))
+                    return
+                if not _host_gone(e):
+                    log.error(
+                        "custody.vllm: rank %d: request %s: whether the host took its read is unknown (%s); "
+                        "its blocks stay lent until the host reports it or restarts",
+                        self.rank,
+                        r.request,
+                        e,
+                    )
+                    self._reading[r.remote_request] = (r.request, r.local_blocks)
+                    return
+                self._fail(r, f"the host is gone ({e}), and its transport with it")
+                return
+            else:
+                self._fail(r, str(e))
+                return
+        except ValueError as e:
             self._fail(r, str(e))
             return
         self._reading[r.remote_request] = (r.request, r.local_blocks)
@@ -333,12 +398,18 @@ class WorkerSide:
         return out
 
     def _translate(self, f: Finished, layout: Layout, res: Results) -> None:
-        res.finished_sending.update(f.finished_sending)
+        sent = set(f.finished_sending) | {x.request for x in f.failed if x.sending}
+        late = sent & self._handed_back  # vLLM had them back at their lease
+        self._handed_back -= late
+        sent -= late
+        self._unpinned = [(u, d) for u, d in self._unpinned if u.request not in sent]
         for request in f.finished_sending:
-            self._pinned.pop(request, None)
+            if request in sent:
+                res.finished_sending.add(request)
+                self._pinned.pop(request, None)
         failed = {x.request: x for x in f.failed}
         for x in f.failed:
-            if x.sending:
+            if x.sending and x.request in sent:
                 # A pin that ended in failure (its lease ran out): the
                 # blocks are back, and vLLM frees them as sent.
                 log.warning(
