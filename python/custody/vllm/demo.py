@@ -6,10 +6,13 @@ itself, a prefill and a decode, the last two with CustodyConnector over two
 greedy. Every decode output must equal the reference's. Then the decode
 host's transport injects faults, request by request: a transfer that
 fails, one that disconnects, one stalled until its transport process is
-SIGKILLed, one stalled past the hold cap. Under ``kv_load_failure_policy``
-"fail" each such request must be reported failed; under "recompute" it
-must give the reference's tokens anyway. No output may differ silently,
-and at the end neither host nor either vLLM may hold a block.
+SIGKILLed, one stalled past the hold cap; and the decode's host itself is
+SIGKILLed and started again between two requests. Under
+``kv_load_failure_policy`` "fail" each faulty request must be reported
+failed; under "recompute" it must give the reference's tokens anyway. One
+request's prefill blocks are zeroed before the read (the negative
+control): its output must differ. No output may differ silently, and at the
+end neither host nor either vLLM may hold a block.
 """
 
 from __future__ import annotations
