@@ -20,7 +20,6 @@
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import shutil
@@ -38,6 +37,7 @@ import pytest
 
 from custody.client import Client, RemoteRank
 from custody.errors import CustodyError
+from custody.hosts import free_port, socket_parent
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 """The repository's root, found from this file's place in it."""
@@ -53,22 +53,6 @@ def custody_binary() -> Path:
     """The custody binary: ``$CUSTODY_BIN/custody``, else the repository's
     ``bin/custody``."""
     return Path(os.environ.get("CUSTODY_BIN") or REPO_ROOT / "bin") / "custody"
-
-
-def free_port() -> int:
-    """A loopback TCP port that is free right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def socket_parent(state_dir: Path, name: str) -> Path:
-    """Where a host makes its transports' sockets (Go's host.SocketParent):
-    a host that was killed leaves it behind."""
-    key = os.path.join(os.path.normpath(state_dir), "hosts", name)
-    digest = hashlib.sha256(key.encode()).hexdigest()[:12]
-    return Path(os.environ.get("TMPDIR") or "/tmp") / f"custody-{os.getuid()}-{digest}"
 
 
 @dataclass
@@ -198,7 +182,7 @@ class Host:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-        shutil.rmtree(socket_parent(self.state_dir, self.name), ignore_errors=True)
+        shutil.rmtree(socket_parent(str(self.state_dir), self.name), ignore_errors=True)
         return self.proc.returncode
 
     def close(self) -> int | None:
