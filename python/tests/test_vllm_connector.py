@@ -99,3 +99,22 @@ def test_quarantined_blocks_never_come_back_from_the_block_pool() -> None:
 def test_worker_metadata_aggregates_as_a_union() -> None:
     a, b = CustodyWorkerMetadata({1, 2}), CustodyWorkerMetadata({2, 5})
     assert a.aggregate(b) == CustodyWorkerMetadata({1, 2, 5})
+
+
+def test_sweep_removes_only_the_files_of_processes_that_are_gone(tmp_path: object) -> None:
+    import os
+    import subprocess
+
+    d = str(tmp_path)
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    names = {
+        "gone": f"custody-e-0-{dead.pid}-0123abcd.kv",
+        "alive": f"custody-e-0-{os.getppid()}-0123abcd.kv",
+        "mine": f"custody-e-0-{os.getpid()}-0123abcd.kv",
+        "not ours": f"custody-pool-{dead.pid}.kv",
+    }
+    for n in names.values():
+        open(os.path.join(d, n), "w").close()
+    assert Regions(d, "e").sweep() == [os.path.join(d, names["gone"])]
+    assert sorted(os.listdir(d)) == sorted(n for k, n in names.items() if k != "gone")

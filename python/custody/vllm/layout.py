@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import secrets
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -66,6 +67,22 @@ class Layout:
         return custody_block % self.num_blocks
 
 
+# The name of a KV cache file (Regions.allocate): custody-NAME-PID-RANDOM.kv.
+_FILE = re.compile(r"^custody-.+-(\d+)-[0-9a-f]{8}\.kv$")
+
+
+def _alive(pid: int) -> bool:
+    """Whether a process of that pid exists (it may be another than the one
+    that made a file: then the file stays, which is safe)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 class Regions:
     """The shared-memory files this process allocated KV caches in."""
 
@@ -73,6 +90,25 @@ class Regions:
         self.directory = directory
         self.name = name
         self.files: list[tuple[str, torch.Tensor]] = []
+
+    def sweep(self) -> list[str]:
+        """Remove the files of this directory that engine processes no longer
+        alive allocated (a worker that was killed cannot remove its own);
+        returns their paths. A file's name carries the pid of the process
+        that made it. The file of a host's pool that still maps it stays
+        mapped; only its name goes."""
+        gone = []
+        for name in os.listdir(self.directory):
+            m = _FILE.match(name)
+            if m is None:
+                continue
+            pid = int(m.group(1))
+            if pid == os.getpid() or _alive(pid):
+                continue
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(self.directory, name))
+                gone.append(os.path.join(self.directory, name))
+        return gone
 
     def allocate(self, nbytes: int) -> torch.Tensor:
         """A zeroed int8 tensor of nbytes backed by a new 0600 file."""

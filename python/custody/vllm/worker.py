@@ -102,7 +102,14 @@ class WorkerSide:
         self._load_errors: set[int] = set()
 
     def mem_pool_context(self) -> AbstractContextManager[None]:
-        """The KV cache's allocation context: shared memory."""
+        """The KV cache's allocation context: shared memory (after removing
+        what killed engine processes left there)."""
+        for path in self.regions.sweep():
+            log.warning(
+                "custody.vllm: rank %d: removed %s, the KV cache of an engine process that is gone",
+                self.rank,
+                path,
+            )
         return shm_allocation(self.regions)
 
     def register(self, kv_caches: dict[str, torch.Tensor]) -> None:
