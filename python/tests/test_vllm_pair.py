@@ -50,3 +50,12 @@ def test_nothing_held(summaries: dict[str, demo.Summary], policy: str) -> None:
     assert (s.fences, s.restarts) == (2, 2), (
         "the SIGKILL and the hold cap each fence the decode's transport once"
     )
+
+
+def test_tensor_parallel_pair(custody_bin: Path) -> None:
+    """Two ranks a side, a custody host per rank: decode rank r reads
+    prefill rank r's share of every block, vLLM counts both workers'
+    completions, and every output equals a reference of the same TP."""
+    s = demo.run_tp(str(custody_bin), tp=2)
+    print("\n".join(s.lines()))
+    assert (s.requests, s.identical, s.wrong, s.unreported, s.leaks) == (6, 6, [], [], [])

@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass, field
 
 from custody.client import Client
-from custody.hosts import HostProcess
+from custody.hosts import HostProcess, free_port
 from custody.vllm.engine import Engine, EngineSpec, Output, make_model
 
 # The decode transport's fault rules, by the number of the transfer they
@@ -327,6 +327,103 @@ def run_demo(
         else:
             shutil.rmtree(d, ignore_errors=True)
     return out
+
+
+def run_tp(custody: str, tp: int = 2, n: int = 6, max_tokens: int = 8) -> Summary:
+    """A prefill and a decode of tp ranks each, one custody host per rank,
+    without faults: every output must equal a reference engine of the same
+    tp (the same sharding gives the same numerics), and nothing is held at
+    the end."""
+    d = tempfile.mkdtemp(prefix="custody-vllm-tp-")
+    s = Summary(policy=f"fail, tp={tp}")
+    model = make_model(os.path.join(d, "model"))
+    state = os.path.join(d, "state")
+    hosts: dict[str, list[HostProcess]] = {}
+    engines: list[Engine] = []
+    try:
+        for side in ("prefill", "decode"):
+            base = _free_port_base(tp)
+            hosts[side] = [
+                HostProcess(
+                    f"{side}-{r}",
+                    os.path.join(d, f"{side}-{r}"),
+                    custody,
+                    params={"dir": d},
+                    state_dir=state,
+                    socket=os.path.join(d, f"{side}-{r}.sock"),
+                    address=f"127.0.0.1:{base}{r}",
+                ).start()
+                for r in range(tp)
+            ]
+
+        def kv(side: str) -> dict[str, object]:
+            return {
+                "kv_connector": "CustodyConnector",
+                "kv_connector_module_path": "custody.vllm",
+                "kv_role": "kv_both",
+                "kv_load_failure_policy": "fail",
+                "kv_connector_extra_config": {
+                    "socket": os.path.join(d, side + "-{rank}.sock"),
+                    "address": hosts[side][0].address[:-1] + "{rank}",
+                },
+            }
+
+        ref = Engine(EngineSpec("reference", model, tp=tp))
+        engines.append(ref)
+        ref.wait_ready()
+        all_prompts = prompts(n)
+        reference = ref.generate(all_prompts, max_tokens)
+        ref.stop()
+        prefill = Engine(EngineSpec("prefill", model, kv("prefill"), tp=tp))
+        decode = Engine(EngineSpec("decode", model, kv("decode"), tp=tp))
+        engines += [prefill, decode]
+        prefill.wait_ready()
+        decode.wait_ready()
+        pre = prefill.generate(all_prompts, 1, [{"do_remote_decode": True}] * n)
+        for i, (prompt, handed) in enumerate(zip(all_prompts, pre, strict=True)):
+            out = decode.generate([prompt], max_tokens, [handed.kv_transfer_params])[0]
+            s.requests += 1
+            judge(s, "clean", i, out, reference[i], "fail")
+        s.control = "not run"
+        for e in (prefill, decode):
+            if e.settle(30):
+                s.leaks.append(f"vLLM {e.spec.name}: requests still wait for the connector")
+            free, usable = e.blocks()
+            if free != usable:
+                s.leaks.append(f"vLLM {e.spec.name}: {usable - free} of {usable} blocks not free")
+        for h in hosts["prefill"] + hosts["decode"]:
+            with Client(h.socket) as c:
+                st = c.status(timeout=5)
+            if st.in_flight or st.requests or st.quarantined_blocks:
+                s.leaks.append(f"host {h.name}: {st.in_flight} in flight, {st.requests} requests")
+    finally:
+        for e in engines:
+            e.stop()
+        for hs in hosts.values():
+            for h in hs:
+                h.stop()
+        shutil.rmtree(d, ignore_errors=True)
+    return s
+
+
+def _free_port_base(tp: int) -> int:
+    """A number b such that the ports b*10 + r (r < tp <= 10) are free."""
+    for _ in range(100):
+        b = free_port() // 10
+        if b * 10 + tp <= 65535 and all(_port_free(b * 10 + r) for r in range(tp)):
+            return b
+    raise RuntimeError("no run of free loopback ports found")
+
+
+def _port_free(port: int) -> bool:
+    import socket
+
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -59,10 +59,18 @@ class EngineSpec:
     kv_transfer_config: dict[str, Any] | None = None
     kv_cache_bytes: int = 16 << 20
     env: dict[str, str] = field(default_factory=dict)
+    # Tensor-parallel ranks: more than 1 runs vLLM's worker processes, one
+    # per rank, each bound to one core (VLLM_CPU_OMP_THREADS_BIND).
+    tp: int = 1
 
 
 def _main(conn: Connection, spec: EngineSpec) -> None:
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    if spec.tp > 1:
+        cores = os.cpu_count() or 1
+        os.environ.setdefault(
+            "VLLM_CPU_OMP_THREADS_BIND", "|".join(str(r % cores) for r in range(spec.tp))
+        )
     os.environ.update(spec.env)
     from vllm import LLM, SamplingParams
     from vllm.config import KVTransferConfig
@@ -80,6 +88,8 @@ def _main(conn: Connection, spec: EngineSpec) -> None:
         kv_cache_memory_bytes=spec.kv_cache_bytes,
         kv_transfer_config=kv,
         disable_log_stats=True,
+        tensor_parallel_size=spec.tp,
+        distributed_executor_backend="mp" if spec.tp > 1 else None,
     )
     client: Any = llm.llm_engine.engine_core
     core = client.engine_core  # in process: VLLM_ENABLE_V1_MULTIPROCESSING=0
@@ -150,7 +160,7 @@ class Engine:
         ctx = mp.get_context("spawn")
         self._conn, child = ctx.Pipe()
         self.proc = ctx.Process(
-            target=_main, args=(child, spec), name=f"vllm-{spec.name}", daemon=True
+            target=_main, args=(child, spec), name=f"vllm-{spec.name}", daemon=spec.tp == 1
         )
         self.proc.start()
         child.close()
