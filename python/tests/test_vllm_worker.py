@@ -243,3 +243,16 @@ def test_a_round_with_quarantined_blocks_waits_one_step(
     second = w.transfer_results()
     assert (second.finished_recving, second.failed_recving) == ({"d-1"}, {"d-1"})
     assert w.worker_meta() is None
+
+
+def test_a_prefill_of_another_tp_size_is_refused_by_name(
+    worker: Callable[[ScriptedClient], WorkerSide],
+) -> None:
+    c = ScriptedClient()
+    w = worker(c)
+    r = recv()
+    r.remote_hosts, r.remote_names = ["a:1", "b:1"], ["p0", "p1"]
+    w._read(r, deadline=10.0, now=0.0, retry=False)
+    assert "read" not in c.calls
+    res = w.transfer_results()
+    assert (res.failed_recving, res.invalid_blocks) == ({"d-1"}, {2, 3})

@@ -63,10 +63,16 @@ class CustodyConnector(KVConnectorBase_V1):
                 kv_cache_config.num_blocks,
             )
         else:
-            from vllm.distributed.parallel_state import get_tensor_model_parallel_rank
+            from vllm.distributed.parallel_state import (
+                get_tensor_model_parallel_rank,
+                get_tensor_model_parallel_world_size,
+            )
 
             self.worker = WorkerSide(
-                self.settings, get_tensor_model_parallel_rank(), str(kvt.engine_id)
+                self.settings,
+                get_tensor_model_parallel_rank(),
+                str(kvt.engine_id),
+                get_tensor_model_parallel_world_size(),
             )
 
     def _sched(self) -> SchedulerSide:

@@ -67,9 +67,10 @@ class Results:
 class WorkerSide:
     """Worker-side state of CustodyConnector (one per TP rank)."""
 
-    def __init__(self, settings: Settings, rank: int, name: str) -> None:
+    def __init__(self, settings: Settings, rank: int, name: str, tp_size: int = 1) -> None:
         self.settings = settings
         self.rank = rank
+        self.tp_size = tp_size
         self.client = Client(settings.socket_of(rank))
         self.regions = Regions(settings.shm_dir, f"{name}-{rank}")
         self.layout: Layout | None = None
@@ -303,8 +304,14 @@ class WorkerSide:
         but never in time may hold the read: r waits for a report or the
         host's restart, its blocks never handed back meanwhile."""
         layout = self._need_layout()
-        if self.rank >= min(len(r.remote_hosts), len(r.remote_names)):
-            self._fail(r, f"the prefill has {len(r.remote_hosts)} ranks, this is rank {self.rank}")
+        if len(r.remote_hosts) != self.tp_size or len(r.remote_names) != self.tp_size:
+            # Rank r reads rank r's share of each block: a prefill of
+            # another TP size has shares of another size.
+            self._fail(
+                r,
+                f"the prefill has {len(r.remote_hosts)} TP ranks, this decode {self.tp_size}; "
+                "custody.vllm pairs rank r with rank r: run both with one TP size",
+            )
             return
         address, peer = r.remote_hosts[self.rank], r.remote_names[self.rank]
         remote = Layout(
