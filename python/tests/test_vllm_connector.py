@@ -118,3 +118,16 @@ def test_sweep_removes_only_the_files_of_processes_that_are_gone(tmp_path: objec
         open(os.path.join(d, n), "w").close()
     assert Regions(d, "e").sweep() == [os.path.join(d, names["gone"])]
     assert sorted(os.listdir(d)) == sorted(n for k, n in names.items() if k != "gone")
+
+
+def test_bad_kv_transfer_params_do_not_stop_the_engine() -> None:
+    """A client's malformed hand-off: the decode computes the prompt itself
+    (SchedulerSide reads only these fields of vLLM's Request)."""
+    from types import SimpleNamespace
+
+    side = SchedulerSide(Settings.parse({"socket": "/s"}, False), tp_size=1, num_blocks=8)
+    req = SimpleNamespace(
+        request_id="r", prompt_token_ids=[1, 2, 3], kv_transfer_params={"do_remote_prefill": True}
+    )
+    assert side.get_num_new_matched_tokens(req, 0) == (0, False)  # type: ignore[arg-type]
+    assert req.kv_transfer_params["do_remote_prefill"] is False

@@ -83,9 +83,15 @@ class SchedulerSide:
         if params and params.get("do_remote_prefill"):
             missing = [k for k in _DECODE_PARAMS if k not in params]
             if missing:
-                raise ValueError(
-                    f"custody.vllm: request {request.request_id}: kv_transfer_params lack {missing}"
+                # A client's bad input must not stop the engine: the decode
+                # computes the prompt itself.
+                log.error(
+                    "custody.vllm: request %s: kv_transfer_params lack %s; computing its prompt here",
+                    request.request_id,
+                    missing,
                 )
+                params["do_remote_prefill"] = False
+                return 0, False
             count = len(request.prompt_token_ids or []) - num_computed_tokens
             if count > 0:
                 return count, True
@@ -105,11 +111,16 @@ class SchedulerSide:
         local = blocks.get_unhashed_block_ids()
         remote = list(params["remote_block_ids"])
         if len(local) > len(remote):
-            raise ValueError(
-                f"custody.vllm: request {request.request_id}: {len(local)} blocks to load, but the prefill names {len(remote)}"
+            # Let the read be refused (the host checks that both sides
+            # name as many blocks), so vLLM hears of the request.
+            log.error(
+                "custody.vllm: request %s: %d blocks to load, but the prefill names %d",
+                request.request_id,
+                len(local),
+                len(remote),
             )
         # Blocks a local prefix hit covers are not read: the tail is.
-        remote = remote[len(remote) - len(local) :]
+        remote = remote[max(0, len(remote) - len(local)) :]
         self._recvs.append(
             Recv(
                 request=request.request_id,
