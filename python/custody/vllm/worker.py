@@ -189,6 +189,9 @@ class WorkerSide:
         self._reading.clear()
         self._orphaned.update(self._pinned)
         self._pinned.clear()
+        # vLLM hears of the failed reads at the next step, after this: a
+        # restarted host fences any transport its predecessor left behind
+        # before it gives the engine a block (the Alloc of _attach).
         self._attach(self._need_layout())
         return True
 
