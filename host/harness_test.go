@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -33,7 +32,7 @@ type testHost struct {
 	// stop ends a ranked test host before the test's end (ranks_harness_test.go).
 	stop func() error
 	// logs holds what the host logged (at cfg.LogLevel).
-	logs *logBuffer
+	logs *lockedBuffer
 }
 
 const testBlockSize = 64 << 10
@@ -66,7 +65,7 @@ func startHost(t *testing.T, name string, blocks int, mod func(*Config), params 
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan *Host, 1)
 	served := make(chan error, 1)
-	logs := &logBuffer{}
+	logs := &lockedBuffer{}
 	log := hclog.New(&hclog.LoggerOptions{Name: name, Level: hclog.LevelFromString(cfg.LogLevel), Output: io.MultiWriter(testWriter{t}, logs)})
 	go func() { served <- Serve(ctx, cfg, log, func(h *Host) { ready <- h }) }()
 	var h *Host
@@ -97,24 +96,11 @@ func startHost(t *testing.T, name string, blocks int, mod func(*Config), params 
 	return th
 }
 
-// logBuffer keeps what a host logged, for tests that count log lines.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-// count is how many lines logged so far contain s.
-func (b *logBuffer) count(s string) int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
+// count is how many lines written so far contain s (tests that count a
+// host's log lines).
+func (l *lockedBuffer) count(s string) int {
 	n := 0
-	for _, line := range strings.Split(b.buf.String(), "\n") {
+	for _, line := range strings.Split(l.String(), "\n") {
 		if strings.Contains(line, s) {
 			n++
 		}

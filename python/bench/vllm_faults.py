@@ -62,7 +62,7 @@ def judge(
 ) -> str:
     """What the decode made of the handed-off request."""
     try:
-        out = decode._call("generate", ([prompt], 8, [params]), timeout_s=timeout_s)[0]
+        out = decode.generate([prompt], 8, [params], timeout_s=timeout_s)[0]
     except TimeoutError:
         return "hang"
     except (RuntimeError, EOFError, BrokenPipeError, OSError):
@@ -93,6 +93,38 @@ def held(decode: Engine, host: HostProcess | None) -> str:
     return ", ".join(out) or "none"
 
 
+def trial(
+    p: Engine,
+    q: Engine,
+    inject: Callable[[], Callable[[], None]],
+    timeout_s: float,
+    host: HostProcess | None,
+) -> tuple[str, str]:
+    """Hand one request off from p to q, inject the fault (which returns
+    what undoes it, if anything), and judge q's answer and what q holds."""
+    p.wait_ready()
+    q.wait_ready()
+    prompt = prompts(1, offset=7)[0]
+    ref = q.generate([prompt], 8)[0].tokens
+    params = p.generate([prompt], 1, [{"do_remote_decode": True}])[0].kv_transfer_params
+    resume = inject()
+    try:
+        outcome = judge(q, prompt, params, ref, timeout_s)
+    finally:
+        resume()
+    return outcome, held(q, host)
+
+
+def stop(pid: int) -> Callable[[], None]:
+    """SIGSTOP pid; returns what continues it."""
+    os.kill(pid, signal.SIGSTOP)
+    return lambda: os.kill(pid, signal.SIGCONT)
+
+
+def nothing() -> None:
+    """What undoes a fault that needs no undoing."""
+
+
 def run_custody(d: str, custody: str, model: str, fault: str, timeout_s: float) -> tuple[str, str]:
     """One fault against a custody pair."""
     sd = os.path.join(d, "state")
@@ -109,27 +141,20 @@ def run_custody(d: str, custody: str, model: str, fault: str, timeout_s: float) 
     ).start()
     p = Engine(EngineSpec(f"custody-prefill-{fault}", model, connector(pre, "fail", 30)))
     q = Engine(EngineSpec(f"custody-decode-{fault}", model, connector(dec, "fail", 30)))
-    resume: Callable[[], None] = lambda: None
-    try:
-        p.wait_ready()
-        q.wait_ready()
-        prompt = prompts(1, offset=7)[0]
-        ref = q.generate([prompt], 8)[0].tokens
-        params = p.generate([prompt], 1, [{"do_remote_decode": True}])[0].kv_transfer_params
+
+    def inject() -> Callable[[], None]:
         if fault == "prefill-killed":
             p.kill()
         elif fault == "peer-stalls":
             with Client(pre.socket) as c:
-                pid = c.status(timeout=5).transport_pid
-            os.kill(pid, signal.SIGSTOP)
-            resume = lambda: os.kill(pid, signal.SIGCONT)
+                return stop(c.status(timeout=5).transport_pid)
         else:
             pre.restart()
-        outcome = judge(q, prompt, params, ref, timeout_s)
-        resume()
-        return outcome, held(q, dec)
+        return nothing
+
+    try:
+        return trial(p, q, inject, timeout_s, dec)
     finally:
-        resume()
         q.stop()
         p.stop()
         dec.stop()
@@ -139,33 +164,29 @@ def run_custody(d: str, custody: str, model: str, fault: str, timeout_s: float) 
 def run_nixl(model: str, fault: str, timeout_s: float) -> tuple[str, str]:
     """One fault against a NixlConnector pair."""
     port = free_port()
-    p = Engine(nixl_spec(f"nixl-prefill-{fault}", model, port))
-    q = Engine(nixl_spec(f"nixl-decode-{fault}", model, free_port()))
-    resume: Callable[[], None] = lambda: None
-    try:
-        p.wait_ready()
-        q.wait_ready()
-        prompt = prompts(1, offset=7)[0]
-        ref = q.generate([prompt], 8)[0].tokens
-        params = p.generate([prompt], 1, [{"do_remote_decode": True}])[0].kv_transfer_params
+    engines = [
+        Engine(nixl_spec(f"nixl-prefill-{fault}", model, port)),
+        Engine(nixl_spec(f"nixl-decode-{fault}", model, free_port())),
+    ]
+    p, q = engines
+
+    def inject() -> Callable[[], None]:
         if fault == "prefill-killed":
             p.kill()
         elif fault == "peer-stalls":
-            pid = p.proc.pid
-            assert pid is not None
-            os.kill(pid, signal.SIGSTOP)
-            resume = lambda: os.kill(pid, signal.SIGCONT)
+            assert p.proc.pid is not None
+            return stop(p.proc.pid)
         else:
             p.kill()
-            p = Engine(nixl_spec(f"nixl-prefill-{fault}-again", model, port))
-            p.wait_ready()
-        outcome = judge(q, prompt, params, ref, timeout_s)
-        resume()
-        return outcome, held(q, None)
+            engines.append(Engine(nixl_spec(f"nixl-prefill-{fault}-again", model, port)))
+            engines[-1].wait_ready()
+        return nothing
+
+    try:
+        return trial(p, q, inject, timeout_s, None)
     finally:
-        resume()
-        q.stop()
-        p.stop()
+        for e in engines:
+            e.stop()
 
 
 def main() -> int:

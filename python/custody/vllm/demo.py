@@ -198,7 +198,8 @@ def run(
                 s.requests += 1
                 judge(s, kind, i, out, reference[i], policy)
                 i += 1
-        leaks(s, prefill, decode, prefill_host, decode_host, settle_s)
+        leaks(s, [prefill, decode], [prefill_host, decode_host], settle_s)
+        count_fences(s, decode_host)
     finally:
         decode.stop()
         decode_host.stop()
@@ -238,21 +239,14 @@ def judge(s: Summary, kind: str, i: int, out: Output, ref: Output, policy: str) 
     )
 
 
-def leaks(
-    s: Summary,
-    prefill: Engine,
-    decode: Engine,
-    prefill_host: HostProcess,
-    decode_host: HostProcess,
-    wait_s: float,
-) -> None:
-    """Nothing held: by either host (Status), by either vLLM (its block pool)."""
-    for e in (prefill, decode):
+def leaks(s: Summary, engines: list[Engine], hosts: list[HostProcess], wait_s: float) -> None:
+    """Nothing held: by any host (Status), by any vLLM (its block pool)."""
+    for e in engines:
         if e.settle(wait_s):
             s.leaks.append(
                 f"vLLM {e.spec.name}: requests still wait for the connector after {wait_s} s"
             )
-    for h in (prefill_host, decode_host):
+    for h in hosts:
         with Client(h.socket) as c:
             deadline = time.monotonic() + wait_s
             while True:
@@ -264,14 +258,9 @@ def leaks(
                 if not any(held.values()) or time.monotonic() > deadline:
                     break
                 time.sleep(0.05)  # a lease or a fence of another process runs out
-            if h is decode_host:
-                s.fences, s.restarts = (
-                    s.fences + int(st.fences),
-                    s.restarts + int(st.transport_restarts),
-                )
-            if any(held.values()):
-                s.leaks.append(f"host {h.name} holds {held}")
-    for e in (prefill, decode):
+        if any(held.values()):
+            s.leaks.append(f"host {h.name} holds {held}")
+    for e in engines:
         free, usable = e.blocks()
         if free != usable:
             s.leaks.append(f"vLLM {e.spec.name}: {usable - free} of {usable} blocks not free")
@@ -385,17 +374,7 @@ def run_tp(custody: str, tp: int = 2, n: int = 6, max_tokens: int = 8) -> Summar
             s.requests += 1
             judge(s, "clean", i, out, reference[i], "fail")
         s.control = "not run"
-        for e in (prefill, decode):
-            if e.settle(30):
-                s.leaks.append(f"vLLM {e.spec.name}: requests still wait for the connector")
-            free, usable = e.blocks()
-            if free != usable:
-                s.leaks.append(f"vLLM {e.spec.name}: {usable - free} of {usable} blocks not free")
-        for h in hosts["prefill"] + hosts["decode"]:
-            with Client(h.socket) as c:
-                st = c.status(timeout=5)
-            if st.in_flight or st.requests or st.quarantined_blocks:
-                s.leaks.append(f"host {h.name}: {st.in_flight} in flight, {st.requests} requests")
+        leaks(s, [prefill, decode], hosts["prefill"] + hosts["decode"], 30)
     finally:
         for e in engines:
             e.stop()

@@ -189,10 +189,12 @@ class Engine:
         prompts: list[list[int]],
         max_tokens: int,
         params: list[dict[str, Any] | None] | None = None,
+        timeout_s: float = 600,
     ) -> list[Output]:
-        """Greedy outputs of prompts, with kv_transfer_params per prompt."""
+        """Greedy outputs of prompts, with kv_transfer_params per prompt;
+        TimeoutError when the engine has not answered within timeout_s."""
         result: list[Output] = self._call(
-            "generate", (prompts, max_tokens, params or [None] * len(prompts))
+            "generate", (prompts, max_tokens, params or [None] * len(prompts)), timeout_s=timeout_s
         )
         return result
 
