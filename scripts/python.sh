@@ -15,14 +15,24 @@ py=$venv/bin/python
 [ "${1:-}" = path ] && { echo "$PWD/$py"; exit 0; }
 
 base=${PYTHON:-python3}
-command -v "$base" >/dev/null || { echo "python.sh: $base not found; install Python 3.10 or later (apt-get install python3 python3-venv) or set PYTHON" >&2; exit 1; }
+# A Debian machine without Python, or without its venv module: install them
+# as root, else say what to run.
+if ! { command -v "$base" >/dev/null && "$base" -c 'import ensurepip, venv' 2>/dev/null; }; then
+  if [ "$(id -u)" -ne 0 ] || [ -n "${PYTHON:-}" ]; then
+    echo "python.sh: $base with its venv module is needed: run sudo apt-get install -y python3 python3-venv (Python 3.10 or later), or set PYTHON" >&2
+    exit 1
+  fi
+  echo "installing python3 python3-venv" >&2
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3 python3-venv >/dev/null
+fi
 
 stamp=$venv/.custody-stamp
 want=$(cat python/requirements-dev.txt python/overrides.txt python/pyproject.toml | sha256sum | cut -d' ' -f1)
 [ -x "$py" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ] && exit 0
 
 if [ ! -x "$py" ]; then
-  "$base" -m venv "$venv" || { echo "python.sh: $base -m venv failed; on Debian: apt-get install python3-venv" >&2; exit 1; }
+  "$base" -m venv "$venv"
 fi
 "$py" -m pip install -q --disable-pip-version-check uv==0.13.8
 start=$(date +%s)
