@@ -172,12 +172,7 @@ func (c *Client) Free(ctx context.Context, pool uint32, blocks []uint32) error {
 	return wrap(err)
 }
 
-// ConnectPeer tells the host how to reach a peer's ranks; the handshake
-// runs in the background, and the host retries a failed attempt with
-// backoff (10 ms doubling to 2 s). Calling it again for a peer whose last
-// attempt failed starts an attempt at once, with the backoff reset (and the
-// ranks given, which may correct the earlier ones); for a peer connected or
-// connecting it changes nothing. Do not call it per request.
+// ConnectPeer tells the host how to reach a peer's ranks.
 func (c *Client) ConnectPeer(ctx context.Context, name string, ranks ...RemoteRank) error {
 	rs := make([]*enginev1.RemoteRank, len(ranks))
 	for i, r := range ranks {
@@ -218,10 +213,7 @@ func NewToken() uint64 {
 
 // Read pulls a request's blocks from a peer; notifyProducer tells the
 // producer once every part is done, with token (the one its ExpectSend was
-// given). A request for a peer not connected yet waits for its handshake;
-// while the peer's last attempt failed (see ExpectReceive), it fails at
-// once: reported failed, its blocks invalid, the handshake's error its
-// reason. Write does the same.
+// given).
 func (c *Client) Read(ctx context.Context, request string, token uint64, peer string, notifyProducer bool, parts ...Part) error {
 	_, err := c.api.Read(ctx, &enginev1.ReadRequest{RequestId: request, Token: token, Peer: peer, Parts: toParts(parts), NotifyProducer: notifyProducer})
 	return wrap(err)
@@ -243,18 +235,8 @@ func (c *Client) ExpectSend(ctx context.Context, request string, token uint64, p
 }
 
 // ExpectReceive pins blocks a peer will push into until producers written
-// notifications with token arrived or the lease expired. It needs the peer
-// connected, and tells why it is not:
-//   - ErrUnavailable (Unavailable) while the peer's handshake runs and no
-//     attempt of it failed yet ("peer handshake in progress"), or when the
-//     last attempt failed for a transient cause on the host (its transport
-//     restarting or fenced) or the peer disconnected: retry.
-//   - ErrHandshakeFailed (FailedPrecondition, reason HANDSHAKE_FAILED) once
-//     an attempt failed, until one succeeds: the message names the peer and
-//     the cause (its metadata endpoint unreachable, an incompatible peer, a
-//     transport refusing its metadata, ...). The call starts no attempt:
-//     the host retries with backoff, so a peer that comes up later connects
-//     at the next attempt after it is reachable, and the call then succeeds.
+// notifications with token arrived or the lease expired. It fails with
+// Unavailable while the peer's handshake runs: retry.
 func (c *Client) ExpectReceive(ctx context.Context, request string, token uint64, peer string, pool uint32, blocks []uint32, producers int, lease time.Duration) error {
 	_, err := c.api.ExpectReceive(ctx, &enginev1.ExpectReceiveRequest{RequestId: request, Token: token, Peer: peer, Pool: pool, Blocks: blocks, Producers: uint32(producers), LeaseMs: uint64(lease.Milliseconds())})
 	return wrap(err)

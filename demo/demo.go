@@ -408,16 +408,14 @@ func (r *runner) randomBlocks(rng *rand.Rand, n int) [][]byte {
 }
 
 // retry runs an engine call until it succeeds or fails with something other
-// than Unavailable (a transport restarting) or a failed handshake (an
-// injected fault: the host's next attempt succeeds).
+// than Unavailable (a transport restarting) or ResourceExhausted.
 func retry(ctx context.Context, call func(ctx context.Context) error) error {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		err := call(cctx)
 		cancel()
-		again := status.Code(err) == codes.Unavailable || errors.Is(err, client.ErrHandshakeFailed)
-		if err == nil || !again || time.Now().After(deadline) {
+		if err == nil || status.Code(err) != codes.Unavailable || time.Now().After(deadline) {
 			return err
 		}
 		time.Sleep(10 * time.Millisecond) // a transport restarts in milliseconds

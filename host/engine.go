@@ -71,9 +71,7 @@ func (h *Host) Free(ctx context.Context, pool core.PoolID, blocks []uint32) erro
 }
 
 // ConnectPeer records how to reach a peer's ranks and starts its handshake
-// in the background; requests for the peer wait for it. A failed attempt is
-// retried with backoff (handshake_retry.go); ConnectPeer of a peer whose
-// last attempt failed starts a new one at once, with the backoff reset.
+// in the background; requests for the peer wait for it.
 func (h *Host) ConnectPeer(ctx context.Context, name string, ranks []RemoteRank) error {
 	return h.doWork(ctx, func(context.Context) error { return h.connectPeer(name, ranks) })
 }
@@ -86,7 +84,7 @@ func (h *Host) RemovePeer(ctx context.Context, name string) error {
 			return fmt.Errorf("remove peer %q: not connected", name)
 		}
 		connected := h.core.Connected(name)
-		h.dropLink(name) // ends its attempt; its backoff goes with it
+		delete(h.links, name)
 		// Also fails requests still waiting for a handshake of the peer. A
 		// link whose handshake never finished leaves core nothing to retire.
 		if err := h.core.RemovePeer(time.Now(), name); err != nil && connected {
@@ -108,7 +106,6 @@ func (h *Host) Read(ctx context.Context, spec core.ReadSpec) error {
 		if err := h.core.Read(time.Now(), spec); err != nil {
 			return err
 		}
-		h.failFast(spec.Peer) // the peer's last attempt failed: so does the request
 		h.track(spec.Request, reqInfo{peer: spec.Peer, op: "read", bytes: h.partBytes(spec.Parts), recv: true}, 0, nil, spec.Parts)
 		return nil
 	})
@@ -126,7 +123,6 @@ func (h *Host) Write(ctx context.Context, spec core.WriteSpec) error {
 		if err := h.core.Write(time.Now(), spec); err != nil {
 			return err
 		}
-		h.failFast(spec.Peer) // the peer's last attempt failed: so does the request
 		h.track(spec.Request, reqInfo{peer: spec.Peer, op: "write", bytes: h.partBytes(spec.Parts)}, 0, nil, spec.Parts)
 		return nil
 	})
@@ -149,9 +145,7 @@ func (h *Host) ExpectSend(ctx context.Context, spec core.SendSpec) error {
 
 // ExpectReceive pins blocks a connected peer will write (push mode, consumer
 // side) until its written notifications arrive or the lease expires. A peer
-// not connected yet is connected first: retry on ErrConnecting. Once an
-// attempt of its handshake failed, until one succeeds, it fails with that
-// failure (ErrHandshakeFailed) and starts no attempt.
+// not connected yet is connected first: retry on ErrRestarting.
 func (h *Host) ExpectReceive(ctx context.Context, spec core.RecvSpec) error {
 	return h.doWork(ctx, func(context.Context) error {
 		if err := h.admit(spec.Request, spec.Pool); err != nil {
@@ -159,9 +153,6 @@ func (h *Host) ExpectReceive(ctx context.Context, spec core.RecvSpec) error {
 		}
 		if !h.core.Connected(spec.Peer) {
 			if err := h.ensurePeer(spec.Peer); err != nil {
-				return fmt.Errorf("expect receive %q: %w", spec.Request, err)
-			}
-			if err := h.handshakeFailure(spec.Peer); err != nil {
 				return fmt.Errorf("expect receive %q: %w", spec.Request, err)
 			}
 			return fmt.Errorf("expect receive %q: peer %q: %w", spec.Request, spec.Peer, ErrConnecting)

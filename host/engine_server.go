@@ -46,12 +46,7 @@ func NewEngineServer(h *Host) *grpc.Server {
 // engine does next:
 //   - Unavailable: the host stopped, its transport restarts, a peer's
 //     handshake runs, the transport died mid-call or a peer disconnected;
-//     retry. A failed handshake attempt whose cause is one of these, too.
-//   - FailedPrecondition with an ErrorInfo (domain custody.engine.v1,
-//     reason HANDSHAKE_FAILED, metadata peer): the peer's last handshake
-//     attempt failed (ErrHandshakeFailed); the message names the peer and
-//     the cause. The host retries it with backoff; the call succeeds once
-//     an attempt did.
+//     retry.
 //   - DeadlineExceeded: the caller's deadline, or a transport call's
 //     (TIMEOUT); Canceled: the caller gave up.
 //   - Internal: the transport failed (BACKEND); the host log says why.
@@ -68,11 +63,7 @@ func engineErr(err error) error {
 	if err == nil {
 		return nil
 	}
-	st := status.New(engineCode(err), err.Error())
-	if st.Code() == codes.FailedPrecondition {
-		st = withHandshakeInfo(st, err) // handshake_retry.go
-	}
-	return st.Err()
+	return status.Error(engineCode(err), err.Error())
 }
 
 func engineCode(err error) codes.Code {
@@ -81,8 +72,6 @@ func engineCode(err error) codes.Code {
 		errors.Is(err, core.ErrNotAttached), errors.Is(err, core.ErrFenced),
 		errors.Is(err, sdk.ErrPluginShutdown), errors.Is(err, sdk.ErrRemoteDisconnect):
 		return codes.Unavailable
-	case errors.Is(err, ErrHandshakeFailed): // before its cause's code: a fetch's deadline, a refused LoadPeers
-		return codes.FailedPrecondition
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, sdk.ErrTimeout):
 		return codes.DeadlineExceeded
 	case errors.Is(err, context.Canceled), errors.Is(err, sdk.ErrCanceled):

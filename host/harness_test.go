@@ -5,10 +5,8 @@ import (
 	"context"
 	"crypto/rand"
 	"hash/fnv"
-	"io"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -31,8 +29,6 @@ type testHost struct {
 	bs     uint64
 	// stop ends a ranked test host before the test's end (ranks_harness_test.go).
 	stop func() error
-	// logs holds what the host logged (at cfg.LogLevel).
-	logs *lockedBuffer
 }
 
 const testBlockSize = 64 << 10
@@ -65,8 +61,7 @@ func startHost(t *testing.T, name string, blocks int, mod func(*Config), params 
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan *Host, 1)
 	served := make(chan error, 1)
-	logs := &lockedBuffer{}
-	log := hclog.New(&hclog.LoggerOptions{Name: name, Level: hclog.LevelFromString(cfg.LogLevel), Output: io.MultiWriter(testWriter{t}, logs)})
+	log := hclog.New(&hclog.LoggerOptions{Name: name, Level: hclog.Warn, Output: testWriter{t}})
 	go func() { served <- Serve(ctx, cfg, log, func(h *Host) { ready <- h }) }()
 	var h *Host
 	select {
@@ -80,7 +75,7 @@ func startHost(t *testing.T, name string, blocks int, mod func(*Config), params 
 	}
 	c, err := client.Dial(cfg.Engine.Socket)
 	require.NoError(t, err)
-	th := &testHost{t: t, h: h, c: c, cfg: cfg, pool: pool, bs: testBlockSize, logs: logs}
+	th := &testHost{t: t, h: h, c: c, cfg: cfg, pool: pool, bs: testBlockSize}
 	t.Cleanup(func() {
 		c.Close()
 		cancel()
@@ -94,18 +89,6 @@ func startHost(t *testing.T, name string, blocks int, mod func(*Config), params 
 	th.poolID, err = c.RegisterPool(th.ctx(), "kv", pool, 0, testBlockSize, uint32(blocks))
 	require.NoError(t, err)
 	return th
-}
-
-// count is how many lines written so far contain s (tests that count a
-// host's log lines).
-func (l *lockedBuffer) count(s string) int {
-	n := 0
-	for _, line := range strings.Split(l.String(), "\n") {
-		if strings.Contains(line, s) {
-			n++
-		}
-	}
-	return n
 }
 
 type testWriter struct{ t *testing.T }

@@ -43,7 +43,7 @@ var ErrClosed = errors.New("host stopped")
 var ErrRestarting = errors.New("transport restarting; retry")
 
 // ErrConnecting is returned by engine calls that need a peer connected while
-// its handshake runs and no attempt failed (then ErrHandshakeFailed); retry.
+// its handshake runs; retry them.
 var ErrConnecting = errors.New("peer handshake in progress; retry")
 
 // Host is one custody host. Create it with New, run it with Run; every engine
@@ -62,7 +62,6 @@ type Host struct {
 	desc      sdk.Description
 	pools     []poolEntry // PoolID-1 indexes
 	links     map[string]*link
-	retry     handshakeRetry // attempts of the links' handshakes (handshake_retry.go)
 	reqs      map[core.RequestID]reqInfo
 	blockReq  map[core.BlockRef]core.RequestID // ranked hosts: each tracked block's request
 	rep       outbox                           // safe for concurrent use; the engine API reads it directly
@@ -498,7 +497,7 @@ func (h *Host) absorb1(rd core.Ready) {
 	h.submitted += uint64(len(jobs))
 	h.exec.submit(jobs...)
 	for _, a := range rd.Alerts {
-		h.alert(a) // alert.go
+		h.alert(a)
 	}
 	for _, e := range rd.Fence {
 		if e == h.epoch && h.tp != nil {
@@ -539,7 +538,6 @@ func (h *Host) absorb1(rd core.Ready) {
 			h.dropStalePeer(peer)
 		}
 	}
-	h.watchHandshakes()
 }
 
 // callItems is how many items one batched call to a transport of desc may
@@ -549,6 +547,31 @@ func callItems(desc sdk.Description) int {
 		return m
 	}
 	return core.DefaultBatch
+}
+
+func (h *Host) alert(a core.Alert) {
+	h.metrics.Failures.WithLabelValues(a.Kind).Inc()
+	if a.Kind == "hold_cap_fence" || a.Kind == "transfer_force_released" {
+		h.metrics.Escalations.Inc()
+	}
+	args := []any{"failure_type", a.Kind}
+	if a.Peer != "" {
+		args = append(args, "peer", a.Peer)
+	}
+	if a.Request != "" {
+		args = append(args, "request", string(a.Request))
+	}
+	if a.Handle != (core.Ref{}) {
+		args = append(args, "handle", a.Handle.String())
+	}
+	if a.Err != nil {
+		args = append(args, "error", a.Err.Error())
+	}
+	if a.Level == core.AlertError {
+		h.log.Error("transfer failure", args...)
+	} else {
+		h.log.Warn("transfer failure", args...)
+	}
 }
 
 // fence kills the transport process, so every transfer it initiated stops,

@@ -21,22 +21,10 @@ type RemoteRank struct {
 }
 
 // link is how the engine asked to reach a peer; the host connects it again
-// on demand after a fence or after the peer restarted, and retries a
-// failed attempt with backoff (handshake_retry.go).
+// on demand after a fence or after the peer restarted.
 type link struct {
 	ranks   []RemoteRank
-	pending bool // an attempt's fetch runs in the background, or waits for its backoff
-	native  bool // an attempt's native half runs in core
-	gen     uint64
-	stop    context.CancelFunc // ends the pending fetch
-	// fail is the last attempt's failure, until an attempt succeeds or
-	// ConnectPeer starts afresh; delay the backoff before the attempt that
-	// follows it, failures how many failed in a row, logged the failure
-	// logged last (its failureKey; "" once recovered).
-	fail     *handshakeError
-	delay    time.Duration
-	failures int
-	logged   string
+	pending bool // a handshake runs in the background
 }
 
 // connectPeer records how to reach a peer and starts its handshake.
@@ -55,24 +43,13 @@ func (h *Host) connectPeer(name string, ranks []RemoteRank) error {
 			return fmt.Errorf("connect peer %q: rank %d: address and pool are both required", name, i)
 		}
 	}
-	l, ok := h.links[name]
-	if !ok {
-		h.links[name] = &link{ranks: append([]RemoteRank(nil), ranks...)}
-		return h.ensurePeer(name)
-	}
-	same := equalRanks(l.ranks, ranks)
-	if h.core.Connected(name) || (l.fail == nil && (l.pending || l.native)) {
-		if same {
+	if l, ok := h.links[name]; ok && (l.pending || h.core.Connected(name)) {
+		if equalRanks(l.ranks, ranks) {
 			return nil
 		}
 		return fmt.Errorf("connect peer %q: already connected or connecting with other ranks; remove it first", name)
 	}
-	// Idle (dropped as stale) or failing: start afresh, now.
-	if l.native && !same {
-		return fmt.Errorf("connect peer %q: an attempt of its handshake with the ranks given before runs in the transport: %w", name, ErrConnecting)
-	}
-	h.resetLink(l)
-	l.ranks = append([]RemoteRank(nil), ranks...)
+	h.links[name] = &link{ranks: append([]RemoteRank(nil), ranks...)}
 	return h.ensurePeer(name)
 }
 
@@ -89,59 +66,64 @@ func equalRanks(a, b []RemoteRank) bool {
 }
 
 // ensurePeer starts a background handshake with a peer that core does not
-// have connected, unless an attempt already runs or waits for its backoff.
-// Requests for the peer wait in core meanwhile.
+// have connected, unless one already runs. Requests for the peer wait in
+// core meanwhile.
 func (h *Host) ensurePeer(name string) error {
 	l := h.links[name]
 	if l == nil {
 		return fmt.Errorf("peer %q is not connected; call ConnectPeer first", name)
 	}
-	if l.pending || l.native || h.core.Connected(name) {
+	if l.pending || h.core.Connected(name) || h.core.Handshaking(name) {
 		return nil
 	}
-	if h.core.Handshaking(name) {
-		h.setNative(l, true) // of a link removed before: its end starts this one's
-		return nil
-	}
-	if _, ok := h.Info(); !ok {
+	info, ok := h.Info()
+	if !ok {
 		return fmt.Errorf("peer %q: %w", name, ErrRestarting)
 	}
-	h.attempt(name, l, 0)
+	l.pending = true
+	ranks := append([]RemoteRank(nil), l.ranks...)
+	h.bg.Add(1)
+	go func() {
+		defer h.bg.Done()
+		ctx, cancel := context.WithTimeout(h.bgCtx, handshakeTimeout)
+		defer cancel()
+		spec, err := h.fetchPeer(ctx, name, ranks, info.Compat)
+		select {
+		case h.handshakes <- handshake{name: name, spec: spec, err: err}:
+		case <-h.bgCtx.Done():
+		}
+	}()
 	return nil
 }
 
-// handshake is what a background handshake hands the owner goroutine: the
-// outcome of attempt gen's fetch.
+// handshake is what a background handshake hands the owner goroutine.
 type handshake struct {
 	name string
-	gen  uint64
 	spec core.PeerSpec
 	err  error
 }
 
 // settle connects a peer whose metadata a background handshake fetched, or
-// records the attempt's failure and fails the requests waiting for it. It
+// fails the requests waiting for it; either way the handshake is over. It
 // runs on the owner goroutine, so the peer is connected (or not) before any
-// other engine call is served. A result of an attempt ended meanwhile
-// (RemovePeer, ConnectPeer) is dropped.
+// other engine call is served.
 func (h *Host) settle(hs handshake) {
 	l := h.links[hs.name]
-	if l == nil || l.gen != hs.gen {
-		return // removed (RemovePeer failed the requests waiting) or started afresh (they wait for that attempt)
+	if l == nil {
+		return // removed meanwhile: RemovePeer failed the requests waiting for it
 	}
-	l.pending, l.stop = false, nil
+	l.pending = false
 	if hs.err == nil && h.tp == nil {
 		hs.err = fmt.Errorf("peer %q: %w", hs.name, ErrRestarting)
 	}
-	if hs.err == nil {
-		hs.err = h.core.ConnectPeer(hs.spec)
-	}
 	if hs.err != nil {
-		h.attemptFailed(hs.name, l, hs.err)
-		h.core.Inbox().HandshakeFailed(hs.name, l.fail) // fails whatever waits
+		h.core.Inbox().HandshakeFailed(hs.name, hs.err)
 		return
 	}
-	h.setNative(l, true)
+	if err := h.core.ConnectPeer(hs.spec); err != nil {
+		h.log.Warn("connect peer", "failure_type", "handshake_failed", "peer", hs.name, "error", err.Error())
+		h.core.Inbox().HandshakeFailed(hs.name, err) // fails whatever still waits
+	}
 }
 
 // fetchPeer fetches every rank's metadata, refuses an incompatible one, and
@@ -208,9 +190,9 @@ func (h *Host) dropStalePeer(name string) {
 }
 
 // listed reports whether Status lists a link: while it is connected or its
-// first attempt runs. A link whose attempt failed is kept (the host retries
-// it) but not listed, so a peer that was never reached does not stay in
-// Status.
+// handshake runs. A link whose handshake failed is kept (the next request
+// for the peer tries again) but not listed, so a peer that was never
+// reached does not stay in Status.
 func (h *Host) listed(name string, l *link) bool {
-	return h.core.Connected(name) || (l.fail == nil && (l.pending || l.native))
+	return l.pending || h.core.Connected(name)
 }
