@@ -29,7 +29,7 @@ func (c *Core) Close(now time.Time) error {
 	if !c.attached {
 		// Fenced and not attached again: nothing native is left, but requests
 		// waiting for a handshake would never be reported otherwise.
-		for name := range c.waiting {
+		for _, name := range sortedKeys(c.waiting) {
 			c.failWaiting(name, fmt.Errorf("core closing: %w", ErrPeerRemoved))
 		}
 		c.closed = true
@@ -44,20 +44,21 @@ func (c *Core) Close(now time.Time) error {
 		for _, hs := range c.shaking {
 			hs.removed = true
 		}
-		for name := range c.waiting {
+		for _, name := range sortedKeys(c.waiting) {
 			c.failWaiting(name, reason)
 		}
 		// Sends fail, but a consumer may read their blocks while their pool
 		// is registered: they are abandoned (reported without their lease)
 		// only once releasePools below deregistered it and the fence covers
 		// incoming transfers; otherwise they wait for their lease.
-		for _, r := range c.sends {
-			c.fail(r, reason)
+		for _, id := range sortedKeys(c.sends) {
+			c.fail(c.sends[id], reason)
 		}
 		// Receives fail too; deregistering their pool below is what stops
 		// their producers where the fence covers incoming transfers
 		// (ExpectReceive).
-		for _, rv := range c.recvs {
+		for _, id := range sortedKeys(c.recvs) {
+			rv := c.recvs[id]
 			rv.r.flags |= rAbandoned
 			c.fail(rv.r, reason)
 		}
@@ -104,8 +105,11 @@ func (c *Core) poolsHeld() bool {
 	return len(c.strayRg) > 0
 }
 
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
+// sortedKeys is m's keys in order: whatever a loop over a map hands out
+// (reports, Work) must not depend on Go's random map order, so that the same
+// inputs give the same Ready.
+func sortedKeys[K ~string, V any](m map[K]V) []K {
+	out := make([]K, 0, len(m))
 	for k := range m {
 		out = append(out, k)
 	}
@@ -152,12 +156,12 @@ func (c *Core) releasePools() {
 		}
 		done := func() {
 			c.closeErr = firstErr
-			for _, rv := range c.recvs {
-				c.markDirty(rv.r) // reported now that their pool may be deregistered
+			for _, id := range sortedKeys(c.recvs) {
+				c.markDirty(c.recvs[id].r) // reported now that their pool may be deregistered
 			}
 			if c.desc.FenceScope == sdk.FenceInitiatedAndIncoming {
-				for _, r := range c.sends {
-					if c.deregistered(r) {
+				for _, id := range sortedKeys(c.sends) {
+					if r := c.sends[id]; c.deregistered(r) {
 						r.flags |= rAbandoned
 						c.markDirty(r)
 					}
@@ -177,7 +181,7 @@ func (c *Core) releasePools() {
 				e := itemErr(res.Errs, k, err)
 				failed := e != nil && !isNotFound(e, err)
 				if failed {
-					firstErr = cmp(firstErr, fmt.Errorf("deregister region %d: %w", regions[k], e))
+					firstErr = firstErrOf(firstErr, fmt.Errorf("deregister region %d: %w", regions[k], e))
 				}
 				if k < len(regPool) {
 					if !failed {
@@ -201,7 +205,7 @@ func (c *Core) releasePools() {
 		}
 		for k, p := range listPool {
 			if e := itemErr(res.Errs, k, err); e != nil && !isNotFound(e, err) {
-				firstErr = cmp(firstErr, fmt.Errorf("release pool %d's local dlist: %w", p.id, e))
+				firstErr = firstErrOf(firstErr, fmt.Errorf("release pool %d's local dlist: %w", p.id, e))
 				continue
 			}
 			p.local = 0

@@ -98,7 +98,8 @@ func New(cfg Config) (*Core, error) {
 	}, nil
 }
 
-// Inbox is the queue other goroutines use to hand the owner their work.
+// Inbox is the queue of what the owner learned outside a command, applied
+// by the next Poll.
 func (c *Core) Inbox() *Inbox { return &c.inbox }
 
 // Epoch is the epoch of the attached transport, or zero when none is.

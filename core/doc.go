@@ -36,19 +36,21 @@
 //     and hand blocks to the engine (Alloc).
 //  2. Call every method from one goroutine, the owner. Other goroutines
 //     never touch the Core; what they observe (a background handshake done or
-//     failed, a fence finished) they push into Inbox(), which the owner
-//     drains at the start of each Poll. The Work itself may run anywhere.
+//     failed, a fence finished) they hand to the owner, which queues it in
+//     Inbox() for the next Poll to apply first. The Work itself may run
+//     anywhere.
 //  3. After every command and every Done, take Ready and run its Work
 //     against the transport of its epoch, each call with a deadline (rule
 //     13), then report each with Done, exactly once, in any order; Work of
 //     an epoch fenced meanwhile may fail at once but must still be
 //     reported. A transport whose last Config.WedgedAfter calls timed out is
 //     fenced (Ready.Fence). Pass now values that never go backwards.
-//  4. Call Poll(now) while Busy: as soon as a command posted, whenever the
-//     transport signals a change (sdk.Waker), and else with a short backoff
-//     while Busy holds and the previous round's queries (Polling) are
-//     reported; while Retrying, also with a waking transport; and at
-//     NextDeadline otherwise. Hand the finished report in each Ready to the
+//  4. Call Poll(now) when the latest Ready's Next asks for it: once the
+//     round's queries are reported (WaitResults); when the transport wakes
+//     the caller (sdk.Waker), or after a short backoff where it cannot
+//     (WaitTransport); after a short backoff (WaitRetry); and at Next.At
+//     in every case. A round after a command that posted makes its
+//     progress seen sooner. Hand the finished report in each Ready to the
 //     engine (FinishedSending, FinishedReceiving, Failed, InvalidBlocks,
 //     Quarantined: the engine owns those blocks again, except the
 //     quarantined ones, which it must never use again), and log its Alerts.
@@ -56,8 +58,8 @@
 //     process (the process is the fence, docs/fencing.md), then report it with
 //     Fenced (or Inbox().Fenced) and Attach a new transport with a new epoch.
 //     Until then the escalated handles and their blocks stay held.
-//  6. Connect peers (ConnectPeer, or Inbox().HandshakeDone from the goroutine
-//     that fetched their metadata) and remove them (RemovePeer); issue Read,
+//  6. Connect peers (ConnectPeer, or Inbox().HandshakeDone with the metadata
+//     a background fetch handed the owner) and remove them (RemovePeer); issue Read,
 //     Write, ExpectSend and ExpectReceive for requests.
 //  7. To stop, call Close until it returns nil (it returns an error wrapping
 //     ErrHeld while transfers still run or its own Work is under way; run

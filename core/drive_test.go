@@ -92,6 +92,7 @@ func mergeReady(a, b Ready) Ready {
 		}
 	}
 	a.Alerts = append(a.Alerts, b.Alerts...)
+	a.Next = b.Next // the later schedule holds
 	return a
 }
 

@@ -1,7 +1,9 @@
 package core
 
 import (
+	"cmp"
 	"iter"
+	"slices"
 
 	"github.com/custody-dev/custody/sdk"
 )
@@ -88,9 +90,23 @@ func (ix *handleIndex) resize(n int) {
 			ix.place(x)
 		}
 	}
-	for _, x := range spill {
+	for _, x := range sortedSpill(spill) {
 		ix.place(x)
 	}
+}
+
+// sortedSpill is the spilled handles by id: iterating the map itself would
+// hand them out in Go's random map order.
+func sortedSpill(spill map[sdk.HandleID]*xfer) []*xfer {
+	if len(spill) == 0 {
+		return nil
+	}
+	out := make([]*xfer, 0, len(spill))
+	for _, x := range spill {
+		out = append(out, x)
+	}
+	slices.SortFunc(out, func(a, b *xfer) int { return cmp.Compare(a.ref.Handle, b.ref.Handle) })
+	return out
 }
 
 func (ix *handleIndex) len() int { return ix.n }
@@ -105,7 +121,7 @@ func (ix *handleIndex) all() iter.Seq[*xfer] {
 				return
 			}
 		}
-		for _, x := range spill {
+		for _, x := range sortedSpill(spill) {
 			if !yield(x) {
 				return
 			}

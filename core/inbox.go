@@ -1,14 +1,11 @@
 package core
 
-import "sync"
-
-// Inbox is the one way work observed by other goroutines reaches a Core
-// (seed 001's rule): a background handshake finishing or failing, a fence
-// completing. Other goroutines push into it at any time; the owner drains it
-// at the start of every Poll, in push order. Nothing else of a Core may be
-// touched by another goroutine.
+// Inbox queues what the owner learned outside a command (a background
+// handshake finished or failed, a fence completed) for the next Poll, which
+// applies it first, in push order. Like every method of a Core, it is called
+// from the owner goroutine only: other goroutines hand what they observe to
+// the owner (over a channel, as the host does), never to the Core.
 type Inbox struct {
-	mu    sync.Mutex
 	items []input
 }
 
@@ -48,24 +45,14 @@ func (q *Inbox) Fenced(epoch Epoch) {
 	q.push(input{kind: inputFenced, epoch: epoch})
 }
 
-func (q *Inbox) push(in input) {
-	q.mu.Lock()
-	q.items = append(q.items, in)
-	q.mu.Unlock()
-}
+func (q *Inbox) push(in input) { q.items = append(q.items, in) }
 
-func (q *Inbox) len() int {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return len(q.items)
-}
+func (q *Inbox) len() int { return len(q.items) }
 
 // take moves the queued inputs into buf (reused) and returns them.
 func (q *Inbox) take(buf []input) []input {
-	q.mu.Lock()
 	buf = append(buf[:0], q.items...)
 	clear(q.items)
 	q.items = q.items[:0]
-	q.mu.Unlock()
 	return buf
 }

@@ -2,15 +2,14 @@ package core
 
 import (
 	"fmt"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
-// Seed 001's rule: other goroutines reach the Core only through its Inbox;
-// the owner applies their inputs in its own Poll. Run with -race.
+// What the owner queues in the Inbox changes nothing until the next Poll,
+// which applies all of it, in push order.
 func TestInboxIsTheOnlyWayIn(t *testing.T) {
 	r := newRig(t, rigOpts{})
 	const peers = 8
@@ -20,16 +19,10 @@ func TestInboxIsTheOnlyWayIn(t *testing.T) {
 		require.NoError(t, r.read(spec))
 		ids[i] = spec.Request
 	}
-	var wg sync.WaitGroup
 	for i := 0; i < peers; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r.c.Inbox().HandshakeFailed(fmt.Sprint("peer", i), fmt.Errorf("peer%d unreachable", i))
-		}()
+		r.c.Inbox().HandshakeFailed(fmt.Sprint("peer", i), fmt.Errorf("peer%d unreachable", i))
 	}
-	// The owner drains while the others push.
+	require.Equal(t, peers, r.c.Stats().Waiting, "an Inbox input took effect before a Poll")
 	r.until("every handshake failure applied", func(Ready) bool { return r.c.Stats().Waiting == 0 })
-	wg.Wait()
 	assert.ElementsMatch(t, ids, failedIDs(r.all))
 }

@@ -52,7 +52,7 @@ func (c *Core) rollback(name string, from int, then func(error)) {
 		for k, en := range es {
 			e := itemErr(res.Errs, k, err)
 			if e != nil && !isNotFound(e, err) {
-				firstErr = cmp(firstErr, e)
+				firstErr = firstErrOf(firstErr, e)
 				continue
 			}
 			released[en] = true

@@ -176,11 +176,11 @@ func (c *Core) loadPeers(hs *handshake) {
 		var firstErr error
 		for i := range loads {
 			if i >= len(res.PeerResults) {
-				firstErr = cmp(firstErr, fmt.Errorf("load rank %d: transport returned %d results for %d ranks", i, len(res.PeerResults), len(loads)))
+				firstErr = firstErrOf(firstErr, fmt.Errorf("load rank %d: transport returned %d results for %d ranks", i, len(res.PeerResults), len(loads)))
 				continue
 			}
 			if res.PeerResults[i].Err != nil {
-				firstErr = cmp(firstErr, fmt.Errorf("load rank %d (agent %q): %w", i, spec.Ranks[i].Agent, res.PeerResults[i].Err))
+				firstErr = firstErrOf(firstErr, fmt.Errorf("load rank %d (agent %q): %w", i, spec.Ranks[i].Agent, res.PeerResults[i].Err))
 				continue
 			}
 			c.journal[name] = append(c.journal[name], entry{epoch: c.epoch, rank: i, peer: res.PeerResults[i].ID})
@@ -232,11 +232,11 @@ func (c *Core) prepareRemote(hs *handshake, p *peer) {
 		var firstErr error
 		for k, i := range listRank {
 			if k >= len(res.DlistResults) {
-				firstErr = cmp(firstErr, fmt.Errorf("prepare rank %d dlist: transport returned %d results for %d dlists", i, len(res.DlistResults), len(lists)))
+				firstErr = firstErrOf(firstErr, fmt.Errorf("prepare rank %d dlist: transport returned %d results for %d dlists", i, len(res.DlistResults), len(lists)))
 				continue
 			}
 			if res.DlistResults[k].Err != nil {
-				firstErr = cmp(firstErr, fmt.Errorf("prepare rank %d (agent %q) dlist: %w", i, spec.Ranks[i].Agent, res.DlistResults[k].Err))
+				firstErr = firstErrOf(firstErr, fmt.Errorf("prepare rank %d (agent %q) dlist: %w", i, spec.Ranks[i].Agent, res.DlistResults[k].Err))
 				continue
 			}
 			c.journal[name] = append(c.journal[name], entry{epoch: c.epoch, rank: i, dlist: true, list: res.DlistResults[k].ID})
@@ -275,7 +275,8 @@ func (c *Core) publish(hs *handshake, p *peer) {
 	}
 }
 
-func cmp(first, next error) error {
+// firstErrOf keeps the first error seen.
+func firstErrOf(first, next error) error {
 	if first != nil {
 		return first
 	}

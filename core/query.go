@@ -10,28 +10,42 @@ func (c *Core) Connected(name string) bool {
 	return p != nil && !p.retired
 }
 
-// Busy reports whether a round may make progress that only the transport
-// can announce or that must be retried: a handle in flight or retained, a
-// request not yet reported (a send or receive awaiting notifications), a
-// release to retry, a retired peer's natives to release, or a fence asked
-// for. An idle Core (Busy false) needs no round until a command or a
-// deadline (NextDeadline).
-func (c *Core) Busy() bool {
-	return c.live.len() > 0 || c.reqs.len() > 0 || c.Retrying() || len(c.dirty) > 0 || c.inbox.len() > 0 || c.outstandingLive() > 0
+// next is the schedule a Ready carries (Ready.Next).
+func (c *Core) next() Next {
+	n := Next{Outstanding: len(c.pending)}
+	if at, ok := c.nextDeadline(); ok {
+		n.At = at
+	}
+	switch {
+	case c.polling():
+		n.When = WaitResults
+	case c.retrying():
+		n.When = WaitRetry
+	case c.busy():
+		n.When = WaitTransport
+	}
+	return n
 }
 
-// Retrying reports whether a round has work that no transport event will
+// busy reports whether a round may make progress that only the transport
+// can announce or that must be retried: a handle in flight or retained, a
+// request not yet reported (a send or receive awaiting notifications), a
+// release to retry, a retired peer's natives to release, an Inbox input, a
+// fence asked for, or Work of a live epoch under way.
+func (c *Core) busy() bool {
+	return c.live.len() > 0 || c.reqs.len() > 0 || c.retrying() || len(c.dirty) > 0 || c.inbox.len() > 0 || c.outstandingLive() > 0
+}
+
+// retrying reports whether a round has work that no transport event will
 // announce: a release or a retired peer's native release to retry, or a
-// fence asked for and not yet reported. A runtime woken by the transport
-// (sdk.Waker) still runs rounds on a timer while this holds.
-func (c *Core) Retrying() bool {
+// fence asked for and not yet reported.
+func (c *Core) retrying() bool {
 	return len(c.releaseQ) > 0 || len(c.retryQ) > 0 || len(c.retired) > 0 || len(c.fenceWant) > 0
 }
 
-// NextDeadline is the earliest lease or hold-cap deadline a round must
-// observe, and false when none is pending. A runtime that runs no round
-// while idle must run one then.
-func (c *Core) NextDeadline() (time.Time, bool) {
+// nextDeadline is the earliest lease or hold-cap deadline a round must
+// observe, and false when none is pending.
+func (c *Core) nextDeadline() (time.Time, bool) {
 	var at int64
 	ok := false
 	if len(c.leases) > 0 {
@@ -48,7 +62,6 @@ func (c *Core) NextDeadline() (time.Time, bool) {
 	return time.Unix(0, at), true
 }
 
-// Polling reports whether a round's queries (Notifications, Events, Poll)
-// are still outstanding; a runtime starts the next round once they are
-// reported.
-func (c *Core) Polling() bool { return c.roundOut > 0 }
+// polling reports whether a round's queries (Notifications, Events, Poll)
+// are still outstanding.
+func (c *Core) polling() bool { return c.roundOut > 0 }

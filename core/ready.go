@@ -1,6 +1,9 @@
 package core
 
-import "fmt"
+import (
+	"fmt"
+	"time"
+)
 
 // Ready is what one Poll round (or a Ready call) hands the caller, in the manner of raft's
 // Ready: the finished report the engine consumes (vLLM's get_finished) and
@@ -46,6 +49,57 @@ type Ready struct {
 	// share a transport (a Cancel before the Poll that follows it); report
 	// each one's outcome with Done.
 	Work []Work
+	// Next is when the Core needs its next round (Poll), as of this Ready:
+	// the latest Ready's Next holds until the next command or Done.
+	Next Next
+}
+
+// Next is the Core's schedule: what the caller waits for before its next
+// Poll. Whatever When says, a command, a Done or a transport wake-up may
+// run a round earlier; a round is never wrong, only wasted.
+type Next struct {
+	When Wait
+	// At is the earliest lease or hold-cap deadline, zero when none: a
+	// round must run by then unless When asks for one earlier.
+	At time.Time
+	// Outstanding counts the Work handed out and not yet reported with
+	// Done, of every epoch.
+	Outstanding int
+}
+
+// Wait says what the next round waits for.
+type Wait uint8
+
+const (
+	// WaitIdle: nothing is in flight. No round is needed until a command,
+	// or At.
+	WaitIdle Wait = iota
+	// WaitResults: the last round's queries (Notifications, Events, Poll)
+	// are out; a round before they are reported would skip them. Run one
+	// as soon as they are reported.
+	WaitResults
+	// WaitTransport: transfers, notifications or Work are in flight that
+	// the transport announces when they change. Run a round when it wakes
+	// the caller (sdk.Waker), or after a short backoff where it cannot.
+	WaitTransport
+	// WaitRetry: work no transport announces is due (a release to retry, a
+	// retired peer's natives to release, a fence asked for and not yet
+	// reported). Run a round after a short backoff, wake-ups or not.
+	WaitRetry
+)
+
+func (w Wait) String() string {
+	switch w {
+	case WaitIdle:
+		return "idle"
+	case WaitResults:
+		return "results"
+	case WaitTransport:
+		return "transport"
+	case WaitRetry:
+		return "retry"
+	}
+	return fmt.Sprintf("Wait(%d)", uint8(w))
 }
 
 // Empty reports whether the round produced nothing.
@@ -64,6 +118,13 @@ type Failure struct {
 	// Reason is the first failure seen (a handle's FAILED reason, a setup
 	// or handshake error, ErrPeerRemoved, ErrHoldCap, ...).
 	Reason error
+	// TimedOut: the request failed because a bound ran out, its hold cap
+	// (ErrHoldCap) or its lease (ErrLeaseExpired), not because a transfer
+	// or a call failed.
+	TimedOut bool
+	// Invalid and Quarantined are this request's entries of the Ready's
+	// InvalidBlocks and Quarantined.
+	Invalid, Quarantined []BlockRef
 }
 
 // AlertLevel orders alerts for logging.

@@ -1,9 +1,6 @@
 package core
 
-import (
-	"hash/maphash"
-	"iter"
-)
+import "iter"
 
 // reqIndex finds every request not yet reported by its id: a hash table of
 // chains threaded through the requests themselves (each keeps its id's
@@ -13,8 +10,12 @@ import (
 // read the id's bytes and probe the table, cache misses the round pays per
 // finished request at 100000 in flight. The table doubles or halves with
 // what is in flight, so at a steady number in flight it is never rebuilt.
+//
+// The hash is fixed, not seeded per process, so that the same inputs give
+// the same order of requests (and so of Failed entries and Cancel work) in
+// every run. Request ids come from the engine the Core serves, which gains
+// nothing by choosing colliding ids: it would only slow itself.
 type reqIndex struct {
-	seed    maphash.Seed
 	buckets []*request // power of two
 	n       int
 }
@@ -22,10 +23,26 @@ type reqIndex struct {
 const minReqBuckets = 1024
 
 func newReqIndex() reqIndex {
-	return reqIndex{seed: maphash.MakeSeed(), buckets: make([]*request, minReqBuckets)}
+	return reqIndex{buckets: make([]*request, minReqBuckets)}
 }
 
-func (ix *reqIndex) hash(id RequestID) uint64 { return maphash.String(ix.seed, string(id)) }
+func (ix *reqIndex) hash(id RequestID) uint64 { return hashID(string(id)) }
+
+// hashID is FNV-1a over the id's bytes, finished with splitmix64's mixer so
+// that the low bits, which pick the bucket, depend on every byte.
+func hashID(s string) uint64 {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(s); i++ {
+		h ^= uint64(s[i])
+		h *= 1099511628211
+	}
+	h ^= h >> 30
+	h *= 0xbf58476d1ce4e5b9
+	h ^= h >> 27
+	h *= 0x94d049bb133111eb
+	h ^= h >> 31
+	return h
+}
 
 func (ix *reqIndex) bucket(h uint64) **request { return &ix.buckets[h&uint64(len(ix.buckets)-1)] }
 

@@ -1,6 +1,7 @@
 package core
 
 import (
+	"errors"
 	"slices"
 	"time"
 
@@ -57,6 +58,7 @@ func (c *Core) Ready() Ready {
 	}
 	slices.Sort(c.out.Fence)
 	out := c.out
+	out.Next = c.next()
 	c.out = Ready{}
 	return out
 }
@@ -313,6 +315,7 @@ func (c *Core) tryFinish(r *request) {
 		c.recent.add(recentKey{r.id, true})
 	}
 	var quarantined []BlockRef
+	invalid := len(c.out.InvalidBlocks)
 	for i := range r.xs {
 		x := &r.xs[i]
 		p := c.pool(x.pool)
@@ -333,7 +336,12 @@ func (c *Core) tryFinish(r *request) {
 	c.out.Quarantined = append(c.out.Quarantined, quarantined...)
 	switch {
 	case r.failed != nil:
-		c.out.Failed = append(c.out.Failed, Failure{Request: r.id, Sending: !receiving, Reason: r.failed})
+		c.out.Failed = append(c.out.Failed, Failure{
+			Request: r.id, Sending: !receiving, Reason: r.failed,
+			TimedOut:    errors.Is(r.failed, ErrHoldCap) || errors.Is(r.failed, ErrLeaseExpired),
+			Invalid:     slices.Clip(c.out.InvalidBlocks[invalid:]),
+			Quarantined: slices.Clip(quarantined),
+		})
 	case r.kind == kindRead:
 		c.notifyProducer(r)
 		c.out.FinishedReceiving = append(c.out.FinishedReceiving, r.id)

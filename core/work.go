@@ -178,9 +178,6 @@ func (c *Core) abortWork(e Epoch) {
 	}
 }
 
-// Outstanding counts the Work handed out and not yet reported by Done.
-func (c *Core) Outstanding() int { return len(c.pending) }
-
 // outstandingLive counts pending Work whose epoch was not fenced.
 func (c *Core) outstandingLive() int {
 	n := 0

@@ -63,8 +63,7 @@ type Host struct {
 	pools     []poolEntry // PoolID-1 indexes
 	links     map[string]*link
 	reqs      map[core.RequestID]reqInfo
-	blockReq  map[core.BlockRef]core.RequestID // ranked hosts: each tracked block's request
-	rep       outbox                           // safe for concurrent use; the engine API reads it directly
+	rep       outbox // safe for concurrent use; the engine API reads it directly
 	restartAt time.Time
 	lastStats time.Time
 	fences    uint64
@@ -83,6 +82,8 @@ type Host struct {
 	// next round runs as soon as they are reported, or the change that
 	// wake-up announced would wait for the next deadline.
 	missed bool
+	// next is core's schedule, from the latest Ready absorbed.
+	next core.Next
 
 	exec *executor
 	// submitted counts the Work handed to the executor, reported the
@@ -167,7 +168,6 @@ func New(ctx context.Context, cfg *Config, log hclog.Logger) (*Host, error) {
 		core:       c,
 		links:      map[string]*link{},
 		reqs:       map[core.RequestID]reqInfo{},
-		blockReq:   map[core.BlockRef]core.RequestID{},
 		cmds:       make(chan command),
 		handshakes: make(chan handshake),
 		done:       make(chan struct{}),
@@ -278,7 +278,7 @@ func (h *Host) Run(ctx context.Context) error {
 			if woke {
 				h.woken = false
 			}
-			if (woke || h.missed) && !h.core.Polling() {
+			if (woke || h.missed) && h.next.When != core.WaitResults {
 				h.round()
 			}
 			h.schedule(t)
@@ -295,7 +295,7 @@ func (h *Host) Run(ctx context.Context) error {
 			h.settle(hs)
 			due = true
 		case <-h.exited():
-			h.fence("transport process exited")
+			h.fence("transport process exited") // the next round takes core's Ready
 			due = true
 		case <-h.wake:
 			due = h.roundNowOrAfterQueued()
@@ -339,7 +339,7 @@ func (h *Host) apply(r workResult) bool {
 	rd := h.core.Ready()
 	progress := !rd.Empty()
 	h.absorb(rd)
-	if !progress && !h.core.Polling() {
+	if !progress && h.next.When != core.WaitResults {
 		h.backoff = min(max(2*h.backoff, minPollBackoff), maxPollBackoff)
 	}
 	return progress
@@ -350,7 +350,7 @@ func (h *Host) apply(r workResult) bool {
 // that an engine call or a restart must see done before it answers.
 func (h *Host) await(ctx context.Context, cond func() bool) error {
 	for !cond() {
-		if h.core.Outstanding() == 0 {
+		if h.next.Outstanding == 0 {
 			return fmt.Errorf("waiting for the transport: nothing is under way and the condition does not hold")
 		}
 		select {
@@ -373,16 +373,19 @@ func (h *Host) schedule(t *time.Timer) {
 		default:
 		}
 	}
-	// While a round's queries are out, their results schedule the next.
-	poll := !h.core.Polling() && (h.core.Retrying() || (h.wake == nil && h.core.Busy()))
-	if poll {
+	// While a round's queries are out (WaitResults), their results
+	// schedule the next.
+	switch h.next.When {
+	case core.WaitRetry:
 		t.Reset(h.backoff)
 		return
+	case core.WaitTransport:
+		if h.wake == nil {
+			t.Reset(h.backoff)
+			return
+		}
 	}
-	var at time.Time
-	if d, ok := h.core.NextDeadline(); ok {
-		at = d
-	}
+	at := h.next.At
 	if h.tp == nil && (at.IsZero() || h.restartAt.Before(at)) {
 		at = h.restartAt
 	}
@@ -435,7 +438,7 @@ func (h *Host) round() {
 	if h.tp == nil {
 		h.restart()
 	}
-	h.missed = h.core.Polling() // core skips its queries: run again once they are in
+	h.missed = h.next.When == core.WaitResults // core skips its queries: run again once they are in
 	h.absorb(h.core.Poll(time.Now()))
 	if now := time.Now(); now.Sub(h.lastStats) > 100*time.Millisecond {
 		h.lastStats = now
@@ -466,18 +469,19 @@ func (h *Host) absorb(rd core.Ready) {
 
 func (h *Host) absorbReady(rd core.Ready) {
 	for {
-		h.absorb1(rd)
-		more := h.core.Ready()
-		last := len(more.Work) == 0 && len(more.FinishedSending) == 0 && len(more.FinishedReceiving) == 0 && len(more.Failed) == 0
-		if last {
-			h.absorb1(more)
+		h.next = rd.Next
+		if !h.absorb1(rd) {
 			return
 		}
-		rd = more
+		rd = h.core.Ready()
 	}
 }
 
-func (h *Host) absorb1(rd core.Ready) {
+// absorb1 acts on one Ready; it reports whether acting on it called into
+// core (a fence reported, a stale peer removed), so that the Ready that
+// follows, and its schedule, must be taken too.
+func (h *Host) absorb1(rd core.Ready) bool {
+	touched := false
 	jobs := make([]job, 0, len(rd.Work))
 	for _, w := range rd.Work {
 		j := job{w: w}
@@ -501,9 +505,10 @@ func (h *Host) absorb1(rd core.Ready) {
 	}
 	for _, e := range rd.Fence {
 		if e == h.epoch && h.tp != nil {
-			h.fence("core asked for a fence: a transfer was held past the cap, a call's outcome is unknown or the transport is wedged")
+			touched = h.fence("core asked for a fence: a transfer was held past the cap, a call's outcome is unknown or the transport is wedged") || touched
 		} else {
 			h.core.Fenced(e) // that process is already dead
+			touched = true
 		}
 	}
 	// A ranked host holds the requests finished here back for the group
@@ -519,7 +524,6 @@ func (h *Host) absorb1(rd core.Ready) {
 	// when the rank sync reports it (ranks.go), not by its outcome here.
 	done := func(id core.RequestID, outcome string) {
 		ri := h.reqs[id]
-		h.untrack(id)
 		delete(h.reqs, id)
 		if h.ranks == nil {
 			h.metrics.countRequest(outcome, ri.op, ri.bytes)
@@ -535,9 +539,10 @@ func (h *Host) absorb1(rd core.Ready) {
 		peer := h.reqs[f.Request].peer
 		done(f.Request, "failed")
 		if errors.Is(f.Reason, sdk.ErrRemoteDisconnect) && peer != "" {
-			h.dropStalePeer(peer)
+			touched = h.dropStalePeer(peer) || touched
 		}
 	}
+	return touched
 }
 
 // callItems is how many items one batched call to a transport of desc may
@@ -575,8 +580,9 @@ func (h *Host) alert(a core.Alert) {
 }
 
 // fence kills the transport process, so every transfer it initiated stops,
-// tells core the epoch is fenced and starts a new transport.
-func (h *Host) fence(why string) {
+// tells core the epoch is fenced and starts a new transport. It reports
+// whether core was told (false: the kill failed, the epoch stays).
+func (h *Host) fence(why string) bool {
 	e := h.epoch
 	h.log.Error("fencing transport", "failure_type", "transport_fenced", "epoch", uint64(e), "reason", why)
 	h.info.Store(nil)
@@ -585,7 +591,7 @@ func (h *Host) fence(why string) {
 			// Not proven dead: its registrations may live on. Keep it; the
 			// next round asks again, and its exit fences it.
 			h.log.Error("kill transport", "failure_type", "transport_kill_failed", "epoch", uint64(e), "error", err.Error())
-			return
+			return false
 		}
 		h.tp, h.wake = nil, nil
 	}
@@ -599,6 +605,7 @@ func (h *Host) fence(why string) {
 		h.restarts++
 		h.metrics.Restarts.Inc()
 	}
+	return true
 }
 
 // restart starts a transport as the next epoch; on failure it retries after
@@ -724,10 +731,10 @@ func (h *Host) shutdown() error {
 		if err == nil || !errors.Is(err, core.ErrHeld) || time.Now().After(deadline) {
 			break
 		}
-		if h.core.Outstanding() == 0 {
+		if h.next.Outstanding == 0 {
 			h.round()
 		}
-		if h.core.Outstanding() > 0 {
+		if h.next.Outstanding > 0 {
 			select {
 			case r := <-h.exec.results:
 				h.done1(r)

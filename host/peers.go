@@ -177,16 +177,18 @@ func (h *Host) fetchPeer(ctx context.Context, name string, ranks []RemoteRank, c
 
 // dropStalePeer removes a peer whose transfers report a disconnect: its
 // process or its transport restarted, so its metadata is stale. Its running
-// transfers are retired; the next request connects it again.
-func (h *Host) dropStalePeer(name string) {
+// transfers are retired; the next request connects it again. It reports
+// whether it removed the peer.
+func (h *Host) dropStalePeer(name string) bool {
 	if !h.core.Connected(name) {
-		return
+		return false
 	}
 	if err := h.core.RemovePeer(time.Now(), name); err != nil {
 		h.log.Warn("remove stale peer", "failure_type", "peer_remove_failed", "peer", name, "error", err.Error())
-		return
+		return false
 	}
 	h.log.Warn("peer disconnected; it will be connected again on the next request", "failure_type", "peer_disconnected", "peer", name)
+	return true
 }
 
 // listed reports whether Status lists a link: while it is connected or its

@@ -196,13 +196,13 @@ func (th *testHost) waitGroup(what string, cond func(GroupStatus) bool) {
 	}
 }
 
-// tracked is how many requests, and blocks of requests, the host tracks
-// (read on its owner goroutine).
-func (th *testHost) tracked() (reqs, blocks int) {
+// tracked is how many requests the host tracks, with their blocks (read on
+// its owner goroutine).
+func (th *testHost) tracked() (reqs int) {
 	th.t.Helper()
 	require.NoError(th.t, th.h.do(th.ctx(), func(context.Context) error {
-		reqs, blocks = len(th.h.reqs), len(th.h.blockReq)
+		reqs = len(th.h.reqs)
 		return nil
 	}))
-	return reqs, blocks
+	return reqs
 }

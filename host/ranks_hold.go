@@ -1,7 +1,6 @@
 package host
 
 import (
-	"errors"
 	"fmt"
 	"time"
 
@@ -32,30 +31,38 @@ func (h *Host) holdBack(rd core.Ready) core.Ready {
 	for _, id := range rd.FinishedReceiving {
 		add(id, &heldReq{state: group.Succeeded})
 	}
+	// Every invalid or quarantined block is a failed request's (Failure
+	// lists its own); any other stays in the returned report.
+	owned := map[core.BlockRef]bool{}
 	for i := range rd.Failed {
 		f := rd.Failed[i]
 		st := group.Failed
-		if errors.Is(f.Reason, core.ErrHoldCap) || errors.Is(f.Reason, core.ErrLeaseExpired) {
+		if f.TimedOut {
 			st = group.TimedOut
 		}
-		add(f.Request, &heldReq{sending: f.Sending, state: st, failure: &f})
+		add(f.Request, &heldReq{sending: f.Sending, state: st, failure: &f, invalid: f.Invalid, quarantined: f.Quarantined})
+		for _, b := range f.Invalid {
+			owned[b] = true
+		}
+		for _, b := range f.Quarantined {
+			owned[b] = true
+			if int(b.Pool) >= 1 && int(b.Pool) <= len(h.pools) {
+				h.ranks.poison(h.pools[b.Pool-1].name, fmt.Sprintf("block %d quarantined on rank %d (request %q): a transfer may still touch it", b.Block, h.group.Rank(), f.Request))
+			}
+		}
 	}
 	rest := core.Ready{}
 	for _, b := range rd.InvalidBlocks {
-		if hr := byID[h.blockReq[b]]; hr != nil {
-			hr.invalid = append(hr.invalid, b)
-		} else {
+		if !owned[b] {
 			rest.InvalidBlocks = append(rest.InvalidBlocks, b)
 		}
 	}
 	for _, b := range rd.Quarantined {
-		if hr := byID[h.blockReq[b]]; hr != nil {
-			hr.quarantined = append(hr.quarantined, b)
-		} else {
+		if !owned[b] {
 			rest.Quarantined = append(rest.Quarantined, b)
-		}
-		if int(b.Pool) >= 1 && int(b.Pool) <= len(h.pools) {
-			h.ranks.poison(h.pools[b.Pool-1].name, fmt.Sprintf("block %d quarantined on rank %d (request %q): a transfer may still touch it", b.Block, h.group.Rank(), h.blockReq[b]))
+			if int(b.Pool) >= 1 && int(b.Pool) <= len(h.pools) {
+				h.ranks.poison(h.pools[b.Pool-1].name, fmt.Sprintf("block %d quarantined on rank %d: a transfer may still touch it", b.Block, h.group.Rank()))
+			}
 		}
 	}
 	// Requests of this rank that are still running (h.reqs still holds
@@ -64,8 +71,9 @@ func (h *Host) holdBack(rd core.Ready) core.Ready {
 	return rest
 }
 
-// track remembers a new request of a ranked host: its blocks, so that its
-// invalid blocks go back with its union outcome.
+// track remembers a new request; on a ranked host also its blocks, which
+// a receive that succeeded here hands back as invalid when the union
+// outcome is a failure elsewhere.
 func (h *Host) track(id core.RequestID, ri reqInfo, pool core.PoolID, blocks []uint32, parts []core.Part) {
 	if h.ranks != nil {
 		for _, b := range blocks {
@@ -76,20 +84,8 @@ func (h *Host) track(id core.RequestID, ri reqInfo, pool core.PoolID, blocks []u
 				ri.blocks = append(ri.blocks, core.BlockRef{Pool: p.Pool, Block: b})
 			}
 		}
-		for _, b := range ri.blocks {
-			h.blockReq[b] = id
-		}
 	}
 	h.reqs[id] = ri
-}
-
-// untrack forgets a request's blocks once core reported it.
-func (h *Host) untrack(id core.RequestID) {
-	for _, b := range h.reqs[id].blocks {
-		if h.blockReq[b] == id {
-			delete(h.blockReq, b)
-		}
-	}
 }
 
 // admit refuses, on a ranked host, a request on a poisoned pool, an id
