@@ -135,11 +135,14 @@ func (c *Core) countSender(r *request, token Token, from string) {
 		c.alert(Alert{Level: AlertWarn, Kind: "notification_from_stranger", Peer: r.peerName(), Request: r.id, Err: fmt.Errorf("agent %q is not a rank of peer %q: notification ignored", from, r.peerName())})
 		return
 	}
-	if slices.Contains(r.from, from) {
+	if r.notifiedBy(from) {
 		return
 	}
-	r.from = append(r.from, from)
-	r.notified = int32(len(r.from))
+	if r.from == nil {
+		r.from = new([]string)
+	}
+	*r.from = append(*r.from, from)
+	r.notified = int32(len(*r.from))
 	c.markDirty(r)
 }
 

@@ -2,7 +2,6 @@ package core
 
 import (
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/custody-dev/custody/sdk"
@@ -157,7 +156,7 @@ func (c *Core) notifyConsumed(r *request, rv *recv) {
 	}
 	var ranks []int
 	for i, rk := range p.ranks {
-		if slices.Contains(r.from, rk.spec.Agent) {
+		if r.notifiedBy(rk.spec.Agent) {
 			ranks = append(ranks, i)
 		}
 	}

@@ -3,8 +3,9 @@ package core
 import "iter"
 
 // reqIndex finds every request not yet reported by its id: a hash table of
-// chains threaded through the requests themselves (each keeps its id's
-// hash, its successor, and the address of the pointer that points to it).
+// chains threaded through the requests themselves (each keeps its
+// successor and the address of the pointer that points to it; a resize
+// hashes every id again).
 // Removing a finished request, once per request in the Poll round that
 // reports it, is then two stores and no search: a hash map's delete would
 // read the id's bytes and probe the table, cache misses the round pays per
@@ -48,9 +49,8 @@ func (ix *reqIndex) bucket(h uint64) **request { return &ix.buckets[h&uint64(len
 
 // get returns the request of id, or nil.
 func (ix *reqIndex) get(id RequestID) *request {
-	h := ix.hash(id)
-	for r := *ix.bucket(h); r != nil; r = r.next {
-		if r.h == h && r.id == id {
+	for r := *ix.bucket(ix.hash(id)); r != nil; r = r.next {
+		if r.id == id {
 			return r
 		}
 	}
@@ -59,7 +59,6 @@ func (ix *reqIndex) get(id RequestID) *request {
 
 // add indexes r, whose id no indexed request has.
 func (ix *reqIndex) add(r *request) {
-	r.h = ix.hash(r.id)
 	if ix.n >= len(ix.buckets) {
 		ix.resize(2 * len(ix.buckets))
 	}
@@ -68,7 +67,7 @@ func (ix *reqIndex) add(r *request) {
 }
 
 func (ix *reqIndex) link(r *request) {
-	b := ix.bucket(r.h)
+	b := ix.bucket(ix.hash(r.id))
 	r.next, r.pprev = *b, b
 	if r.next != nil {
 		r.next.pprev = &r.next

@@ -3,6 +3,7 @@ package core
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/custody-dev/custody/sdk"
@@ -97,9 +98,8 @@ type request struct {
 	xs        []xfer   // one per part
 	idx       []uint32 // every part's local indices, then its remote ones
 	failed    error
-	from      []string  // sends and receives: the distinct agents that notified it
+	from      *[]string // sends and receives: the distinct agents that notified it (nil: none yet); a pointer, since reads never need it
 	token     Token     // its notifications' token (zero: a Read that notifies no one)
-	h         uint64    // hash of id (reqIndex)
 	next      *request  // next request of its reqIndex chain
 	pprev     **request // the pointer that points to it in its chain
 	pending   int32     // handles not yet released or forgotten
@@ -153,6 +153,11 @@ func (x *xfer) remote() []uint32 { return x.req.idx[x.off+x.n : x.off+2*x.n] }
 
 // peerName is the name of the peer x's request is bound to.
 func (x *xfer) peerName() string { return x.req.peerName() }
+
+// notifiedBy reports whether agent already notified r.
+func (r *request) notifiedBy(agent string) bool {
+	return r.from != nil && slices.Contains(*r.from, agent)
+}
 
 func (r *request) peerName() string {
 	if r.peer == nil {
