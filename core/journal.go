@@ -21,7 +21,8 @@ type entry struct {
 
 // rollback hands out the release of the journal entries of peer from index
 // from on, in reverse order of acquisition (dlists before the peers they
-// name), keeps every entry whose release failed, and then calls then with
+// name; a peer only once its rank's dlist is released), keeps every entry
+// whose release failed or was not tried, and then calls then with
 // the first release error (nil when everything was released, or nothing
 // was to release: then runs at once).
 func (c *Core) rollback(name string, from int, then func(error)) {
@@ -77,17 +78,33 @@ func (c *Core) rollback(name string, from int, then func(error)) {
 		then(firstErr)
 	}
 	unload := func() {
-		if len(peers) == 0 {
+		// A rank whose dlist is still held keeps its peer loaded, journaled
+		// for the next rollback: unloading it would leave that dlist naming
+		// a peer the transport no longer has.
+		held := map[int]bool{}
+		for _, en := range listE {
+			if !released[en] {
+				held[en.rank] = true
+			}
+		}
+		var ids []sdk.PeerID
+		var es []entry
+		for k, en := range peerE {
+			if !held[en.rank] {
+				ids, es = append(ids, peers[k]), append(es, en)
+			}
+		}
+		if len(ids) == 0 {
 			finish()
 			return
 		}
-		c.emit(Work{Kind: WorkUnloadPeers, PeerIDs: peers}, func(res Result, err error) {
+		c.emit(Work{Kind: WorkUnloadPeers, PeerIDs: ids}, func(res Result, err error) {
 			if err == errWorkFenced {
 				delete(c.rolling, name)
 				then(err)
 				return
 			}
-			note(peerE, res, err)
+			note(es, res, err)
 			finish()
 		})
 	}

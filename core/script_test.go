@@ -76,6 +76,10 @@ func parseScript(t *testing.T, path string) []scriptCase {
 
 func runScript(t *testing.T, path string) {
 	cases := parseScript(t, path)
+	if len(cases) > 0 && strings.Contains(cases[0].cmd, "async=true") {
+		runAsyncScript(t, path, cases)
+		return
+	}
 	var s *srig
 	var b strings.Builder
 	for _, c := range cases {

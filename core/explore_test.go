@@ -1,0 +1,283 @@
+package core
+
+import (
+	"flag"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// The explorer enumerates every order of inputs to a Core up to a depth,
+// in breadth-first order, and checks the invariants of
+// explore_invariants_test.go after every step. Inputs are the engine's
+// commands, the result of every outstanding Work (the double's answer, a
+// whole-call failure with each code, a failure of one item, a timeout
+// after the call took effect), a transfer ending DONE or FAILED,
+// notifications, rounds, the clock reaching the next deadline, and a fence
+// (the transport killed, then a new one attached). A state seen before
+// (stateHasher) is not expanded again. The first violation found is
+// printed as an async testdata script, the shortest such sequence, since
+// the search is breadth first: copied into core/testdata it fails until
+// the rule is kept again.
+var (
+	exploreLarge = flag.Bool("explore.large", false, "explore the larger bound (make explore) instead of the CI bound")
+	exploreDepth = flag.Int("explore.depth", 0, "override every configuration's depth")
+)
+
+// exploreConfig is one configuration of the explorer: the world, the
+// inputs it offers, and its bounds.
+type exploreConfig struct {
+	name          string
+	peers         []string
+	ranks         int // ranks per peer, so parts per read or write
+	pools         int
+	requests      int
+	kinds         []string // read, write, send, recv
+	holdCap       time.Duration
+	lease         time.Duration
+	policy        EscalationPolicy
+	events        bool
+	initiatedOnly bool
+	// wholeCodes and itemCodes are the failures offered for every
+	// outstanding Work, as a whole and for each of its first two items;
+	// applied adds a timeout after the call took effect.
+	wholeCodes, itemCodes []string
+	applied               bool
+	depth                 int
+	// maxStates stops a configuration that outgrows its bound.
+	maxStates int
+}
+
+var allCodes = []string{"BUSY", "NOT_FOUND", "TIMEOUT", "BACKEND", "REMOTE_DISCONNECT", "CANCELED"}
+
+// exploreConfigs are the CI bound's configurations; the larger bound
+// deepens each and offers every code.
+func exploreConfigs(large bool) []exploreConfig {
+	base := exploreConfig{peers: []string{"p", "q"}, pools: 2, requests: 3, holdCap: 3 * time.Second, lease: 5 * time.Second,
+		wholeCodes: []string{"TIMEOUT", "BACKEND"}, itemCodes: []string{"BACKEND"}, applied: true, maxStates: 2_000_000}
+	pull := base
+	pull.name, pull.ranks, pull.kinds, pull.depth = "pull, 2 ranks", 2, []string{"read"}, 7
+	pull1 := base
+	pull1.name, pull1.ranks, pull1.kinds, pull1.depth, pull1.events = "pull, 1 rank, events", 1, []string{"read"}, 7, true
+	push := base
+	push.name, push.ranks, push.kinds, push.depth = "push and sends, 1 rank", 1, []string{"write", "send", "recv"}, 6
+	quar := base
+	quar.name, quar.ranks, quar.kinds, quar.depth, quar.policy, quar.initiatedOnly = "pull, quarantine, initiated fence", 1, []string{"read", "recv"}, 6, EscalateQuarantine, true
+	cfgs := []exploreConfig{pull, pull1, push, quar}
+	for i := range cfgs {
+		if large {
+			cfgs[i].depth += 2
+			cfgs[i].wholeCodes, cfgs[i].itemCodes = allCodes, allCodes
+			cfgs[i].maxStates = 50_000_000
+		}
+		if *exploreDepth > 0 {
+			cfgs[i].depth = *exploreDepth
+		}
+	}
+	return cfgs
+}
+
+// TestExplore runs every configuration to its bound and fails with the
+// shortest script that breaks an invariant.
+func TestExplore(t *testing.T) {
+	if testing.Short() && !*exploreLarge {
+		t.Skip("the explorer runs in the full test run (make test) and make explore")
+	}
+	for _, cfg := range exploreConfigs(*exploreLarge) {
+		t.Run(cfg.name, func(t *testing.T) {
+			res := explore(t, cfg)
+			t.Logf("%s: depth %d, %d distinct states, %d steps", cfg.name, res.depth, res.states, res.steps)
+			if res.violation != nil {
+				t.Fatalf("invariant broken after %d inputs:\n%s\n\nas a script (copy into core/testdata):\n\n%s", len(res.violation), res.why, script(t, cfg, res.violation))
+			}
+		})
+	}
+}
+
+// exploreResult is what one configuration's search found.
+type exploreResult struct {
+	depth, states, steps int
+	violation            []string // the inputs that break an invariant
+	why                  string
+}
+
+type node struct {
+	parent *node
+	input  string
+}
+
+func (n *node) path() []string {
+	var p []string
+	for ; n != nil && n.parent != nil; n = n.parent {
+		p = append(p, n.input)
+	}
+	for i, j := 0, len(p)-1; i < j; i, j = i+1, j-1 {
+		p[i], p[j] = p[j], p[i]
+	}
+	return p
+}
+
+// explore searches cfg breadth first to its depth.
+func explore(t testing.TB, cfg exploreConfig) exploreResult {
+	var res exploreResult
+	replay := func(path []string) *world {
+		w, err := newWorld(cfg)
+		require.NoError(t, err)
+		for _, in := range path {
+			_, err := w.step(in)
+			require.NoError(t, err, "replaying %q", in)
+			res.steps++
+		}
+		return w
+	}
+	root := &node{}
+	w := replay(nil)
+	seen := map[uint64]bool{w.hash(): true}
+	frontier := []*node{root}
+	for d := 1; d <= cfg.depth && len(frontier) > 0; d++ {
+		res.depth = d
+		var next []*node
+		for _, n := range frontier {
+			path := n.path()
+			inputs := replay(path).inputs()
+			for _, in := range inputs {
+				w := replay(path)
+				if _, err := w.step(in); err != nil {
+					t.Fatalf("input %q after %v: %v", in, path, err)
+				}
+				res.steps++
+				if w.violation != "" {
+					res.violation, res.why = append(path, in), w.violation
+					res.states = len(seen)
+					return res
+				}
+				h := w.hash()
+				if seen[h] {
+					continue
+				}
+				seen[h] = true
+				if len(seen) > cfg.maxStates {
+					t.Fatalf("%s: more than %d states by depth %d: lower the depth", cfg.name, cfg.maxStates, d)
+				}
+				next = append(next, &node{parent: n, input: in})
+			}
+		}
+		frontier = next
+	}
+	res.states = len(seen)
+	return res
+}
+
+// inputs lists every input the world offers now, in a fixed order.
+func (w *world) inputs() []string {
+	var in []string
+	for _, wk := range w.out {
+		in = append(in, fmt.Sprintf("run w=%d", wk.ID))
+		if w.dead[wk.Epoch] {
+			continue // its result is the dead process's, whatever it is
+		}
+		for _, c := range w.cfg.wholeCodes {
+			in = append(in, fmt.Sprintf("run w=%d whole=%s", wk.ID, c))
+		}
+		if w.cfg.applied && mutates(wk.Kind) {
+			in = append(in, fmt.Sprintf("run w=%d whole=TIMEOUT applied=true", wk.ID))
+		}
+		for k := range min(2, items(wk)) {
+			for _, c := range w.cfg.itemCodes {
+				in = append(in, fmt.Sprintf("run w=%d item=%d code=%s", wk.ID, k, c))
+			}
+		}
+	}
+	if len(w.out) > 1 {
+		in = append(in, "drain")
+	}
+	if d := w.ds[w.epoch]; d != nil && !w.dead[w.epoch] {
+		for _, h := range d.live() {
+			if !d.handles[h].Terminal() {
+				in = append(in, fmt.Sprintf("state h=%d st=done", h), fmt.Sprintf("state h=%d st=failed", h))
+			}
+		}
+	}
+	if !w.closed {
+		for _, p := range w.cfg.peers {
+			switch {
+			case w.c.Connected(p):
+				in = append(in, "remove peer="+p)
+			case !w.c.Handshaking(p):
+				in = append(in, fmt.Sprintf("connect peer=%s ranks=%d", p, w.cfg.ranks))
+			}
+		}
+		if w.next < w.cfg.requests {
+			for _, k := range w.cfg.kinds {
+				for _, p := range w.cfg.peers {
+					in = append(in, fmt.Sprintf("%s id=r%d peer=%s", k, w.next, p))
+				}
+			}
+		}
+	}
+	for _, id := range w.order {
+		r := w.issued[id]
+		if r.reported || r.kind == "read" {
+			continue
+		}
+		for k := range w.cfg.ranks {
+			if a := fmt.Sprintf("%s%d", r.peer, k); !r.notified[a] {
+				in = append(in, fmt.Sprintf("notify id=%s from=%s", id, a))
+			}
+		}
+	}
+	in = append(in, "poll")
+	if at := w.c.next().At; !at.IsZero() && at.After(w.now) {
+		in = append(in, fmt.Sprintf("tick d=%v", at.Sub(w.now)))
+	}
+	switch {
+	case !w.dead[w.epoch]:
+		in = append(in, "kill")
+	case !w.closed:
+		in = append(in, "attach")
+	}
+	if !w.closed {
+		in = append(in, "close")
+	}
+	return in
+}
+
+// mutates reports whether a call of kind changes the transport, so that
+// it may have taken effect when it timed out.
+func mutates(k WorkKind) bool {
+	switch k {
+	case WorkPoll, WorkEvents, WorkNotifications:
+		return false
+	}
+	return true
+}
+
+// items is how many items a Work's call carries.
+func items(wk Work) int {
+	return max(len(wk.Posts), len(wk.Handles), len(wk.Notes), len(wk.Regions), len(wk.RegionIDs),
+		len(wk.Peers), len(wk.PeerIDs), len(wk.Dlists), len(wk.DlistIDs))
+}
+
+// script renders inputs as an async testdata script of cfg.
+func script(t testing.TB, cfg exploreConfig, inputs []string) string {
+	w, err := newWorld(cfg)
+	require.NoError(t, err)
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s\n----\n%s\n\n", newLine(cfg), w.render(len(w.log), nil))
+	for _, in := range inputs {
+		out, err := w.step(in)
+		require.NoError(t, err)
+		fmt.Fprintf(&b, "%s\n----\n%s\n\n", in, out)
+	}
+	return b.String()
+}
+
+// newLine is the script's first command, naming cfg's world.
+func newLine(cfg exploreConfig) string {
+	policy := map[EscalationPolicy]string{EscalateFence: "fence", EscalateQuarantine: "quarantine", EscalateReleaseAndReuse: "reuse"}[cfg.policy]
+	return fmt.Sprintf("new async=true ranks=%d pools=%d cap=%v lease=%v policy=%s events=%v scope=%s",
+		cfg.ranks, cfg.pools, cfg.holdCap, cfg.lease, policy, cfg.events, map[bool]string{false: "incoming", true: "initiated"}[cfg.initiatedOnly])
+}

@@ -1,0 +1,472 @@
+package core
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/custody-dev/custody/sdk"
+)
+
+// world is a Core over scripted doubles whose Work stays outstanding until
+// an input delivers its result: the explorer's model and the runtime of
+// the async testdata scripts. Every input is one line of the script
+// language (step), so a path of the explorer is a script. The world also
+// keeps the ground truth the invariants are checked against: which handle
+// touches which blocks, what each request was given, what was reported.
+type world struct {
+	cfg   exploreConfig
+	c     *Core
+	ds    map[Epoch]*double
+	dead  map[Epoch]bool
+	epoch Epoch
+	pools []PoolID
+	now   time.Time
+	// out is the Work handed out and not yet delivered, in hand-out order.
+	out []Work
+	// issued are the requests core accepted, by id; order their ids.
+	issued map[RequestID]*wreq
+	order  []RequestID
+	next   int // requests issued so far (accepted or not)
+	closed bool
+	// log is every Work handed out ("work") and delivered ("done"), and
+	// every report, in order: what a script shows.
+	log []string
+	// touch is, per epoch and handle, what the handle's post reaches.
+	touch map[Epoch]map[sdk.HandleID]*wpost
+	// dlists and regions: per epoch, what each local dlist and region is.
+	dlists  map[Epoch]map[sdk.DlistID]wdlist
+	regions map[Epoch]map[sdk.RegionID]PoolID
+	peerIDs map[Epoch]map[sdk.PeerID]string
+	// orphans: the epochs where a call that failed after taking effect
+	// created something core cannot name (learn).
+	orphans map[Epoch]bool
+	// violation is the first invariant broken, "" while none is.
+	violation string
+}
+
+// wreq is one accepted request: its kind, peer and blocks.
+type wreq struct {
+	id       RequestID
+	kind     string // read, write, send, recv
+	peer     string
+	blocks   []BlockRef
+	reported bool
+	// notified: the notifications the explorer delivered for it.
+	notified map[string]bool
+	// done counts its handles that ended DONE; mustFail: one of them
+	// failed, was canceled, or died with its transport while running.
+	done     int
+	mustFail bool
+}
+
+// wpost is one posted handle: the blocks it touches, its dlists, and when
+// core learned of it.
+type wpost struct {
+	req    *wreq
+	blocks []BlockRef
+	local  sdk.DlistID
+	remote sdk.DlistID
+	at     time.Time
+	orphan bool
+}
+
+// wdlist is one prepared dlist: local over a pool, or remote of a peer.
+type wdlist struct {
+	pool   PoolID
+	peer   sdk.PeerID
+	orphan bool
+}
+
+const exploreBlocks = 4
+
+var exploreT0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func newWorld(cfg exploreConfig) (*world, error) {
+	c, err := New(Config{HoldCap: cfg.holdCap, Escalation: cfg.policy})
+	if err != nil {
+		return nil, err
+	}
+	w := &world{cfg: cfg, c: c, ds: map[Epoch]*double{}, dead: map[Epoch]bool{}, now: exploreT0,
+		issued: map[RequestID]*wreq{}, touch: map[Epoch]map[sdk.HandleID]*wpost{},
+		dlists: map[Epoch]map[sdk.DlistID]wdlist{}, regions: map[Epoch]map[sdk.RegionID]PoolID{}, peerIDs: map[Epoch]map[sdk.PeerID]string{}, orphans: map[Epoch]bool{}}
+	if err := w.attach(); err != nil {
+		return nil, err
+	}
+	for i := range cfg.pools {
+		id, err := c.RegisterPool(PoolSpec{Path: fmt.Sprintf("kv%d", i), BlockSize: 64, Blocks: exploreBlocks})
+		if err != nil {
+			return nil, err
+		}
+		w.pools = append(w.pools, id)
+	}
+	w.collect(c.Ready())
+	w.drain() // setup is not explored
+	if w.violation != "" {
+		return nil, fmt.Errorf("setup: %s", w.violation)
+	}
+	return w, nil
+}
+
+// attach starts a fresh double as the next epoch.
+func (w *world) attach() error {
+	w.epoch++
+	d := newDouble()
+	d.desc.Capabilities.Events = w.cfg.events
+	if w.cfg.initiatedOnly {
+		d.desc.FenceScope = sdk.FenceInitiated
+	}
+	d.cancelTo = sdk.StateCanceled
+	w.ds[w.epoch] = d
+	w.touch[w.epoch] = map[sdk.HandleID]*wpost{}
+	w.dlists[w.epoch] = map[sdk.DlistID]wdlist{}
+	w.regions[w.epoch] = map[sdk.RegionID]PoolID{}
+	w.peerIDs[w.epoch] = map[sdk.PeerID]string{}
+	return w.c.Attach(w.epoch, d.desc, true)
+}
+
+// collect takes a Ready: its Work joins out, its reports are checked and
+// recorded.
+func (w *world) collect(rd Ready) {
+	for _, wk := range rd.Work {
+		w.checkWork(wk)
+		w.out = append(w.out, wk)
+		w.log = append(w.log, fmt.Sprintf("work %d %s", wk.ID, describeWork(wk)))
+	}
+	w.checkReports(rd)
+}
+
+// drain delivers every outstanding Work, and what follows, as the double
+// answers it.
+func (w *world) drain() {
+	for steps := 0; len(w.out) > 0; steps++ {
+		if steps > maxWorkSteps {
+			w.fail("core keeps handing out Work: %v", w.out)
+			return
+		}
+		w.deliver(0, nil, -1, nil)
+	}
+}
+
+// deliver runs out[i] against its double, with whole as the call's error
+// (applied: after it took effect) or itemErr for item k, and hands core
+// the result.
+func (w *world) deliver(i int, whole error, k int, itemErr error, applied ...bool) {
+	wk := w.out[i]
+	w.out = slices.Delete(w.out, i, i+1)
+	w.log = append(w.log, fmt.Sprintf("done %d", wk.ID))
+	d := w.ds[wk.Epoch]
+	if d == nil || w.dead[wk.Epoch] {
+		w.c.Done(wk.ID, Result{}, sdk.Errorf(sdk.CodePluginShutdown, "epoch %d is dead", wk.Epoch))
+		w.collect(w.c.Ready())
+		return
+	}
+	switch {
+	case whole != nil:
+		d.failWhole(wk.Kind, whole, 1)
+		d.faults[len(d.faults)-1].applied = len(applied) > 0 && applied[0]
+	case itemErr != nil:
+		d.failItem(wk.Kind, k, itemErr, 1)
+	}
+	first := d.next
+	var running []sdk.HandleID
+	if wk.Kind == WorkCancel {
+		for _, h := range wk.Handles {
+			if st, ok := d.handles[h]; ok && !st.Terminal() {
+				running = append(running, h)
+			}
+		}
+	}
+	res, err := d.exec(wk)
+	d.faults = d.faults[:0]
+	for _, h := range running {
+		if st := d.handles[h]; st.Terminal() {
+			w.ended(wk.Epoch, h, st)
+		}
+	}
+	if whole == nil || (len(applied) > 0 && applied[0]) {
+		w.learn(wk, first, d.next, k, whole != nil)
+	}
+	w.c.Done(wk.ID, res, err)
+	w.collect(w.c.Ready())
+}
+
+// learn records what a call created natively: handles and what they
+// touch, dlists, regions, peers. The double numbers what it creates from
+// one counter, item by item, skipping the failed item skip; ids first+1 to
+// last are what this call created, whether or not core saw its result.
+// What a call that failed after taking effect created is an orphan: core
+// cannot name it, so only a fence of its epoch ends it.
+func (w *world) learn(wk Work, first, last uint64, skip int, orphan bool) {
+	e := wk.Epoch
+	if orphan && last > first {
+		w.orphans[e] = true
+	}
+	id := first
+	each := func(n int, f func(k int, id uint64)) {
+		for k := range n {
+			if k == skip || id >= last {
+				continue
+			}
+			id++
+			f(k, id)
+		}
+	}
+	switch wk.Kind {
+	case WorkPost:
+		each(len(wk.Posts), func(k int, id uint64) {
+			p := wk.Posts[k]
+			wp := &wpost{local: p.Local, remote: p.Remote, at: w.now, orphan: orphan}
+			pool := w.dlists[e][p.Local].pool
+			for _, b := range p.LocalIndices {
+				wp.blocks = append(wp.blocks, BlockRef{pool, b})
+			}
+			wp.req = w.holderOf(wp.blocks)
+			w.touch[e][sdk.HandleID(id)] = wp
+		})
+	case WorkRegisterMemory:
+		each(len(wk.Regions), func(k int, id uint64) {
+			n, _ := strconv.Atoi(strings.TrimPrefix(wk.Regions[k].Path, "kv"))
+			if n < len(w.pools) {
+				w.regions[e][sdk.RegionID(id)] = w.pools[n]
+			}
+		})
+	case WorkPrepareDescriptors:
+		each(len(wk.Dlists), func(k int, id uint64) {
+			l := wk.Dlists[k]
+			if l.Peer == 0 {
+				w.dlists[e][sdk.DlistID(id)] = wdlist{pool: w.regions[e][l.Descriptors[0].Region], orphan: orphan}
+			} else {
+				w.dlists[e][sdk.DlistID(id)] = wdlist{peer: l.Peer, orphan: orphan}
+			}
+		})
+	case WorkLoadPeers:
+		each(len(wk.Peers), func(k int, id uint64) { w.peerIDs[e][sdk.PeerID(id)] = wk.Peers[k].Name })
+	}
+}
+
+// holderOf is the unreported request that holds blocks, or nil.
+func (w *world) holderOf(blocks []BlockRef) *wreq {
+	for _, id := range w.order {
+		if r := w.issued[id]; !r.reported && len(blocks) > 0 && slices.Contains(r.blocks, blocks[0]) {
+			return r
+		}
+	}
+	return nil
+}
+
+// ended records that handle h of epoch e ended in st (a running handle
+// whose transport died counts as failed).
+func (w *world) ended(e Epoch, h sdk.HandleID, st sdk.State) {
+	p := w.touch[e][h]
+	if p == nil || p.req == nil {
+		return
+	}
+	switch st {
+	case sdk.StateDone:
+		p.req.done++
+	case sdk.StateFailed, sdk.StateCanceled:
+		p.req.mustFail = true
+	}
+}
+
+func (w *world) fail(format string, args ...any) {
+	if w.violation == "" {
+		w.violation = fmt.Sprintf(format, args...)
+	}
+}
+
+// step applies one input line and returns its rendered output.
+func (w *world) step(line string) (string, error) {
+	f := strings.Fields(line)
+	if len(f) == 0 {
+		return "", fmt.Errorf("empty input")
+	}
+	a := map[string]string{}
+	for _, kv := range f[1:] {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			return "", fmt.Errorf("argument %q is not k=v", kv)
+		}
+		a[k] = v
+	}
+	logged := len(w.log)
+	var errOut error
+	switch f[0] {
+	case "connect":
+		n, _ := strconv.Atoi(a["ranks"])
+		errOut = w.c.ConnectPeer(peerSpec(a["peer"], max(n, 1)))
+		w.collect(w.c.Ready())
+	case "remove":
+		errOut = w.c.RemovePeer(w.now, a["peer"])
+		w.collect(w.c.Ready())
+	case "read", "write", "send", "recv":
+		errOut = w.issue(f[0], RequestID(a["id"]), a["peer"], a["notify"] == "true")
+	case "run", "drain":
+		if f[0] == "drain" {
+			w.drain()
+			break
+		}
+		id, err := strconv.ParseUint(a["w"], 10, 64)
+		if err != nil {
+			return "", fmt.Errorf("run: bad work id %q", a["w"])
+		}
+		i := slices.IndexFunc(w.out, func(x Work) bool { return x.ID == WorkID(id) })
+		if i < 0 {
+			return "", fmt.Errorf("run: work %d is not outstanding", id)
+		}
+		var whole, itemErr error
+		k := -1
+		if c, ok := codes[a["whole"]]; ok {
+			whole = sdk.Errorf(c, "explore: injected %s", a["whole"])
+		} else if c, ok := codes[a["code"]]; ok {
+			k, _ = strconv.Atoi(a["item"])
+			itemErr = sdk.Errorf(c, "explore: injected %s", a["code"])
+		}
+		w.deliver(i, whole, k, itemErr, a["applied"] == "true")
+	case "state":
+		h, _ := strconv.ParseUint(a["h"], 10, 64)
+		st, ok := states[a["st"]]
+		d := w.ds[w.epoch]
+		if !ok || d == nil {
+			return "", fmt.Errorf("state: bad state %q", a["st"])
+		}
+		if cur, ok := d.handles[sdk.HandleID(h)]; !ok || cur.Terminal() {
+			return "", fmt.Errorf("state: handle %d is not running in epoch %d", h, w.epoch)
+		}
+		var reason error
+		if st != sdk.StateDone {
+			reason = sdk.Errorf(sdk.CodeBackend, "explore: handle ended %v", st)
+		}
+		d.set(sdk.HandleID(h), st, reason)
+		w.ended(w.epoch, sdk.HandleID(h), st)
+	case "notify":
+		r := w.issued[RequestID(a["id"])]
+		if r == nil {
+			return "", fmt.Errorf("notify: no request %q", a["id"])
+		}
+		msg := ConsumedMessage(r.id, tok(r.id))
+		if r.kind == "recv" {
+			msg = WrittenMessage(r.id, tok(r.id))
+		}
+		r.notified[a["from"]] = true
+		w.ds[w.epoch].inbox = append(w.ds[w.epoch].inbox, sdk.Notification{From: a["from"], Message: msg})
+	case "poll":
+		w.collect(w.c.Poll(w.now))
+		w.checkHolds()
+	case "tick":
+		d, err := time.ParseDuration(a["d"])
+		if err != nil {
+			return "", fmt.Errorf("tick: %w", err)
+		}
+		w.now = w.now.Add(d)
+	case "kill":
+		for _, h := range w.ds[w.epoch].live() {
+			if !w.ds[w.epoch].handles[h].Terminal() {
+				w.ended(w.epoch, h, sdk.StateFailed)
+			}
+		}
+		w.dead[w.epoch] = true
+		w.c.Fenced(w.epoch)
+		w.collect(w.c.Ready())
+	case "attach":
+		errOut = w.attach()
+		w.collect(w.c.Ready())
+	case "close":
+		errOut = w.c.Close(w.now)
+		if errOut == nil {
+			w.closed = true
+		}
+		w.collect(w.c.Ready())
+	default:
+		return "", fmt.Errorf("unknown input %q", f[0])
+	}
+	w.checkOwners()
+	return w.render(logged, errOut), nil
+}
+
+// issue makes request id of kind on peer, one block per rank of the peer
+// from the pools in turn (a send or receive: from one pool).
+func (w *world) issue(kind string, id RequestID, peer string, notify bool) error {
+	w.next++
+	ranks := w.cfg.ranks
+	pool := w.pools[(w.next-1)%len(w.pools)]
+	r := &wreq{id: id, kind: kind, peer: peer, notified: map[string]bool{}}
+	var err error
+	var parts []Part
+	alloc := func(p PoolID, n int) ([]uint32, bool) {
+		b, aerr := w.c.Alloc(p, n)
+		if aerr != nil {
+			err = aerr
+			return nil, false
+		}
+		for _, x := range b {
+			r.blocks = append(r.blocks, BlockRef{p, x})
+		}
+		return b, true
+	}
+	switch kind {
+	case "read", "write":
+		for k := range ranks {
+			p := w.pools[(w.next-1+k)%len(w.pools)]
+			b, ok := alloc(p, 1)
+			if !ok {
+				return err
+			}
+			parts = append(parts, Part{Pool: p, Local: b, Rank: k, Remote: []uint32{uint32(k)}})
+		}
+		if kind == "read" {
+			err = w.c.Read(w.now, ReadSpec{Request: id, Token: tok(id), Peer: peer, Parts: parts, NotifyProducer: notify})
+		} else {
+			err = w.c.Write(w.now, WriteSpec{Request: id, Token: tok(id), Peer: peer, Parts: parts, Consumers: ranks, Lease: w.cfg.lease})
+		}
+	case "send":
+		b, ok := alloc(pool, ranks)
+		if !ok {
+			return err
+		}
+		err = w.c.ExpectSend(w.now, SendSpec{Request: id, Token: tok(id), Peer: peer, Pool: pool, Blocks: b, Consumers: ranks, Lease: w.cfg.lease})
+	case "recv":
+		b, ok := alloc(pool, ranks)
+		if !ok {
+			return err
+		}
+		err = w.c.ExpectReceive(w.now, RecvSpec{Request: id, Token: tok(id), Peer: peer, Pool: pool, Blocks: b, Producers: ranks, Lease: w.cfg.lease})
+	}
+	if err != nil {
+		// Refused: the blocks are the engine's still; give them back.
+		for _, b := range r.blocks {
+			if w.c.Owner(b) == OwnerEngine {
+				_ = w.c.Free(b.Pool, []uint32{b.Block})
+			}
+		}
+		return err
+	}
+	w.issued[id] = r
+	w.order = append(w.order, id)
+	w.collect(w.c.Ready())
+	return nil
+}
+
+// render is what a step did since log entry logged: the Work it handed
+// out and delivered and its reports, in order, and who holds the blocks.
+func (w *world) render(logged int, errOut error) string {
+	out := slices.Clone(w.log[logged:])
+	if errOut != nil {
+		out = append(out, "error: "+errOut.Error())
+	}
+	var owners strings.Builder
+	for _, p := range w.pools {
+		owners.WriteByte(' ')
+		for b := range uint32(exploreBlocks) {
+			owners.WriteByte("fetrq"[w.c.Owner(BlockRef{p, b})])
+		}
+	}
+	out = append(out, "owners:"+owners.String())
+	if w.violation != "" {
+		out = append(out, "violation: "+w.violation)
+	}
+	return strings.Join(out, "\n")
+}
