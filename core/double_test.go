@@ -566,6 +566,24 @@ func (s *srig) poll() Ready {
 	return rd
 }
 
+// reported runs a round that must report id (or find it reported
+// before), and returns it.
+func (s *srig) reported(id RequestID) Ready {
+	s.t.Helper()
+	rd := s.poll()
+	require.Equal(s.t, 1, s.seen[id], "%q not reported; stats %+v", id, s.c.Stats())
+	return rd
+}
+
+// done makes every running handle of the attached transport DONE.
+func (s *srig) done() {
+	for _, h := range s.d.live() {
+		if !s.d.handles[h].Terminal() {
+			s.d.set(h, sdk.StateDone, nil)
+		}
+	}
+}
+
 // kill fences epoch e: its process is dead.
 func (s *srig) kill(e Epoch) {
 	s.dead[e] = true
