@@ -668,8 +668,8 @@ func (s *srig) connect(ps PeerSpec) {
 	s.settle()
 }
 
-// read reads one block per part (rank k's block k into a fresh block).
-func (s *srig) read(id RequestID, peer string, parts int) []BlockRef {
+// readSpec reads one block per part (rank k's block k into a fresh block).
+func (s *srig) readSpec(id RequestID, peer string, parts int) (ReadSpec, []BlockRef) {
 	s.t.Helper()
 	spec := ReadSpec{Request: id, Token: tok(id), Peer: peer}
 	var blocks []BlockRef
@@ -679,9 +679,22 @@ func (s *srig) read(id RequestID, peer string, parts int) []BlockRef {
 		spec.Parts = append(spec.Parts, Part{Pool: s.pool, Local: b, Rank: k, Remote: []uint32{uint32(k)}})
 		blocks = append(blocks, BlockRef{s.pool, b[0]})
 	}
-	require.NoError(s.t, s.c.Read(s.now, spec))
-	s.settle()
+	return spec, blocks
+}
+
+// read issues readSpec's read and runs its Work.
+func (s *srig) read(id RequestID, peer string, parts int) []BlockRef {
+	s.t.Helper()
+	spec, blocks := s.readSpec(id, peer, parts)
+	require.NoError(s.t, s.do(s.c.Read(s.now, spec)))
 	return blocks
+}
+
+// do runs the Work of the command that returned err, and returns err:
+// s.do(s.c.Write(s.now, spec)).
+func (s *srig) do(err error) error {
+	s.settle()
+	return err
 }
 
 func (s *srig) owners(blocks []BlockRef) []Owner {
