@@ -27,24 +27,19 @@ const (
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
-// spy is the real in-process fake with what it lacks for some cases
-// (reported to its owner): Cancel that changes nothing, as UCX's
-// (cancelNone), and native release failures of dlists and peers
-// (failReleaseDescs, failUnloads), plus a record of what core called:
-// which handles it saw terminal, which it released before that, and the
-// pool blocks each handle it posted and has not released reaches (posted).
+// spy is the real in-process fake with what it lacks for some cases:
+// Cancel that changes nothing, as UCX's (cancelNone), and notifications
+// held back (holdNote), plus a record of what core did: which handles it
+// was told were terminal, which it released before that, the pool blocks
+// each handle it posted and has not released reaches (posted), and the
+// notifications it sent.
 type spy struct {
 	*fake.Transport
-	mu               sync.Mutex
-	cancelNone       bool
-	failReleaseDescs int
-	failUnloads      int
-	calls            []string
-	canceled         []sdk.HandleID
-	unloaded         []sdk.PeerID
-	terminal         map[sdk.HandleID]bool     // handles seen terminal by Poll or Events
-	releasedEarly    []sdk.HandleID            // Release asked before the handle was seen terminal
-	posted           map[sdk.HandleID][]uint32 // posted, not released yet: the local indices (pool blocks) it reaches
+	mu            sync.Mutex
+	cancelNone    bool
+	terminal      map[sdk.HandleID]bool     // handles seen terminal by Poll or Events
+	releasedEarly []sdk.HandleID            // Release asked before the handle was seen terminal
+	posted        map[sdk.HandleID][]uint32 // posted, not released yet: the local indices (pool blocks) it reaches
 	// holdNote, when set, withholds the notifications it selects (their
 	// send reports OK) until flushNotes sends them: a notification delayed
 	// for as long as a test needs.
@@ -102,12 +97,6 @@ func (s *spy) sentNotes() []string {
 	return slices.Clone(s.sent)
 }
 
-func (s *spy) note(call string) {
-	s.mu.Lock()
-	s.calls = append(s.calls, call)
-	s.mu.Unlock()
-}
-
 func (s *spy) Describe(ctx context.Context) (sdk.Description, error) {
 	d, err := s.Transport.Describe(ctx)
 	if s.cancelNone {
@@ -116,65 +105,14 @@ func (s *spy) Describe(ctx context.Context) (sdk.Description, error) {
 	return d, err
 }
 
-func (s *spy) LoadPeers(ctx context.Context, p []sdk.PeerSpec) ([]sdk.PeerResult, error) {
-	s.note("LoadPeers")
-	return s.Transport.LoadPeers(ctx, p)
-}
-
 func (s *spy) Cancel(ctx context.Context, ids []sdk.HandleID) ([]error, error) {
 	s.mu.Lock()
-	s.calls = append(s.calls, "Cancel")
-	s.canceled = append(s.canceled, ids...)
 	none := s.cancelNone
 	s.mu.Unlock()
 	if none {
 		return make([]error, len(ids)), nil
 	}
 	return s.Transport.Cancel(ctx, ids)
-}
-
-func (s *spy) ReleaseDescriptors(ctx context.Context, ids []sdk.DlistID) ([]error, error) {
-	s.mu.Lock()
-	s.calls = append(s.calls, "ReleaseDescriptors")
-	fail := s.failReleaseDescs > 0
-	if fail {
-		s.failReleaseDescs--
-	}
-	s.mu.Unlock()
-	if fail {
-		out := make([]error, len(ids))
-		for i := range out {
-			out[i] = sdk.Errorf(sdk.CodeBackend, "spy: injected dlist release failure")
-		}
-		return out, nil
-	}
-	return s.Transport.ReleaseDescriptors(ctx, ids)
-}
-
-func (s *spy) UnloadPeers(ctx context.Context, ids []sdk.PeerID) ([]error, error) {
-	s.mu.Lock()
-	s.calls = append(s.calls, "UnloadPeers")
-	fail := s.failUnloads > 0
-	if fail {
-		s.failUnloads--
-	}
-	s.mu.Unlock()
-	if fail {
-		out := make([]error, len(ids))
-		for i := range out {
-			out[i] = sdk.Errorf(sdk.CodeBackend, "spy: injected unload failure")
-		}
-		return out, nil
-	}
-	errs, err := s.Transport.UnloadPeers(ctx, ids)
-	s.mu.Lock()
-	for i, id := range ids {
-		if err == nil && errs[i] == nil {
-			s.unloaded = append(s.unloaded, id)
-		}
-	}
-	s.mu.Unlock()
-	return errs, err
 }
 
 func (s *spy) Poll(ctx context.Context, ids []sdk.HandleID) ([]sdk.HandleStatus, error) {
@@ -203,7 +141,6 @@ func (s *spy) Events(ctx context.Context, max int) ([]sdk.Event, error) {
 
 func (s *spy) Release(ctx context.Context, ids []sdk.HandleID) ([]error, error) {
 	s.mu.Lock()
-	s.calls = append(s.calls, "Release")
 	for _, id := range ids {
 		if !s.terminal[id] {
 			s.releasedEarly = append(s.releasedEarly, id)
