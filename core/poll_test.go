@@ -49,7 +49,7 @@ func TestExpiredContextChangesNothingUnsafe(t *testing.T) {
 	s := openSrig(t, Config{}, nil)
 	s.connect(peerSpec("p", 2))
 	blocks := s.read("r", "p", 1)
-	h := s.c.reqs.get("r").xs[0].ref.Handle
+	h := s.d.live()[0]
 	s.d.set(h, sdk.StateDone, nil)
 	// Mark it terminal in core, then release with a dead context: every
 	// call fails as a whole before it starts, as the transports' do.
