@@ -93,6 +93,7 @@ func mergeReady(a, b core.Ready) core.Ready {
 		}
 	}
 	a.Alerts = append(a.Alerts, b.Alerts...)
+	a.Next = b.Next // the later schedule holds
 	return a
 }
 
