@@ -84,9 +84,11 @@ lint: deps
 
 # mutate runs mutation testing (gremlins, pinned, installed into .tools)
 # over core and prints its efficacy: the share of mutants the tests kill.
-# It takes tens of minutes, so make test does not run it. -short skips the
-# core tests that wait for the fake's real-time stalls (about 4 s per run);
-# -vet=off and -ldflags=-w cut the build of each mutant (vet runs in CI).
+# It takes tens of minutes, so make test does not run it. core's tests run
+# on the scripted double and wait for nothing (what needs the real fake is in
+# host/coreonfake, which mutate does not run); -short stays for any that may
+# come to; -vet=off and -ldflags=-w cut the build of each mutant (vet runs
+# in CI).
 # gremlins times a mutant out at coefficient x the time of its coverage run,
 # which is short when that build is cached: a timed-out mutant counts as
 # neither killed nor lived, so keep the coefficient generous.

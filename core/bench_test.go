@@ -13,7 +13,8 @@ import (
 
 // benchTransport is a stand-in transport for benchmarks only: it answers at
 // once and holds nothing per handle, so a benchmark measures core, not a
-// simulator. (Every seed case and the property test use the real fake.)
+// model of a transport. (core's tests use the scripted double, double_test.go;
+// host/coreonfake runs core over the real fake.)
 type benchTransport struct {
 	next   uint64
 	events []sdk.Event

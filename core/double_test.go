@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -15,7 +16,9 @@ import (
 // native resources of one agent that answers every call at once, with no
 // goroutine and no clock, so a test's result never depends on the
 // scheduler. Handles stay IN_PROGRESS until the test sets their state; any
-// call can be made to fail, as a whole or per item, at any step (fail).
+// call can be made to fail, as a whole or per item, at any step (fail),
+// every call at once (refuse), a handle's calls (failHandle) or an item
+// counted over the double's life (failNth).
 type double struct {
 	desc    sdk.Description
 	next    uint64
@@ -29,9 +32,28 @@ type double struct {
 	sent    []sdk.OutboundNotification
 	// riding are the notifications posted with a transfer, by handle;
 	// carried are those delivered, each once its transfer turned DONE.
-	riding  map[sdk.HandleID][]byte
+	riding  map[sdk.HandleID]sdk.OutboundNotification
 	carried [][]byte
 	rides   int // posts that carried a notification
+	// delivered is every notification that reached its peer, in order:
+	// those sent, and those carried by a transfer that turned DONE.
+	delivered []sdk.OutboundNotification
+	dlistPeer map[sdk.DlistID]sdk.PeerID // the peer of each remote dlist
+	peerNames map[sdk.PeerID]string      // every peer ever loaded, by id
+	// seenState is each handle's state as a Poll or an Event last told
+	// core; releasedEarly are the handles Release was asked for before
+	// core was told they were terminal (rule 1).
+	seenState     map[sdk.HandleID]sdk.State
+	releasedEarly []sdk.HandleID
+	canceled      []sdk.HandleID // every handle Cancel was asked for
+	unloaded      []sdk.PeerID   // every peer unloaded
+	// refuse, while set, fails every call as a whole with it, before it
+	// takes effect: a call whose context ended before it started.
+	refuse error
+	// handleFaults fail one handle's item in calls of a kind; nth counts
+	// the items of each kind over the double's life, for failNth.
+	handleFaults []*handleFault
+	nth          map[WorkKind]int
 	// cancelTo is the state Cancel moves a running handle to; zero: Cancel
 	// changes nothing (UCX's put and get).
 	cancelTo sdk.State
@@ -50,16 +72,27 @@ type fault struct {
 	item    int
 	itemErr error
 	times   int
+	life    bool // item counts over the double's life (failNth)
+}
+
+// handleFault makes handle h's item of the next times calls of kind fail
+// with err.
+type handleFault struct {
+	kind  WorkKind
+	h     sdk.HandleID
+	err   error
+	times int
 }
 
 func newDouble() *double {
 	return &double{
+		dlistPeer: map[sdk.DlistID]sdk.PeerID{}, peerNames: map[sdk.PeerID]string{}, seenState: map[sdk.HandleID]sdk.State{}, nth: map[WorkKind]int{},
 		desc: sdk.Description{
 			Name: "double", ContractMajor: 1,
 			Capabilities: sdk.Capabilities{Remote: true, Notifications: true, Cancel: true},
 			FenceScope:   sdk.FenceInitiatedAndIncoming,
 		},
-		handles: map[sdk.HandleID]sdk.State{}, reasons: map[sdk.HandleID]error{}, riding: map[sdk.HandleID][]byte{},
+		handles: map[sdk.HandleID]sdk.State{}, reasons: map[sdk.HandleID]error{}, riding: map[sdk.HandleID]sdk.OutboundNotification{},
 		regions: map[sdk.RegionID]bool{}, peers: map[sdk.PeerID]string{}, dlists: map[sdk.DlistID]bool{},
 	}
 }
@@ -76,11 +109,61 @@ func (d *double) failItem(kind WorkKind, k int, err error, times int) {
 	d.faults = append(d.faults, &fault{kind: kind, item: k, itemErr: err, times: times})
 }
 
+// failEvery makes every item of the next times calls of kind fail with err.
+func (d *double) failEvery(kind WorkKind, err error, times int) {
+	d.faults = append(d.faults, &fault{kind: kind, item: everyItem, itemErr: err, times: times})
+}
+
+// everyItem is the item of a fault that applies to all of a call's items.
+const everyItem = -2
+
+// failHandle makes handle h's item of the next times calls of kind (Poll,
+// Release, Cancel) fail with err, wherever it is in the call: a fault of
+// one transfer, as the fake's poll-fail and release-fail are.
+func (d *double) failHandle(kind WorkKind, h sdk.HandleID, err error, times int) {
+	d.handleFaults = append(d.handleFaults, &handleFault{kind: kind, h: h, err: err, times: times})
+}
+
+// failNth makes the item n (0-based) of kind, counted over the double's
+// life, fail with err: the fake's load-peer-fail and prepare-fail with
+// rank=n (the pool's local dlist is item 0 of PrepareDescriptors).
+func (d *double) failNth(kind WorkKind, n int, err error) {
+	d.faults = append(d.faults, &fault{kind: kind, item: n, itemErr: err, times: -1, life: true})
+}
+
+// handleErr is the fault of handle h in a call of kind, used up, or nil.
+func (d *double) handleErr(kind WorkKind, h sdk.HandleID) error {
+	for _, f := range d.handleFaults {
+		if f.kind == kind && f.h == h && f.times != 0 {
+			f.times--
+			return f.err
+		}
+	}
+	return nil
+}
+
 // take returns the faults of kind that apply to this call, using them up.
-func (d *double) take(kind WorkKind) (whole *fault, items map[int]error) {
+func (d *double) take(kind WorkKind, n int) (whole *fault, items map[int]error) {
 	items = map[int]error{}
+	base := d.nth[kind]
 	for _, f := range d.faults {
 		if f.kind != kind || f.times == 0 {
+			continue
+		}
+		if f.life {
+			if k := f.item - base; k >= 0 && k < n {
+				items[k] = f.itemErr
+				f.times = 0
+			}
+			continue
+		}
+		if f.item == everyItem {
+			if f.times > 0 {
+				f.times--
+			}
+			for k := range n {
+				items[k] = f.itemErr
+			}
 			continue
 		}
 		if f.times > 0 {
@@ -103,10 +186,11 @@ func (d *double) set(h sdk.HandleID, st sdk.State, reason error) {
 		panic(fmt.Sprintf("double: no handle %d", h))
 	}
 	d.handles[h], d.reasons[h] = st, reason
-	if msg, ok := d.riding[h]; ok && st.Terminal() {
+	if n, ok := d.riding[h]; ok && st.Terminal() {
 		delete(d.riding, h)
 		if st == sdk.StateDone {
-			d.carried = append(d.carried, msg)
+			d.carried = append(d.carried, n.Message)
+			d.delivered = append(d.delivered, n)
 		}
 	}
 	if d.desc.Capabilities.Events {
@@ -126,9 +210,22 @@ func notFound(what string, id uint64) error {
 // exec answers w.
 func (d *double) exec(w Work) (Result, error) {
 	d.calls = append(d.calls, describeWork(w))
-	whole, items := d.take(w.Kind)
+	if d.refuse != nil {
+		return Result{}, d.refuse
+	}
+	n := workItems(w)
+	whole, items := d.take(w.Kind, n)
+	d.nth[w.Kind] += n
 	if whole != nil && !whole.applied {
 		return Result{}, whole.whole
+	}
+	switch w.Kind {
+	case WorkPoll, WorkRelease, WorkCancel:
+		for k, h := range w.Handles {
+			if err := d.handleErr(w.Kind, h); err != nil {
+				items[k] = err
+			}
+		}
 	}
 	var res Result
 	errs := func(n int, f func(k int) error) []error {
@@ -152,7 +249,7 @@ func (d *double) exec(w Work) (Result, error) {
 			h := sdk.HandleID(d.id())
 			d.handles[h] = sdk.StateInProgress
 			if m := w.Posts[k].Notification; len(m) > 0 {
-				d.riding[h] = m
+				d.riding[h] = sdk.OutboundNotification{Peer: d.dlistPeer[w.Posts[k].Remote], Message: m}
 				d.rides++
 			}
 			res.Posts = append(res.Posts, sdk.PostResult{ID: h})
@@ -167,11 +264,20 @@ func (d *double) exec(w Work) (Result, error) {
 				res.States = append(res.States, sdk.HandleStatus{Err: notFound("handle", uint64(h))})
 			default:
 				res.States = append(res.States, sdk.HandleStatus{State: st, Reason: d.reasons[h]})
+				d.seenState[h] = st
 			}
 		}
 	case WorkEvents:
 		res.Events, d.events = d.events, nil
+		for _, e := range res.Events {
+			d.seenState[e.Handle] = e.State
+		}
 	case WorkRelease:
+		for k, h := range w.Handles {
+			if _, bad := items[k]; !bad && !d.seenState[h].Terminal() {
+				d.releasedEarly = append(d.releasedEarly, h)
+			}
+		}
 		res.Errs = errs(len(w.Handles), func(k int) error {
 			h := w.Handles[k]
 			st, ok := d.handles[h]
@@ -183,9 +289,11 @@ func (d *double) exec(w Work) (Result, error) {
 			}
 			delete(d.handles, h)
 			delete(d.reasons, h)
+			delete(d.seenState, h)
 			return nil
 		})
 	case WorkCancel:
+		d.canceled = append(d.canceled, w.Handles...)
 		res.Errs = errs(len(w.Handles), func(k int) error {
 			h := w.Handles[k]
 			st, ok := d.handles[h]
@@ -203,6 +311,7 @@ func (d *double) exec(w Work) (Result, error) {
 				return notFound("peer", uint64(w.Notes[k].Peer))
 			}
 			d.sent = append(d.sent, w.Notes[k])
+			d.delivered = append(d.delivered, w.Notes[k])
 			return nil
 		})
 	case WorkNotifications:
@@ -233,6 +342,7 @@ func (d *double) exec(w Work) (Result, error) {
 			}
 			id := sdk.PeerID(d.id())
 			d.peers[id] = p.Name
+			d.peerNames[id] = p.Name
 			res.PeerResults = append(res.PeerResults, sdk.PeerResult{ID: id})
 		}
 	case WorkUnloadPeers:
@@ -241,6 +351,7 @@ func (d *double) exec(w Work) (Result, error) {
 				return notFound("peer", uint64(w.PeerIDs[k]))
 			}
 			delete(d.peers, w.PeerIDs[k])
+			d.unloaded = append(d.unloaded, w.PeerIDs[k])
 			return nil
 		})
 	case WorkPrepareDescriptors:
@@ -251,6 +362,9 @@ func (d *double) exec(w Work) (Result, error) {
 			}
 			id := sdk.DlistID(d.id())
 			d.dlists[id] = true
+			if p := w.Dlists[k].Peer; p != 0 {
+				d.dlistPeer[id] = p
+			}
 			res.DlistResults = append(res.DlistResults, sdk.DlistResult{ID: id})
 		}
 	case WorkReleaseDescriptors:
@@ -259,6 +373,7 @@ func (d *double) exec(w Work) (Result, error) {
 				return notFound("dlist", uint64(w.DlistIDs[k]))
 			}
 			delete(d.dlists, w.DlistIDs[k])
+			delete(d.dlistPeer, w.DlistIDs[k])
 			return nil
 		})
 	case WorkClose:
@@ -271,6 +386,43 @@ func (d *double) exec(w Work) (Result, error) {
 		return Result{}, whole.whole // it took effect, and the caller cannot know
 	}
 	return res, nil
+}
+
+// workItems counts w's items, for faults counted over the double's life.
+func workItems(w Work) int {
+	switch w.Kind {
+	case WorkPost:
+		return len(w.Posts)
+	case WorkPoll, WorkRelease, WorkCancel:
+		return len(w.Handles)
+	case WorkSendNotifications:
+		return len(w.Notes)
+	case WorkRegisterMemory:
+		return len(w.Regions)
+	case WorkDeregisterMemory:
+		return len(w.RegionIDs)
+	case WorkLoadPeers:
+		return len(w.Peers)
+	case WorkUnloadPeers:
+		return len(w.PeerIDs)
+	case WorkPrepareDescriptors:
+		return len(w.Dlists)
+	case WorkReleaseDescriptors:
+		return len(w.DlistIDs)
+	}
+	return 0
+}
+
+// deliveredTo are the messages delivered to the peer loaded as agent, in
+// order.
+func (d *double) deliveredTo(agent string) []string {
+	var out []string
+	for _, n := range d.delivered {
+		if d.peerNames[n.Peer] == agent {
+			out = append(out, string(n.Message))
+		}
+	}
+	return out
 }
 
 // describeWork is a one-line, deterministic form of w.
@@ -320,8 +472,13 @@ func describeWork(w Work) string {
 // maxWorkSteps bounds the Ready-Done exchanges one command or round needs.
 const maxWorkSteps = 1000
 
-// srig is a Core over doubles (one per epoch) with one pool of 8 blocks.
-// Every command runs the Work it hands out to its end, synchronously.
+// srigBlocks is the size of a srig's pool, and of every peer rank's
+// (peerSpec).
+const srigBlocks = 8
+
+// srig is a Core over doubles (one per epoch) with one pool of srigBlocks
+// blocks. Every command runs the Work it hands out to its end,
+// synchronously.
 type srig struct {
 	t     testingT
 	c     *Core
@@ -344,7 +501,7 @@ func newSrig(t testingT, cfg Config, mod func(d *double)) *srig {
 	require.NoError(t, err)
 	s := &srig{t: t, c: c, ds: map[Epoch]*double{}, dead: map[Epoch]bool{}, now: t0, seen: map[RequestID]int{}}
 	s.attach(1, mod)
-	s.pool, err = c.RegisterPool(PoolSpec{Path: "kv", BlockSize: 64, Blocks: 8})
+	s.pool, err = c.RegisterPool(PoolSpec{Path: "kv", BlockSize: 64, Blocks: srigBlocks})
 	require.NoError(t, err)
 	s.settle()
 	ok, err := c.PoolReady(s.pool)
@@ -409,17 +566,94 @@ func (s *srig) poll() Ready {
 	return rd
 }
 
+// reported runs a round that must report id (or find it reported
+// before), and returns it.
+func (s *srig) reported(id RequestID) Ready {
+	s.t.Helper()
+	rd := s.poll()
+	require.Equal(s.t, 1, s.seen[id], "%q not reported; stats %+v", id, s.c.Stats())
+	return rd
+}
+
+// done makes every running handle of the attached transport DONE.
+func (s *srig) done() {
+	for _, h := range s.d.live() {
+		if !s.d.handles[h].Terminal() {
+			s.d.set(h, sdk.StateDone, nil)
+		}
+	}
+}
+
 // kill fences epoch e: its process is dead.
 func (s *srig) kill(e Epoch) {
 	s.dead[e] = true
 	s.c.Fenced(e)
 }
 
+// openSrig is newSrig whose Core is shut down at the test's end as a host
+// going down does it (shutdown).
+func openSrig(t *testing.T, cfg Config, mod func(d *double)) *srig {
+	t.Helper()
+	s := newSrig(t, cfg, mod)
+	t.Cleanup(s.shutdown)
+	return s
+}
+
+// shutdown closes the Core, polling while Close is refused: each transfer
+// still running on a live transport ends DONE meanwhile, as every transfer
+// does in the end (a stall of the fake ends at its time). Close must then
+// succeed, and every live transport must hold nothing and be closed.
+func (s *srig) shutdown() {
+	s.t.Helper()
+	for range maxWorkSteps {
+		if err := s.closeCore(); err == nil {
+			break
+		}
+		for e, d := range s.ds {
+			if s.dead[e] {
+				continue
+			}
+			for _, h := range d.live() {
+				if !d.handles[h].Terminal() {
+					d.set(h, sdk.StateDone, nil)
+				}
+			}
+		}
+		s.poll()
+	}
+	require.NoError(s.t, s.closeCore(), "Close still refused")
+	s.poll()
+	for e, d := range s.ds {
+		if s.dead[e] {
+			continue // a dead process holds nothing
+		}
+		require.True(s.t, d.held().Zero(), "epoch %d still holds %+v", e, d.held())
+		require.True(s.t, d.closed, "epoch %d was not closed", e)
+	}
+}
+
+// connectPeer connects ps and returns the handshake's error: the
+// handshake_failed Alert's.
+func (s *srig) connectPeer(ps PeerSpec) error {
+	s.t.Helper()
+	if err := s.c.ConnectPeer(ps); err != nil {
+		return err
+	}
+	before := len(s.stash.Alerts)
+	s.settle()
+	for _, a := range s.stash.Alerts[before:] {
+		if a.Kind == "handshake_failed" && a.Peer == ps.Name {
+			return a.Err
+		}
+	}
+	return nil
+}
+
 // peer is a PeerSpec of n ranks of 8 blocks each (notifyOnly ranks none).
 func peerSpec(name string, n int, notifyOnly ...int) PeerSpec {
 	ps := PeerSpec{Name: name}
 	for i := range n {
-		rs := RankSpec{Agent: fmt.Sprintf("%s%d", name, i), Metadata: []byte("md"), Region: 1, BlockSize: 64, Blocks: 8}
+		rs := RankSpec{Agent: fmt.Sprintf("%s%d", name, i), Metadata: []byte("md"), Region: 1, BlockSize: 64, Blocks: srigBlocks}
 		if slices.Contains(notifyOnly, i) {
 			rs.Blocks = 0
 		}
@@ -434,8 +668,8 @@ func (s *srig) connect(ps PeerSpec) {
 	s.settle()
 }
 
-// read reads one block per part (rank k's block k into a fresh block).
-func (s *srig) read(id RequestID, peer string, parts int) []BlockRef {
+// readSpec reads one block per part (rank k's block k into a fresh block).
+func (s *srig) readSpec(id RequestID, peer string, parts int) (ReadSpec, []BlockRef) {
 	s.t.Helper()
 	spec := ReadSpec{Request: id, Token: tok(id), Peer: peer}
 	var blocks []BlockRef
@@ -445,9 +679,22 @@ func (s *srig) read(id RequestID, peer string, parts int) []BlockRef {
 		spec.Parts = append(spec.Parts, Part{Pool: s.pool, Local: b, Rank: k, Remote: []uint32{uint32(k)}})
 		blocks = append(blocks, BlockRef{s.pool, b[0]})
 	}
-	require.NoError(s.t, s.c.Read(s.now, spec))
-	s.settle()
+	return spec, blocks
+}
+
+// read issues readSpec's read and runs its Work.
+func (s *srig) read(id RequestID, peer string, parts int) []BlockRef {
+	s.t.Helper()
+	spec, blocks := s.readSpec(id, peer, parts)
+	require.NoError(s.t, s.do(s.c.Read(s.now, spec)))
 	return blocks
+}
+
+// do runs the Work of the command that returned err, and returns err:
+// s.do(s.c.Write(s.now, spec)).
+func (s *srig) do(err error) error {
+	s.settle()
+	return err
 }
 
 func (s *srig) owners(blocks []BlockRef) []Owner {

@@ -2,9 +2,7 @@ package core
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"time"
 
 	"github.com/custody-dev/custody/sdk"
 )
@@ -99,21 +97,4 @@ func mergeReady(a, b Ready) Ready {
 // one is a transport lookup for a single transport of every epoch.
 func one(tr sdk.Transport) func(Epoch) sdk.Transport {
 	return func(Epoch) sdk.Transport { return tr }
-}
-
-// closeCore calls Close, running its Work, until it returns nil, an error
-// that is not ErrHeld, or ErrHeld with no Work left to run (held).
-func closeCore(ctx context.Context, c *Core, trs func(Epoch) sdk.Transport, now time.Time) (Ready, error) {
-	var all Ready
-	for {
-		err := c.Close(now)
-		if err == nil || !errors.Is(err, ErrHeld) {
-			return mergeReady(all, drive(ctx, c, trs, c.Ready())), err
-		}
-		rd := c.Ready()
-		if len(rd.Work) == 0 {
-			return mergeReady(all, rd), err
-		}
-		all = mergeReady(all, drive(ctx, c, trs, rd))
-	}
 }

@@ -1,6 +1,7 @@
 package core
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -10,25 +11,21 @@ import (
 	"github.com/custody-dev/custody/sdk"
 )
 
-// sendFrom sends msgs from remote rank k to the local agent.
-func (r *rig) sendFrom(k int, msgs ...[]byte) {
-	r.t.Helper()
-	rm := r.loadBack(k)
-	var out []sdk.OutboundNotification
+// sendFrom has the agent of rank k of peer p ("p0", ...) send msgs to the
+// double: the next round takes them, in order.
+func (s *srig) sendFrom(k int, msgs ...[]byte) {
 	for _, m := range msgs {
-		out = append(out, sdk.OutboundNotification{Peer: rm.back, Message: m})
+		s.d.inbox = append(s.d.inbox, sdk.Notification{From: fmt.Sprintf("p%d", k), Message: m})
 	}
-	errs, err := rm.tr.SendNotifications(r.ctx, out)
-	require.NoError(r.t, err)
-	require.NoError(r.t, firstErr(errs))
 }
 
-// drained polls until the local Core has taken the marker notification
+// drained runs a round and checks that it took the marker notification
 // ConsumedMessage("marker", ...) (kept as an early one), so that every
-// notification a rank sent before it was drained too.
-func (r *rig) drained(marker RequestID) {
-	r.t.Helper()
-	r.until("notifications drained up to "+string(marker), func(Ready) bool { return r.c.early[marker] != nil })
+// notification a rank sent before it was taken too.
+func (s *srig) drained(marker RequestID) {
+	s.t.Helper()
+	s.poll()
+	require.NotNil(s.t, s.c.early[marker], "notifications not drained up to %s", marker)
 }
 
 // notifyKind is one side of the notification protocol: how a test expects
@@ -36,42 +33,43 @@ func (r *rig) drained(marker RequestID) {
 type notifyKind struct {
 	name   string
 	msg    func(RequestID) []byte
-	expect func(r *rig, id RequestID, peer string, b []uint32, n int) error
+	expect func(s *srig, id RequestID, peer string, b []uint32, n int) error
 }
 
 var notifyKinds = []notifyKind{
-	{"pull send, consumed", func(id RequestID) []byte { return ConsumedMessage(id, tok(id)) }, func(r *rig, id RequestID, peer string, b []uint32, n int) error {
-		return r.c.ExpectSend(r.now, SendSpec{Request: id, Token: tok(id), Peer: peer, Pool: r.pool, Blocks: b, Consumers: n, Lease: time.Minute})
+	{"pull send, consumed", func(id RequestID) []byte { return ConsumedMessage(id, tok(id)) }, func(s *srig, id RequestID, peer string, b []uint32, n int) error {
+		return s.c.ExpectSend(s.now, SendSpec{Request: id, Token: tok(id), Peer: peer, Pool: s.pool, Blocks: b, Consumers: n, Lease: time.Minute})
 	}},
-	{"push receive, written", func(id RequestID) []byte { return WrittenMessage(id, tok(id)) }, func(r *rig, id RequestID, peer string, b []uint32, n int) error {
-		return r.c.ExpectReceive(r.now, RecvSpec{Request: id, Token: tok(id), Peer: peer, Pool: r.pool, Blocks: b, Producers: n, Lease: time.Minute})
+	{"push receive, written", func(id RequestID) []byte { return WrittenMessage(id, tok(id)) }, func(s *srig, id RequestID, peer string, b []uint32, n int) error {
+		return s.c.ExpectReceive(s.now, RecvSpec{Request: id, Token: tok(id), Peer: peer, Pool: s.pool, Blocks: b, Producers: n, Lease: time.Minute})
 	}},
 }
 
-// A notification that arrives after its request was reported (late, or a
-// duplicate) never finishes a later request under the same id: that one's
-// blocks stay pinned, with nothing written into or read from them yet.
+// Rule 16, exactly once: a notification that arrives after its request was
+// reported (late, or a duplicate) never finishes a later request under the
+// same id: that one's blocks stay pinned, with nothing written into or read
+// from them yet.
 func TestLateNotificationNeverFinishesAReusedID(t *testing.T) {
 	for _, k := range notifyKinds {
 		t.Run(k.name, func(t *testing.T) {
-			r := newRig(t, rigOpts{cfg: Config{Escalation: EscalateQuarantine}})
-			r.connect("p")
-			require.NoError(t, k.expect(r, "x", "p", r.alloc(1), 1))
-			r.now = r.now.Add(time.Minute)
-			r.reported("x")     // the lease expired first
-			delete(r.seen, "x") // the id is reused below
-			r.sendFrom(0, k.msg("x"), ConsumedMessage("marker", tok("marker")))
-			r.drained("marker")
-			assert.True(t, hasAlert(r.all, "late_notification_dropped"))
-			b := r.alloc(1)
-			require.NoError(t, k.expect(r, "x", "p", b, 1))
-			rd := r.poll()
+			s := openSrig(t, Config{Escalation: EscalateQuarantine}, nil)
+			s.connect(peerSpec("p", 2))
+			require.NoError(t, k.expect(s, "x", "p", s.alloc(1), 1))
+			s.now = s.now.Add(time.Minute)
+			s.reported("x")     // the lease expired first
+			delete(s.seen, "x") // the id is reused below
+			s.sendFrom(0, k.msg("x"), ConsumedMessage("marker", tok("marker")))
+			s.drained("marker")
+			assert.True(t, hasAlert(s.all, "late_notification_dropped"))
+			b := s.alloc(1)
+			require.NoError(t, k.expect(s, "x", "p", b, 1))
+			rd := s.poll()
 			assert.Empty(t, rd.FinishedSending, "the late notification finished the new request")
 			assert.Empty(t, rd.FinishedReceiving, "the late notification finished the new request")
-			assert.Equal(t, OwnerTransfer, r.c.Owner(BlockRef{r.pool, b[0]}))
-			r.sendFrom(0, k.msg("x")) // the new request's own notification
-			r.reported("x")
-			assert.Equal(t, OwnerEngine, r.c.Owner(BlockRef{r.pool, b[0]}))
+			assert.Equal(t, OwnerTransfer, s.c.Owner(BlockRef{s.pool, b[0]}))
+			s.sendFrom(0, k.msg("x")) // the new request's own notification
+			s.reported("x")
+			assert.Equal(t, OwnerEngine, s.c.Owner(BlockRef{s.pool, b[0]}))
 		})
 	}
 }
@@ -82,21 +80,20 @@ func TestLateNotificationNeverFinishesAReusedID(t *testing.T) {
 func TestEarlyNotificationsExpire(t *testing.T) {
 	for _, k := range notifyKinds {
 		t.Run(k.name, func(t *testing.T) {
-			r := newRig(t, rigOpts{cfg: Config{MaxEarlyNotifications: 2, EarlyNotificationAge: time.Minute}})
-			r.connect("p")
-			r.sendFrom(0, k.msg("stale"), ConsumedMessage("marker", tok("marker")))
-			r.drained("marker")
-			r.now = r.now.Add(time.Minute)
-			r.sendFrom(0, k.msg("fresh"), ConsumedMessage("marker2", tok("marker2")))
-			r.drained("marker2")
-			assert.False(t, hasAlert(r.all, "early_notification_dropped"), "stale notifications filled the bound")
-			b := r.alloc(2)
-			require.NoError(t, k.expect(r, "stale", "p", b[:1], 1))
-			require.NoError(t, k.expect(r, "fresh", "p", b[1:], 1))
-			r.poll()
-			r.reported("fresh")
-			assert.Equal(t, OwnerTransfer, r.c.Owner(BlockRef{r.pool, b[0]}), "a stale notification counted")
-			assert.Zero(t, r.seen["stale"])
+			s := openSrig(t, Config{MaxEarlyNotifications: 2, EarlyNotificationAge: time.Minute}, nil)
+			s.connect(peerSpec("p", 2))
+			s.sendFrom(0, k.msg("stale"), ConsumedMessage("marker", tok("marker")))
+			s.drained("marker")
+			s.now = s.now.Add(time.Minute)
+			s.sendFrom(0, k.msg("fresh"), ConsumedMessage("marker2", tok("marker2")))
+			s.drained("marker2")
+			assert.False(t, hasAlert(s.all, "early_notification_dropped"), "stale notifications filled the bound")
+			b := s.alloc(2)
+			require.NoError(t, k.expect(s, "stale", "p", b[:1], 1))
+			require.NoError(t, k.expect(s, "fresh", "p", b[1:], 1))
+			s.reported("fresh")
+			assert.Equal(t, OwnerTransfer, s.c.Owner(BlockRef{s.pool, b[0]}), "a stale notification counted")
+			assert.Zero(t, s.seen["stale"])
 		})
 	}
 }
@@ -112,23 +109,23 @@ func TestNotificationsCountDistinctSenders(t *testing.T) {
 				name = k.name + ", before the request"
 			}
 			t.Run(name, func(t *testing.T) {
-				r := newRig(t, rigOpts{})
-				r.connect("p")
-				b := r.alloc(1)
+				s := openSrig(t, Config{}, nil)
+				s.connect(peerSpec("p", 2))
+				b := s.alloc(1)
 				if !early {
-					require.NoError(t, k.expect(r, "x", "p", b, 2))
+					require.NoError(t, k.expect(s, "x", "p", b, 2))
 				}
-				r.sendFrom(0, k.msg("x"), k.msg("x"), ConsumedMessage("marker", tok("marker")))
-				r.drained("marker")
+				s.sendFrom(0, k.msg("x"), k.msg("x"), ConsumedMessage("marker", tok("marker")))
+				s.drained("marker")
 				if early {
-					require.NoError(t, k.expect(r, "x", "p", b, 2))
+					require.NoError(t, k.expect(s, "x", "p", b, 2))
 				}
-				r.poll()
-				assert.Zero(t, r.seen["x"], "a duplicated notification finished the request")
-				assert.Equal(t, OwnerTransfer, r.c.Owner(BlockRef{r.pool, b[0]}))
-				r.sendFrom(1, k.msg("x"))
-				r.reported("x")
-				assert.Equal(t, OwnerEngine, r.c.Owner(BlockRef{r.pool, b[0]}))
+				s.poll()
+				assert.Zero(t, s.seen["x"], "a duplicated notification finished the request")
+				assert.Equal(t, OwnerTransfer, s.c.Owner(BlockRef{s.pool, b[0]}))
+				s.sendFrom(1, k.msg("x"))
+				s.reported("x")
+				assert.Equal(t, OwnerEngine, s.c.Owner(BlockRef{s.pool, b[0]}))
 			})
 		}
 	}
@@ -144,26 +141,26 @@ func TestNotificationsFromStrangersAreIgnored(t *testing.T) {
 				name = k.name + ", before the request"
 			}
 			t.Run(name, func(t *testing.T) {
-				r := newRig(t, rigOpts{})
-				ps := r.spec("p")
-				ps.Ranks = ps.Ranks[:1] // pre1 is no rank of p
-				require.NoError(t, r.connectPeer(ps))
-				b := r.alloc(1)
+				s := openSrig(t, Config{}, nil)
+				ps := peerSpec("p", 2)
+				ps.Ranks = ps.Ranks[:1] // p1 is no rank of p
+				require.NoError(t, s.connectPeer(ps))
+				b := s.alloc(1)
 				if !early {
-					require.NoError(t, k.expect(r, "x", "p", b, 1))
+					require.NoError(t, k.expect(s, "x", "p", b, 1))
 				}
-				r.sendFrom(1, k.msg("x"), ConsumedMessage("marker", tok("marker")))
-				r.drained("marker")
+				s.sendFrom(1, k.msg("x"), ConsumedMessage("marker", tok("marker")))
+				s.drained("marker")
 				if early {
-					require.NoError(t, k.expect(r, "x", "p", b, 1))
+					require.NoError(t, k.expect(s, "x", "p", b, 1))
 				}
-				r.poll()
-				assert.True(t, hasAlert(r.all, "notification_from_stranger"))
-				assert.Zero(t, r.seen["x"], "a stranger's notification finished the request")
-				assert.Equal(t, OwnerTransfer, r.c.Owner(BlockRef{r.pool, b[0]}))
-				r.sendFrom(0, k.msg("x"))
-				r.reported("x")
-				assert.Equal(t, OwnerEngine, r.c.Owner(BlockRef{r.pool, b[0]}))
+				s.poll()
+				assert.True(t, hasAlert(s.all, "notification_from_stranger"))
+				assert.Zero(t, s.seen["x"], "a stranger's notification finished the request")
+				assert.Equal(t, OwnerTransfer, s.c.Owner(BlockRef{s.pool, b[0]}))
+				s.sendFrom(0, k.msg("x"))
+				s.reported("x")
+				assert.Equal(t, OwnerEngine, s.c.Owner(BlockRef{s.pool, b[0]}))
 			})
 		}
 	}

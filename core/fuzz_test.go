@@ -294,6 +294,35 @@ func (fz *fuzzRig) recycle() {
 	require.NoError(fz.t, fz.c.Free(fz.pool, back))
 }
 
+// checkHolders asserts what holds of c after every step whatever drives it:
+// no block is held by two requests, and every live handle reaches only
+// blocks of its own unreported request, held for a transfer. It returns
+// the request that holds each block.
+func checkHolders(t require.TestingT, c *Core) map[BlockRef]RequestID {
+	holder := map[BlockRef]RequestID{}
+	for r := range c.reqs.all() {
+		for i := range r.xs {
+			for _, b := range r.xs[i].local() {
+				ref := BlockRef{r.xs[i].pool, b}
+				if other, ok := holder[ref]; ok {
+					require.Failf(t, "block shared", "%v held by requests %q and %q", ref, other, r.id)
+				}
+				holder[ref] = r.id
+			}
+		}
+	}
+	for x := range c.live.all() {
+		for _, b := range x.local() {
+			ref := BlockRef{x.pool, b}
+			o := c.Owner(ref)
+			require.Contains(t, []Owner{OwnerTransfer, OwnerRetained}, o, "live handle %v reaches %v held by %v", x.ref, ref, o)
+			require.Equal(t, x.req.id, holder[ref], "live handle %v reaches %v of another request", x.ref, ref)
+			require.Zero(t, x.req.flags&rReported, "live handle %v of a reported request", x.ref)
+		}
+	}
+	return holder
+}
+
 // check asserts the invariants that hold after every step.
 func (fz *fuzzRig) check() {
 	t, c := fz.t, fz.c

@@ -2,6 +2,7 @@ package core
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -10,76 +11,84 @@ import (
 	"github.com/custody-dev/custody/sdk"
 )
 
-// Seed 000: a handshake that fails after some native acquisitions rolls all
-// of them back, later ranks' failures included.
+// Rule 5, handshakes are journaled: a handshake that fails after some
+// native acquisitions rolls all of them back, later ranks' failures
+// included.
 func TestHandshakeFailureAfterRegistrationRollsBack(t *testing.T) {
 	for _, tc := range []struct {
-		name  string
-		fault string
+		name string
+		fail func(d *double)
 	}{
-		{"load of a later rank fails", "load-peer-fail,rank=1"},
-		{"dlist of a later rank fails", "prepare-fail,rank=1"},
+		{"load of a later rank fails", func(d *double) {
+			d.failNth(WorkLoadPeers, 1, sdk.Errorf(sdk.CodeBackend, "double: injected load failure"))
+		}},
+		{"dlist of a later rank fails", func(d *double) {
+			// Item 0 is the pool's local dlist; 2 is rank 1's.
+			d.failNth(WorkPrepareDescriptors, 2, sdk.Errorf(sdk.CodeBackend, "double: injected dlist failure"))
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := newRig(t, rigOpts{local: tc.fault})
-			err := r.connectPeer(r.spec("p"))
+			s := openSrig(t, Config{}, tc.fail)
+			err := s.connectPeer(peerSpec("p", 2))
 			require.ErrorIs(t, err, sdk.ErrBackend)
-			res, rerr := r.tr.Resources(r.ctx)
-			require.NoError(t, rerr)
-			assert.Zero(t, res.Peers, "loaded ranks leaked")
-			assert.Equal(t, uint64(1), res.Dlists, "only the pool's local dlist may remain")
-			assert.Zero(t, r.c.Stats().Journal)
-			assert.Zero(t, r.c.Stats().Peers)
+			assert.Zero(t, s.d.held().Peers, "loaded ranks leaked")
+			assert.Equal(t, uint64(1), s.d.held().Dlists, "only the pool's local dlist may remain")
+			assert.Zero(t, s.c.Stats().Journal)
+			assert.Zero(t, s.c.Stats().Peers)
 		})
 	}
 }
 
-// Seed 000: notification-only ranks and ranks loaded before the failing one
+// Rule 5: notification-only ranks and ranks loaded before the failing one
 // are journaled as soon as they are acquired, so the rollback finds them.
 func TestNotificationOnlyPeersAndEarlierRanksAreJournaled(t *testing.T) {
 	// Ranks 0 and 2 have blocks, rank 1 is notification-only; the dlist of
-	// rank 2 (the second remote dlist) fails.
-	r := newRig(t, rigOpts{ranks: 3, local: "prepare-fail,rank=1"})
-	err := r.connectPeer(r.spec("p", 1))
+	// rank 2 (the second remote dlist, item 2 after the pool's) fails.
+	s := openSrig(t, Config{}, func(d *double) {
+		d.failNth(WorkPrepareDescriptors, 2, sdk.Errorf(sdk.CodeBackend, "double: injected dlist failure"))
+	})
+	err := s.connectPeer(peerSpec("p", 3, 1))
 	require.ErrorIs(t, err, sdk.ErrBackend)
-	res, rerr := r.tr.Resources(r.ctx)
-	require.NoError(t, rerr)
-	assert.Zero(t, res.Peers, "the notification-only rank or an earlier rank leaked")
-	assert.Equal(t, uint64(1), res.Dlists, "rank 0's dlist leaked")
-	assert.Len(t, r.tr.unloaded, 3, "all three ranks were unloaded by the rollback")
+	assert.Zero(t, s.d.held().Peers, "the notification-only rank or an earlier rank leaked")
+	assert.Equal(t, uint64(1), s.d.held().Dlists, "rank 0's dlist leaked")
+	assert.Len(t, s.d.unloaded, 3, "all three ranks were unloaded by the rollback")
 }
 
-// Seed 000: a rollback whose native release fails keeps its journal entries,
+// Rule 5: a rollback whose native release fails keeps its journal entries,
 // and the next setup of that peer finishes the rollback first.
 func TestRollbackThatFailsKeepsEntriesAndNextSetupFinishesIt(t *testing.T) {
-	r := newRig(t, rigOpts{local: "prepare-fail,rank=1,times=1", setup: func(s *spy) { s.failUnloads = 1 }})
-	err := r.connectPeer(r.spec("p"))
+	s := openSrig(t, Config{}, func(d *double) {
+		d.failNth(WorkPrepareDescriptors, 2, sdk.Errorf(sdk.CodeBackend, "double: injected dlist failure"))
+		d.failEvery(WorkUnloadPeers, sdk.Errorf(sdk.CodeBackend, "double: injected unload failure"), 1)
+	})
+	err := s.connectPeer(peerSpec("p", 2))
 	require.ErrorIs(t, err, sdk.ErrBackend)
-	assert.Equal(t, 2, r.c.Stats().Journal, "both loaded ranks stay journaled after their unload failed")
-	res, _ := r.tr.Resources(r.ctx)
-	assert.Equal(t, uint64(2), res.Peers)
-	assert.Equal(t, uint64(1), res.Dlists, "the dlist release succeeded and left the journal")
+	assert.Equal(t, 2, s.c.Stats().Journal, "both loaded ranks stay journaled after their unload failed")
+	assert.Equal(t, uint64(2), s.d.held().Peers)
+	assert.Equal(t, uint64(1), s.d.held().Dlists, "the dlist release succeeded and left the journal")
 
-	before := len(r.tr.calls)
-	require.NoError(t, r.connectPeer(r.spec("p")))
-	calls := r.tr.calls[before:]
+	before := len(s.d.calls)
+	require.NoError(t, s.connectPeer(peerSpec("p", 2)))
+	var calls []string
+	for _, c := range s.d.callsSince(before) {
+		calls = append(calls, strings.Fields(c)[0])
+	}
 	require.GreaterOrEqual(t, len(calls), 2)
 	assert.Equal(t, []string{"UnloadPeers", "LoadPeers"}, calls[:2], "the leftovers are released before the new setup")
-	assert.Zero(t, r.c.Stats().Journal)
-	res, _ = r.tr.Resources(r.ctx)
-	assert.Equal(t, uint64(2), res.Peers, "only the new setup's ranks are loaded")
-	assert.Equal(t, uint64(3), res.Dlists, "the pool's dlist and the new setup's two")
+	assert.Zero(t, s.c.Stats().Journal)
+	assert.Equal(t, uint64(2), s.d.held().Peers, "only the new setup's ranks are loaded")
+	assert.Equal(t, uint64(3), s.d.held().Dlists, "the pool's dlist and the new setup's two")
 }
 
-// Seed 000: a failed handshake leaves other peers untouched, and the caller
+// Rule 5: a failed handshake leaves other peers untouched, and the caller
 // sees the original handshake error even when the rollback fails too.
 func TestHealthyPeersAndTheOriginalErrorSurvive(t *testing.T) {
-	r := newRig(t, rigOpts{local: "load-peer-fail,rank=3"})
-	r.connect("healthy") // loads items 0 and 1
-	r.tr.mu.Lock()
-	r.tr.failUnloads = 1
-	r.tr.mu.Unlock()
-	err := r.connectPeer(r.spec("broken")) // item 2 loads, item 3 fails
+	s := openSrig(t, Config{}, func(d *double) {
+		d.failNth(WorkLoadPeers, 3, sdk.Errorf(sdk.CodeBackend, "double: injected load-peer-fail"))
+	})
+	s.connect(peerSpec("healthy", 2)) // loads items 0 and 1
+	s.d.failEvery(WorkUnloadPeers, sdk.Errorf(sdk.CodeBackend, "double: injected unload failure"), 1)
+	err := s.connectPeer(peerSpec("broken", 2)) // item 2 loads, item 3 fails
 	require.Error(t, err)
 	assert.ErrorIs(t, err, sdk.ErrBackend)
 	assert.Contains(t, err.Error(), "load-peer-fail", "the original error, not the rollback's")
@@ -87,9 +96,12 @@ func TestHealthyPeersAndTheOriginalErrorSurvive(t *testing.T) {
 	var se *sdk.Error
 	require.True(t, errors.As(err, &se))
 
-	spec, blocks := r.readSpec("after", "healthy", 2)
-	require.NoError(t, r.read(spec))
-	r.reported("after")
-	assert.Equal(t, []RequestID{"after"}, r.all.FinishedReceiving, "the healthy peer still works")
-	assert.Equal(t, repeat(OwnerEngine, 2), r.owners(blocks))
+	blocks := s.read("after", "healthy", 2)
+	for _, h := range s.d.live() {
+		s.d.set(h, sdk.StateDone, nil)
+	}
+	s.poll()
+	require.Equal(t, 1, s.seen["after"])
+	assert.Equal(t, []RequestID{"after"}, s.all.FinishedReceiving, "the healthy peer still works")
+	assert.Equal(t, repeat(OwnerEngine, 2), s.owners(blocks))
 }

@@ -11,10 +11,10 @@ import (
 	"github.com/custody-dev/custody/sdk"
 )
 
-// Seed 001's open risk and rule 8: a handle that never turns terminal is
-// bounded by the hold cap. With a fence the blocks come back safe once the
-// epoch is fenced; without one they are quarantined, never reused; only an
-// explicit policy hands them back (the seeds' behaviour).
+// Rule 8, holding is bounded, with rule 1: a handle that never turns
+// terminal is bounded by the hold cap. With a fence the blocks come back
+// safe once the epoch is fenced; without one they are quarantined, never
+// reused; only an explicit policy hands them back (EscalateReleaseAndReuse).
 func TestHandleThatNeverTurnsTerminalIsBoundedByCap(t *testing.T) {
 	for _, tc := range []struct {
 		policy      EscalationPolicy
@@ -26,25 +26,24 @@ func TestHandleThatNeverTurnsTerminalIsBoundedByCap(t *testing.T) {
 		{EscalateReleaseAndReuse, false, false},
 	} {
 		t.Run(tc.policy.String(), func(t *testing.T) {
-			r := newRig(t, rigOpts{local: "stall,post=1;crash,at=release,n=1", cfg: Config{HoldCap: time.Minute, Escalation: tc.policy}})
-			r.connect("p")
-			spec, blocks := r.readSpec("r", "p", 1)
-			require.NoError(t, r.read(spec))
-			r.now = r.now.Add(time.Minute - time.Nanosecond)
-			rd := r.poll()
+			s := openSrig(t, Config{HoldCap: time.Minute, Escalation: tc.policy}, nil)
+			s.connect(peerSpec("p", 2))
+			blocks := s.read("r", "p", 1) // its handle stays IN_PROGRESS
+			s.now = s.now.Add(time.Minute - time.Nanosecond)
+			rd := s.poll()
 			require.True(t, rd.Empty(), "escalated before the cap: %+v", rd)
 
-			r.now = r.now.Add(time.Nanosecond)
-			rd = r.poll()
+			s.now = s.now.Add(time.Nanosecond)
+			rd = s.poll()
 			if tc.fence {
 				assert.Equal(t, []Epoch{1}, rd.Fence)
 				assert.True(t, hasAlert(rd, "hold_cap_fence"))
 				assert.Empty(t, rd.Failed, "reported before the fence")
-				assert.Equal(t, OwnerTransfer, r.c.Owner(blocks[0]))
-				assert.Equal(t, []Epoch{1}, r.poll().Fence, "the fence is asked every round until done")
-				r.kill()
-				r.c.Inbox().Fenced(1)
-				rd = r.poll()
+				assert.Equal(t, OwnerTransfer, s.c.Owner(blocks[0]))
+				assert.Equal(t, []Epoch{1}, s.poll().Fence, "the fence is asked every round until done")
+				s.dead[1] = true // the host killed the process
+				s.c.Inbox().Fenced(1)
+				rd = s.poll()
 				assert.Empty(t, rd.Fence)
 			}
 			require.Equal(t, []RequestID{"r"}, failedIDs(rd))
@@ -53,67 +52,65 @@ func TestHandleThatNeverTurnsTerminalIsBoundedByCap(t *testing.T) {
 			if tc.quarantined {
 				assert.Equal(t, blocks, rd.Quarantined)
 				assert.Empty(t, rd.InvalidBlocks, "quarantined blocks are not handed back")
-				assert.Equal(t, OwnerQuarantined, r.c.Owner(blocks[0]))
-				assert.Equal(t, len(blocks), r.c.Stats().Quarantined, "Stats counts the quarantined blocks")
-				got, err := r.c.Alloc(r.pool, nBlocks-1)
+				assert.Equal(t, OwnerQuarantined, s.c.Owner(blocks[0]))
+				assert.Equal(t, len(blocks), s.c.Stats().Quarantined, "Stats counts the quarantined blocks")
+				got, err := s.c.Alloc(s.pool, srigBlocks-1)
 				require.NoError(t, err)
 				assert.NotContains(t, got, blocks[0].Block)
-				_, err = r.c.Alloc(r.pool, 1)
+				_, err = s.c.Alloc(s.pool, 1)
 				assert.Error(t, err, "a quarantined block was handed out")
 			} else {
 				assert.Equal(t, blocks, rd.InvalidBlocks)
-				assert.Equal(t, OwnerEngine, r.c.Owner(blocks[0]))
+				assert.Equal(t, OwnerEngine, s.c.Owner(blocks[0]))
 			}
 			if !tc.fence {
 				assert.True(t, hasAlert(rd, "transfer_force_released"))
-				assert.Equal(t, 1, r.c.Stats().Leaked)
-				require.ErrorIs(t, r.close(), ErrHeld, "Close stopped a transport that still runs a transfer")
-				r.kill()
-				r.c.Fenced(1)
+				assert.Equal(t, 1, s.c.Stats().Leaked)
+				require.ErrorIs(t, s.closeCore(), ErrHeld, "Close stopped a transport that still runs a transfer")
+				s.kill(1)
 			}
 		})
 	}
 }
 
-// Seed 002 and rules 8 and 14: a retained transfer held past the cap is
-// escalated to a fence; after it every handle of the epoch is terminal, a
-// new epoch works, and a stale report about the old epoch changes nothing.
+// Rules 8 and 14: a retained transfer held past the cap is escalated to a
+// fence; after it every handle of the epoch is terminal, a new epoch works,
+// and a stale report about the old epoch changes nothing. The double's
+// Cancel changes nothing, as UCX's.
 func TestRetainedPastTheCapIsFencedAndANewEpochWorks(t *testing.T) {
-	r := newRig(t, rigOpts{local: "stall,post=1;crash,at=release,n=1", setup: cancelNone})
-	r.connect("p")
-	spec, blocks := r.readSpec("r", "p", 1)
-	require.NoError(t, r.read(spec))
-	r.now = r.now.Add(DefaultHoldCap / 2)
-	require.NoError(t, r.removePeer("p"))
-	r.now = r.now.Add(DefaultHoldCap - time.Second)
-	assert.Empty(t, r.poll().Fence, "the cap of a retained handle runs from its retirement")
-	r.now = r.now.Add(time.Second)
-	assert.Equal(t, []Epoch{1}, r.poll().Fence)
-	require.Error(t, r.attach(r.tr, 2), "attach while epoch 1 is attached")
-	r.kill()
-	r.c.Fenced(1)
-	rd := r.poll()
+	s := openSrig(t, Config{}, nil)
+	s.connect(peerSpec("p", 2))
+	blocks := s.read("r", "p", 1) // its handle stays IN_PROGRESS
+	s.now = s.now.Add(DefaultHoldCap / 2)
+	require.NoError(t, s.c.RemovePeer(s.now, "p"))
+	s.settle()
+	s.now = s.now.Add(DefaultHoldCap - time.Second)
+	assert.Empty(t, s.poll().Fence, "the cap of a retained handle runs from its retirement")
+	s.now = s.now.Add(time.Second)
+	assert.Equal(t, []Epoch{1}, s.poll().Fence)
+	require.Error(t, s.c.Attach(2, newDouble().desc, true), "attach while epoch 1 is attached")
+	s.kill(1)
+	rd := s.poll()
 	assert.Equal(t, []RequestID{"r"}, failedIDs(rd))
-	for _, a := range r.all.Alerts {
+	for _, a := range s.all.Alerts {
 		if a.Kind == "hold_cap_fence" {
 			assert.ErrorIs(t, a.Err, ErrHoldCap)
 			assert.Contains(t, a.Err.Error(), "retained true", "the alert says the handle was retained")
 		}
 	}
-	assert.True(t, hasAlert(r.all, "hold_cap_fence"))
+	assert.True(t, hasAlert(s.all, "hold_cap_fence"))
 	assert.Equal(t, blocks, rd.InvalidBlocks)
-	assert.Zero(t, r.c.Stats().RetiredPeers, "the dead epoch's peer went with it")
+	assert.Zero(t, s.c.Stats().RetiredPeers, "the dead epoch's peer went with it")
 
 	// A new transport process, epoch 2.
-	r.tr = &spy{Transport: newAgent(t, r), terminal: map[sdk.HandleID]bool{}}
-	require.Error(t, r.attach(r.tr, 1), "epochs must grow")
-	require.NoError(t, r.attach(r.tr, 2))
-	r.connect("p")
-	spec2, _ := r.readSpec("r2", "p", 2)
-	require.NoError(t, r.read(spec2))
-	r.c.Fenced(1) // stale: must not touch epoch 2
-	r.reported("r2")
-	assert.Equal(t, []RequestID{"r2"}, r.all.FinishedReceiving)
+	require.Error(t, s.c.Attach(1, newDouble().desc, true), "epochs must grow")
+	s.attach(2, nil)
+	s.connect(peerSpec("p", 2))
+	s.read("r2", "p", 2)
+	s.c.Fenced(1) // stale: must not touch epoch 2
+	s.done()
+	s.reported("r2")
+	assert.Equal(t, []RequestID{"r2"}, s.all.FinishedReceiving)
 }
 
 // Rule 8 under churn: however many handles came and went before (their

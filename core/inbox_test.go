@@ -11,18 +11,18 @@ import (
 // What the owner queues in the Inbox changes nothing until the next Poll,
 // which applies all of it, in push order.
 func TestInboxIsTheOnlyWayIn(t *testing.T) {
-	r := newRig(t, rigOpts{})
+	s := openSrig(t, Config{}, nil)
 	const peers = 8
 	ids := make([]RequestID, peers)
 	for i := range ids {
-		spec, _ := r.readSpec(RequestID(fmt.Sprint("r", i)), fmt.Sprint("peer", i), 1)
-		require.NoError(t, r.read(spec))
-		ids[i] = spec.Request
+		ids[i] = RequestID(fmt.Sprint("r", i))
+		s.read(ids[i], fmt.Sprint("peer", i), 1)
 	}
 	for i := 0; i < peers; i++ {
-		r.c.Inbox().HandshakeFailed(fmt.Sprint("peer", i), fmt.Errorf("peer%d unreachable", i))
+		s.c.Inbox().HandshakeFailed(fmt.Sprint("peer", i), fmt.Errorf("peer%d unreachable", i))
 	}
-	require.Equal(t, peers, r.c.Stats().Waiting, "an Inbox input took effect before a Poll")
-	r.until("every handshake failure applied", func(Ready) bool { return r.c.Stats().Waiting == 0 })
-	assert.ElementsMatch(t, ids, failedIDs(r.all))
+	require.Equal(t, peers, s.c.Stats().Waiting, "an Inbox input took effect before a Poll")
+	s.poll()
+	require.Zero(t, s.c.Stats().Waiting, "every handshake failure applied")
+	assert.ElementsMatch(t, ids, failedIDs(s.all))
 }

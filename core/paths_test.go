@@ -52,9 +52,10 @@ func TestItemNotFoundOnReleaseCountsAsReleased(t *testing.T) {
 	assert.Equal(t, []Owner{OwnerEngine}, s.owners(blocks))
 }
 
-// Rule 5, seed 000: a dlist whose release fails during the rollback of a
-// failed handshake stays journaled, the caller sees the original error, and
-// the next setup of the peer releases it before acquiring anything.
+// Rule 5, handshakes are journaled: a dlist whose release fails during the
+// rollback of a failed handshake stays journaled, the caller sees the
+// original error, and the next setup of the peer releases it before
+// acquiring anything.
 func TestDlistReleaseFailingDuringRollback(t *testing.T) {
 	s := newSrig(t, Config{}, nil)
 	s.d.failItem(WorkPrepareDescriptors, 1, errBackend, 1) // rank 1's dlist fails
@@ -325,8 +326,9 @@ func TestFenceWhilePostOutstanding(t *testing.T) {
 	assert.False(t, hasAlert(s.all, "work_unknown"), "a late report of a fenced epoch is expected, not an anomaly")
 }
 
-// Rule 1, seed 001: a Post whose outcome is unknown (timed out) keeps the
-// request's blocks until its epoch is fenced.
+// Rule 1, nothing is released while it may still be touched: a Post whose
+// outcome is unknown (timed out) keeps the request's blocks until its epoch
+// is fenced.
 func TestPostTimeoutPinsUntilFence(t *testing.T) {
 	s := newSrig(t, Config{}, nil)
 	s.connect(peerSpec("p", 1))

@@ -1,8 +1,6 @@
 package core
 
 import (
-	"bytes"
-	"os"
 	"testing"
 	"time"
 
@@ -12,182 +10,196 @@ import (
 	"github.com/custody-dev/custody/sdk"
 )
 
-// A read that succeeds lands the producer's bytes, hands the blocks back in
-// the report that finishes it, and notifies each producer rank once.
+// A read that succeeds reads each rank's block into its own, hands the
+// blocks back in the report that finishes it, and notifies each producer
+// rank once. (host/coreonfake's copy over the real fake checks the bytes
+// that land.)
 func TestReadLandsBytesAndNotifiesProducer(t *testing.T) {
-	r := newRig(t, rigOpts{})
-	r.connect("p")
-	spec, blocks := r.readSpec("ok", "p", 2)
+	s := openSrig(t, Config{}, nil)
+	s.connect(peerSpec("p", 2))
+	var posts []sdk.PostSpec
+	s.tamper = func(w Work, _ *Result) {
+		if w.Kind == WorkPost {
+			posts = append(posts, w.Posts...)
+		}
+	}
+	spec, blocks := s.readSpec("ok", "p", 2)
 	spec.NotifyProducer = true
-	require.NoError(t, r.read(spec))
-	assert.Equal(t, repeat(OwnerTransfer, 2), r.owners(blocks))
-	rd := r.reported("ok")
+	require.NoError(t, s.do(s.c.Read(s.now, spec)))
+	assert.Equal(t, repeat(OwnerTransfer, 2), s.owners(blocks))
+	require.Len(t, posts, 2)
+	for _, p := range posts {
+		agent := s.d.peerNames[s.d.dlistPeer[p.Remote]]
+		k := int(agent[len(agent)-1] - '0')
+		assert.Equal(t, sdk.OpRead, p.Op)
+		assert.Equal(t, []uint32{blocks[k].Block}, p.LocalIndices, "rank %d's block goes into its own", k)
+		assert.Equal(t, []uint32{uint32(k)}, p.RemoteIndices, "rank %d's block", k)
+	}
+	s.done()
+	rd := s.reported("ok")
 	assert.Equal(t, []RequestID{"ok"}, rd.FinishedReceiving)
 	assert.Empty(t, rd.InvalidBlocks)
-	assert.Equal(t, repeat(OwnerEngine, 2), r.owners(blocks))
-	data, err := os.ReadFile(r.path)
-	require.NoError(t, err)
-	for k, b := range blocks {
-		got := data[int(b.Block)*blockSize : int(b.Block+1)*blockSize]
-		assert.True(t, bytes.Equal(got, bytes.Repeat([]byte{byte(k + 1)}, blockSize)), "block of rank %d", k)
-	}
-	for k, rm := range r.remotes {
-		var msgs []string
-		require.Eventually(t, func() bool {
-			ns, err := rm.tr.Notifications(r.ctx, 0)
-			require.NoError(t, err)
-			for _, n := range ns {
-				msgs = append(msgs, string(n.Message))
-			}
-			return len(msgs) > 0
-		}, wait, time.Millisecond, "rank %d was not notified", k)
-		assert.Equal(t, []string{string(ConsumedMessage("ok", tok("ok")))}, msgs)
+	assert.Equal(t, repeat(OwnerEngine, 2), s.owners(blocks))
+	for _, agent := range []string{"p0", "p1"} {
+		assert.Equal(t, []string{string(ConsumedMessage("ok", tok("ok")))}, s.d.deliveredTo(agent), "rank %s", agent)
 	}
 }
 
-// Seed 001: the first FAILED handle fails the request at once, but the
-// failure, and the request's blocks as invalid, are reported only when the
-// sibling handle is terminal and released, whether it ends DONE or FAILED.
+// Rule 3, a request fails only after its siblings drain: the first FAILED
+// handle fails the request at once, but the failure, and the request's
+// blocks as invalid, are reported only when the sibling handle is terminal
+// and released, whether it ends DONE or FAILED.
 func TestFailureWaitsForSibling(t *testing.T) {
-	skipStallsIfShort(t)
 	for _, tc := range []struct {
 		name    string
-		sibling string
+		sibling sdk.State
 	}{
-		{"sibling ends DONE", "stall,post=2,for=1s"},
-		{"sibling ends FAILED", "stall,post=2,for=1s;fail,post=2"},
+		{"sibling ends DONE", sdk.StateDone},
+		{"sibling ends FAILED", sdk.StateFailed},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := newRig(t, rigOpts{local: "fail,post=1;" + tc.sibling})
-			r.connect("p")
-			spec, blocks := r.readSpec("r", "p", 2)
-			require.NoError(t, r.read(spec))
-			r.until("the first failure", func(rd Ready) bool { return hasAlert(rd, "transfer_failed") })
-			require.Equal(t, 1, r.c.Stats().Live, "the sibling must still run when the failure is seen")
-			assert.Empty(t, r.all.Failed, "failure reported while a sibling ran")
-			assert.Empty(t, r.all.InvalidBlocks)
-			assert.Equal(t, repeat(OwnerTransfer, 2), r.owners(blocks))
+			s := openSrig(t, Config{}, nil)
+			s.connect(peerSpec("p", 2))
+			blocks := s.read("r", "p", 2)
+			hs := s.d.live()
+			s.d.set(hs[0], sdk.StateFailed, errBackend)
+			rd := s.poll()
+			require.True(t, hasAlert(rd, "transfer_failed"), "the first failure")
+			require.Equal(t, 1, s.c.Stats().Live, "the sibling must still run when the failure is seen")
+			assert.Empty(t, s.all.Failed, "failure reported while a sibling ran")
+			assert.Empty(t, s.all.InvalidBlocks)
+			assert.Equal(t, repeat(OwnerTransfer, 2), s.owners(blocks))
 
-			rd := r.reported("r")
+			var reason error
+			if tc.sibling == sdk.StateFailed {
+				reason = errBackend
+			}
+			s.d.set(hs[1], tc.sibling, reason)
+			rd = s.reported("r")
 			assert.Equal(t, []RequestID{"r"}, failedIDs(rd))
 			assert.ElementsMatch(t, blocks, rd.InvalidBlocks, "invalid blocks come with the failure")
 			assert.Empty(t, rd.FinishedReceiving)
-			assert.Zero(t, r.c.Stats().Live)
+			assert.Zero(t, s.c.Stats().Live)
 		})
 	}
 }
 
-// Seed 001: a failed handle whose Release fails keeps the request unreported
-// and its blocks pinned until the Release succeeds.
+// Rule 2, a failed Release retains: a failed handle whose Release fails
+// keeps the request unreported and its blocks pinned until the Release
+// succeeds, retried each round.
 func TestFailureWaitsForHandleWhoseReleaseFails(t *testing.T) {
-	r := newRig(t, rigOpts{local: "fail,post=1;release-fail,post=1,count=3"})
-	r.connect("p")
-	spec, blocks := r.readSpec("r", "p", 2)
-	require.NoError(t, r.read(spec))
+	s := openSrig(t, Config{}, nil)
+	s.connect(peerSpec("p", 2))
+	blocks := s.read("r", "p", 2)
+	hs := s.d.live()
+	s.d.failHandle(WorkRelease, hs[0], errBackend, 3)
+	s.d.set(hs[0], sdk.StateFailed, errBackend)
+	s.d.set(hs[1], sdk.StateDone, nil)
 	failures := func() int {
 		n := 0
-		for _, a := range r.all.Alerts {
+		for _, a := range s.all.Alerts {
 			if a.Kind == "transfer_release_failed" {
 				n++
 			}
 		}
 		return n
 	}
-	r.until("three failed releases", func(Ready) bool { return failures() == 3 })
-	assert.Empty(t, r.all.Failed, "reported while its failed handle was still held")
-	assert.Empty(t, r.all.InvalidBlocks)
-	assert.Equal(t, 1, r.c.Stats().Live, "the handle whose release failed is still tracked")
-	assert.Equal(t, repeat(OwnerTransfer, 2), r.owners(blocks))
-	rd := r.reported("r")
+	for range 3 {
+		s.poll()
+	}
+	require.Equal(t, 3, failures(), "three failed releases, one a round")
+	assert.Empty(t, s.all.Failed, "reported while its failed handle was still held")
+	assert.Empty(t, s.all.InvalidBlocks)
+	assert.Equal(t, 1, s.c.Stats().Live, "the handle whose release failed is still tracked")
+	assert.Equal(t, repeat(OwnerTransfer, 2), s.owners(blocks))
+	rd := s.reported("r")
 	assert.Equal(t, 3, failures())
 	assert.Equal(t, []RequestID{"r"}, failedIDs(rd))
 	assert.ElementsMatch(t, blocks, rd.InvalidBlocks)
 }
 
-// Seed 001: a read with one failed part never sends the producer the
-// consumed notification, even though the other part landed.
+// Rule 3 with the notification protocol: a read with one failed part never
+// sends the producer the consumed notification, even though the other part
+// landed; a later good read's is the only one any rank receives.
 func TestMixedReadFailureDoesNotNotifyProducer(t *testing.T) {
-	r := newRig(t, rigOpts{local: "fail,post=2"})
-	r.connect("p")
-	spec, _ := r.readSpec("r", "p", 2)
+	s := openSrig(t, Config{}, nil)
+	s.connect(peerSpec("p", 2))
+	spec, _ := s.readSpec("r", "p", 2)
 	spec.NotifyProducer = true
-	require.NoError(t, r.read(spec))
-	r.reported("r")
-	require.Equal(t, []RequestID{"r"}, failedIDs(r.all))
-	// A later good read notifies: once its message arrived, an earlier one
-	// would have too (delivery is in order per sender).
-	spec2, _ := r.readSpec("good", "p", 1)
+	require.NoError(t, s.do(s.c.Read(s.now, spec)))
+	hs := s.d.live()
+	s.d.set(hs[0], sdk.StateDone, nil)
+	s.d.set(hs[1], sdk.StateFailed, errBackend)
+	s.reported("r")
+	require.Equal(t, []RequestID{"r"}, failedIDs(s.all))
+	spec2, _ := s.readSpec("good", "p", 1)
 	spec2.NotifyProducer = true
-	require.NoError(t, r.read(spec2))
-	r.reported("good")
-	var msgs []string
-	require.Eventually(t, func() bool {
-		ns, err := r.remotes[0].tr.Notifications(r.ctx, 0)
-		require.NoError(t, err)
-		for _, n := range ns {
-			msgs = append(msgs, string(n.Message))
-		}
-		return len(msgs) > 0
-	}, wait, time.Millisecond)
-	assert.Equal(t, []string{string(ConsumedMessage("good", tok("good")))}, msgs, "the failed read notified the producer")
+	require.NoError(t, s.do(s.c.Read(s.now, spec2)))
+	s.done()
+	s.reported("good")
+	assert.Equal(t, []string{string(ConsumedMessage("good", tok("good")))}, s.d.deliveredTo("p0"), "the failed read notified the producer")
+	assert.Empty(t, s.d.deliveredTo("p1"), "the failed read notified the producer")
 }
 
-// Seed 001: a request failed by its handshake, or by its setup, shows its
+// Rule 3: a request failed by its handshake, or by its setup, shows its
 // invalid blocks only in the report that finishes it, never before.
 func TestHandshakeAndSetupFailuresShowInvalidBlocksOnlyInTheirFinishingReport(t *testing.T) {
 	t.Run("handshake", func(t *testing.T) {
-		r := newRig(t, rigOpts{})
-		spec, blocks := r.readSpec("r", "late", 2)
-		require.NoError(t, r.read(spec))
-		rd := r.poll()
+		s := openSrig(t, Config{}, nil)
+		blocks := s.read("r", "late", 2)
+		rd := s.poll()
 		assert.Empty(t, rd.InvalidBlocks, "nothing is known failed yet")
-		assert.Equal(t, 1, r.c.Stats().Waiting)
-		r.c.Inbox().HandshakeFailed("late", sdk.Errorf(sdk.CodeRemoteDisconnect, "metadata fetch failed"))
-		rd = r.poll()
+		assert.Equal(t, 1, s.c.Stats().Waiting)
+		s.c.Inbox().HandshakeFailed("late", sdk.Errorf(sdk.CodeRemoteDisconnect, "metadata fetch failed"))
+		rd = s.poll()
 		assert.Equal(t, []RequestID{"r"}, failedIDs(rd))
 		assert.ElementsMatch(t, blocks, rd.InvalidBlocks)
 		assert.ErrorIs(t, rd.Failed[0].Reason, sdk.ErrRemoteDisconnect)
-		assert.Equal(t, repeat(OwnerEngine, 2), r.owners(blocks))
+		assert.Equal(t, repeat(OwnerEngine, 2), s.owners(blocks))
 	})
 	t.Run("setup", func(t *testing.T) {
-		r := newRig(t, rigOpts{})
-		spec, blocks := r.readSpec("r", "p", 2)
-		spec.Parts[1].Remote = []uint32{nBlocks + 5} // does not fit the peer, found at setup
-		require.NoError(t, r.read(spec))
-		r.c.Inbox().HandshakeDone(r.spec("p"))
-		assert.Equal(t, repeat(OwnerTransfer, 2), r.owners(blocks), "no block goes back before the report")
-		rd := r.poll()
+		s := openSrig(t, Config{}, nil)
+		spec, blocks := s.readSpec("r", "p", 2)
+		spec.Parts[1].Remote = []uint32{srigBlocks + 5} // does not fit the peer, found at setup
+		require.NoError(t, s.do(s.c.Read(s.now, spec)))
+		s.c.Inbox().HandshakeDone(peerSpec("p", 2))
+		assert.Equal(t, repeat(OwnerTransfer, 2), s.owners(blocks), "no block goes back before the report")
+		rd := s.poll()
 		assert.Equal(t, []RequestID{"r"}, failedIDs(rd))
 		assert.ErrorIs(t, rd.Failed[0].Reason, sdk.ErrInvalidArgument)
 		assert.ElementsMatch(t, blocks, rd.InvalidBlocks)
-		assert.Len(t, r.all.InvalidBlocks, 2, "the invalid blocks were listed once")
+		assert.Len(t, s.all.InvalidBlocks, 2, "the invalid blocks were listed once")
 	})
 }
 
-// Seed 001: a failed push is never reported as finished sending; it keeps
-// its state and blocks until its lease expires, then is reported Failed.
+// Rule 4, a push is done only when its consumers say so: a failed push is
+// never reported as finished sending, even on a consumer's notification; it
+// keeps its state and blocks until its lease expires, then is reported
+// Failed.
 func TestFailedPushIsNotReportedDoneSending(t *testing.T) {
-	r := newRig(t, rigOpts{local: "fail,post=1"})
-	r.connect("p")
-	b := r.alloc(1)
-	require.NoError(t, r.write(WriteSpec{Request: "w", Token: tok("w"), Peer: "p", Parts: []Part{{Pool: r.pool, Local: b, Rank: 0, Remote: []uint32{0}}}, Consumers: 1, Lease: time.Minute}))
-	r.until("the push failed", func(rd Ready) bool { return hasAlert(rd, "transfer_failed") })
-	r.until("the failed handle released", func(Ready) bool { return r.c.Stats().Live == 0 })
-	r.notifyBack(0, "w") // even a consumer's notification must not finish it
-	for i := 0; i < 20; i++ {
-		r.poll()
+	s := openSrig(t, Config{}, nil)
+	s.connect(peerSpec("p", 2))
+	b := s.alloc(1)
+	require.NoError(t, s.do(s.c.Write(s.now, WriteSpec{Request: "w", Token: tok("w"), Peer: "p", Parts: []Part{{Pool: s.pool, Local: b, Rank: 0, Remote: []uint32{0}}}, Consumers: 1, Lease: time.Minute})))
+	s.d.set(s.d.live()[0], sdk.StateFailed, errBackend)
+	rd := s.poll()
+	require.True(t, hasAlert(rd, "transfer_failed"), "the push failed")
+	require.Zero(t, s.c.Stats().Live, "the failed handle released")
+	s.sendFrom(0, ConsumedMessage("w", tok("w"))) // even a consumer's notification must not finish it
+	for range 20 {
+		s.poll()
 	}
-	assert.Empty(t, r.all.FinishedSending)
-	assert.Empty(t, r.all.Failed)
-	r.now = r.now.Add(time.Minute)
-	rd := r.poll()
+	assert.Empty(t, s.all.FinishedSending)
+	assert.Empty(t, s.all.Failed)
+	s.now = s.now.Add(time.Minute)
+	rd = s.poll()
 	assert.Equal(t, []RequestID{"w"}, failedIDs(rd))
 	assert.True(t, rd.Failed[0].Sending)
-	assert.Empty(t, r.all.FinishedSending)
+	assert.Empty(t, s.all.FinishedSending)
 	assert.Empty(t, rd.InvalidBlocks, "a push's source blocks are intact")
 }
 
-// Seed 001: a push whose handles are DONE finishes sending only once every
+// Rule 4: a push whose handles are DONE finishes sending only once every
 // consumer notified, or when its lease expires.
 func TestCompletedPushWaitsForConsumerNotification(t *testing.T) {
 	for _, tc := range []struct {
@@ -199,61 +211,69 @@ func TestCompletedPushWaitsForConsumerNotification(t *testing.T) {
 		{"one consumer notifies, the lease expires", []int{0}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := newRig(t, rigOpts{})
-			r.connect("p")
-			b := r.alloc(2)
-			parts := []Part{{Pool: r.pool, Local: b[:1], Rank: 0, Remote: []uint32{3}}, {Pool: r.pool, Local: b[1:], Rank: 1, Remote: []uint32{3}}}
-			require.NoError(t, r.write(WriteSpec{Request: "w", Token: tok("w"), Peer: "p", Parts: parts, Consumers: 2, Lease: time.Minute}))
-			r.until("both writes released", func(Ready) bool { return r.c.Stats().Live == 0 })
-			assert.Empty(t, r.all.FinishedSending, "finished at write-handle time, before any consumer")
+			s := openSrig(t, Config{}, nil)
+			s.connect(peerSpec("p", 2))
+			b := s.alloc(2)
+			parts := []Part{{Pool: s.pool, Local: b[:1], Rank: 0, Remote: []uint32{3}}, {Pool: s.pool, Local: b[1:], Rank: 1, Remote: []uint32{3}}}
+			require.NoError(t, s.do(s.c.Write(s.now, WriteSpec{Request: "w", Token: tok("w"), Peer: "p", Parts: parts, Consumers: 2, Lease: time.Minute})))
+			s.done()
+			s.poll()
+			require.Zero(t, s.c.Stats().Live, "both writes released")
+			assert.Empty(t, s.all.FinishedSending, "finished at write-handle time, before any consumer")
 			for i, k := range tc.notifies {
-				r.notifyBack(k, "w")
+				s.sendFrom(k, ConsumedMessage("w", tok("w")))
 				if i < len(tc.notifies)-1 || tc.expire {
-					r.until("notification counted", func(Ready) bool { return r.c.sends["w"].notified == int32(i+1) })
-					assert.Empty(t, r.all.FinishedSending, "finished before every consumer notified")
+					s.poll()
+					require.Equal(t, int32(i+1), s.c.sends["w"].notified, "notification counted")
+					assert.Empty(t, s.all.FinishedSending, "finished before every consumer notified")
 				}
 			}
 			if tc.expire {
-				r.now = r.now.Add(time.Minute)
+				s.now = s.now.Add(time.Minute)
 			}
-			rd := r.reported("w")
+			rd := s.reported("w")
 			assert.Equal(t, []RequestID{"w"}, rd.FinishedSending)
 			assert.Equal(t, tc.expire, hasAlert(rd, "send_lease_expired"))
-			assert.Equal(t, repeat(OwnerEngine, 2), r.owners([]BlockRef{{r.pool, b[0]}, {r.pool, b[1]}}))
+			assert.Equal(t, repeat(OwnerEngine, 2), s.owners([]BlockRef{{s.pool, b[0]}, {s.pool, b[1]}}))
 		})
 	}
 }
 
-// Seed 001: a failed push keeps the writer's state (request, counters,
+// Rule 4: a failed push keeps the writer's state (request, counters,
 // pinned blocks) until its lease expires.
 func TestFailedPushKeepsWriterState(t *testing.T) {
-	r := newRig(t, rigOpts{local: "fail,post=1"})
-	r.connect("p")
-	b := r.alloc(1)
-	require.NoError(t, r.write(WriteSpec{Request: "w", Token: tok("w"), Peer: "p", Parts: []Part{{Pool: r.pool, Local: b, Rank: 0, Remote: []uint32{0}}}, Consumers: 1, Lease: time.Minute}))
-	r.until("the failed handle released", func(Ready) bool { return r.c.Stats().Live == 0 && r.tr.count("Release") > 0 })
-	r.notifyBack(0, "w")
-	r.until("notification counted", func(Ready) bool { return r.c.sends["w"] != nil && r.c.sends["w"].notified == 1 })
-	assert.Equal(t, 1, r.c.Stats().Requests, "the writer's request was evicted")
-	assert.Equal(t, OwnerTransfer, r.c.Owner(BlockRef{r.pool, b[0]}))
-	r.now = r.now.Add(59 * time.Second)
-	r.poll()
-	assert.Equal(t, 1, r.c.Stats().Requests)
+	s := openSrig(t, Config{}, nil)
+	s.connect(peerSpec("p", 2))
+	b := s.alloc(1)
+	require.NoError(t, s.do(s.c.Write(s.now, WriteSpec{Request: "w", Token: tok("w"), Peer: "p", Parts: []Part{{Pool: s.pool, Local: b, Rank: 0, Remote: []uint32{0}}}, Consumers: 1, Lease: time.Minute})))
+	s.d.set(s.d.live()[0], sdk.StateFailed, errBackend)
+	s.poll()
+	require.True(t, s.c.Stats().Live == 0 && s.d.count(WorkRelease) > 0, "the failed handle released")
+	s.sendFrom(0, ConsumedMessage("w", tok("w")))
+	s.poll()
+	require.True(t, s.c.sends["w"] != nil && s.c.sends["w"].notified == 1, "notification counted")
+	assert.Equal(t, 1, s.c.Stats().Requests, "the writer's request was evicted")
+	assert.Equal(t, OwnerTransfer, s.c.Owner(BlockRef{s.pool, b[0]}))
+	s.now = s.now.Add(59 * time.Second)
+	s.poll()
+	assert.Equal(t, 1, s.c.Stats().Requests)
 }
 
-// ExpectSend: the producer's blocks stay pinned until every consumer
-// notified, even when a notification comes before the send is registered.
+// Rule 4, ExpectSend: the producer's blocks stay pinned until every
+// consumer notified, even when a notification comes before the send is
+// registered.
 func TestExpectSendCountsConsumers(t *testing.T) {
-	r := newRig(t, rigOpts{})
-	b := r.alloc(2)
-	r.notifyBack(0, "s") // early: before ExpectSend
-	r.until("early notification kept", func(Ready) bool { return r.c.early["s"] != nil })
-	require.NoError(t, r.c.ExpectSend(r.now, SendSpec{Request: "s", Token: tok("s"), Pool: r.pool, Blocks: b, Consumers: 2, Lease: time.Minute}))
-	r.poll()
-	assert.Empty(t, r.all.FinishedSending)
-	assert.Equal(t, OwnerTransfer, r.c.Owner(BlockRef{r.pool, b[0]}))
-	r.notifyBack(1, "s")
-	rd := r.reported("s")
+	s := openSrig(t, Config{}, nil)
+	b := s.alloc(2)
+	s.sendFrom(0, ConsumedMessage("s", tok("s"))) // early: before ExpectSend
+	s.poll()
+	require.NotNil(t, s.c.early["s"], "early notification kept")
+	require.NoError(t, s.c.ExpectSend(s.now, SendSpec{Request: "s", Token: tok("s"), Pool: s.pool, Blocks: b, Consumers: 2, Lease: time.Minute}))
+	s.poll()
+	assert.Empty(t, s.all.FinishedSending)
+	assert.Equal(t, OwnerTransfer, s.c.Owner(BlockRef{s.pool, b[0]}))
+	s.sendFrom(1, ConsumedMessage("s", tok("s")))
+	rd := s.reported("s")
 	assert.Equal(t, []RequestID{"s"}, rd.FinishedSending)
-	assert.Equal(t, OwnerEngine, r.c.Owner(BlockRef{r.pool, b[0]}))
+	assert.Equal(t, OwnerEngine, s.c.Owner(BlockRef{s.pool, b[0]}))
 }

@@ -20,8 +20,9 @@ import (
 
 var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of core/testdata scripts")
 
-// TestScripts runs the data-driven scripts in testdata, one per seed case,
-// in the manner of raft's: each command drives a Core over the scripted
+// TestScripts runs the data-driven scripts in testdata, one per rule of
+// docs/guarantees.md and named after it (ruleNN_what_it_says.txt), in the
+// manner of raft's: each command drives a Core over the scripted
 // double, and its output (the transport calls it made, what it reported,
 // who holds the blocks) must match the text under the command. Run with
 // -rewrite to regenerate the expected text, then read the diff.

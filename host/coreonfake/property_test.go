@@ -1,4 +1,4 @@
-package core
+package coreonfake
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"pgregory.net/rapid"
 
+	"github.com/custody-dev/custody/core"
 	"github.com/custody-dev/custody/plugins/fake"
 	"github.com/custody-dev/custody/sdk"
 )
@@ -23,12 +24,18 @@ import (
 // notifications, rounds and injected faults through the in-process fake and
 // checks after every step that:
 //   - no block held by the engine, or reassigned to another request, is
-//     reachable by a live handle, nor by a producer's write still running;
-//   - no handle was released before the transport reported it terminal;
-//   - each request has at most one terminal report;
+//     reachable by a live handle, nor by a producer's write still running
+//     (rules 1, 6 and 7);
+//   - no handle was released before the transport reported it terminal
+//     (rule 1);
+//   - each request has at most one terminal report (rule 16);
 //
 // and at the end, once drained, that every request had exactly one report
-// and every native resource count is back to zero.
+// and every native resource count is back to zero (rule 16). It sees core
+// as a host does, through its exported API (Owner, Stats, the Ready
+// reports) and the spied transport (the handles core posted and has not
+// released, and the blocks each reaches); core's FuzzCoreOps checks the same
+// invariants over the scripted double, against core's own bookkeeping.
 func TestOwnershipProperties(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		dir, err := os.MkdirTemp("", "core-prop-*")
@@ -53,19 +60,18 @@ func TestOwnershipProperties(t *testing.T) {
 		r := openRig(rt, ctx, dir, rigOpts{
 			// Initiated-only fences: a failed push receive quarantines its
 			// blocks rather than asking for a fence this test cannot give.
-			fence:  "initiated",
-			remote: remote,
-			local:  strings.Join(faults, ";"),
-			params: map[string]string{"seed": fmt.Sprint(seed)},
-			cfg:    Config{Batch: rapid.IntRange(0, 3).Draw(rt, "batch")},
+			fence:    "initiated",
+			remote:   remote,
+			local:    strings.Join(faults, ";"),
+			params:   map[string]string{"seed": fmt.Sprint(seed)},
+			cfg:      core.Config{Batch: rapid.IntRange(0, 3).Draw(rt, "batch")},
+			noEvents: noEvents, // the fallback: poll every live handle
 			setup: func(s *spy) {
 				s.cancelNone = rapid.Bool().Draw(rt, "cancel none")
 			},
 		})
-		if noEvents {
-			r.c.events = false // the fallback: poll every live handle
-		}
-		m := &model{r: r, issued: map[RequestID]bool{}, inc: map[RequestID]*incarnation{}, pdl: map[int][2]sdk.DlistID{}, touched: map[RequestID]bool{}}
+		m := &model{r: r, issued: map[core.RequestID]bool{}, inc: map[core.RequestID]*incarnation{}, pdl: map[int][2]sdk.DlistID{}, touched: map[core.RequestID]bool{},
+			gen: map[core.RequestID]int{}, held: map[core.BlockRef]reqKey{}, handles: map[sdk.HandleID]reqKey{}}
 		done := false
 		defer func() {
 			if !done {
@@ -118,19 +124,72 @@ func TestOwnershipProperties(t *testing.T) {
 type model struct {
 	r         *rig
 	n         int
-	issued    map[RequestID]bool
-	sends     []RequestID
+	issued    map[core.RequestID]bool
+	sends     []core.RequestID
 	connected bool
 	pushes    []push                 // producers' writes into our pool, until released
 	pdl       map[int][2]sdk.DlistID // per remote rank: its local dlist, its dlist of our pool
-	inc       map[RequestID]*incarnation
+	inc       map[core.RequestID]*incarnation
 	// touched: ids some notification was sent for. Delivery is
 	// asynchronous, so one may still be in flight when the id is reused;
 	// core cannot tell it from the new request's (ids carry no generation,
 	// see core/doc.go), so reuse picks only untouched ids. Late
 	// notifications that arrive before the reuse are
 	// TestLateNotificationNeverFinishesAReusedID's.
-	touched map[RequestID]bool
+	touched map[core.RequestID]bool
+	// gen counts the registrations of each id; held is the registration
+	// that holds each block of a request issued and not reported yet; and
+	// handles is the registration each live handle was posted for, as the
+	// first check after its post found it.
+	gen     map[core.RequestID]int
+	held    map[core.BlockRef]reqKey
+	handles map[sdk.HandleID]reqKey
+}
+
+// reqKey names one registration of a request id: the engine reuses ids.
+type reqKey struct {
+	id  core.RequestID
+	gen int
+}
+
+// issue records a request core accepted on blocks: no block of it may be
+// held by another request not yet reported.
+func (m *model) issue(id core.RequestID, blocks []uint32) reqKey {
+	m.issued[id] = true
+	m.gen[id]++
+	k := reqKey{id, m.gen[id]}
+	for _, b := range blocks {
+		ref := core.BlockRef{Pool: m.r.pool, Block: b}
+		if other, ok := m.held[ref]; ok {
+			require.Failf(m.r.t, "block shared", "%v held by requests %q and %q", ref, other.id, id)
+		}
+		m.held[ref] = k
+	}
+	return k
+}
+
+// holders is held without the requests core reported in the Work of a
+// command, handed to the next poll (the rig's stash).
+func (m *model) holders() map[core.BlockRef]reqKey {
+	gone := map[core.RequestID]bool{}
+	for _, id := range slices.Concat(m.r.stash.FinishedSending, m.r.stash.FinishedReceiving, failedIDs(m.r.stash)) {
+		gone[id] = true
+	}
+	out := make(map[core.BlockRef]reqKey, len(m.held))
+	for ref, k := range m.held {
+		if !gone[k.id] {
+			out[ref] = k
+		}
+	}
+	return out
+}
+
+func partsBlocks(parts []core.Part) []uint32 {
+	var out []uint32
+	for _, p := range parts {
+		out = append(out, p.Local...)
+	}
+	return out
 }
 
 // incarnation is what the model knows of a send or receive not reported
@@ -144,7 +203,7 @@ type incarnation struct {
 	from map[int]bool
 }
 
-func (m *model) registered(id RequestID, need int) *incarnation {
+func (m *model) registered(id core.RequestID, need int) *incarnation {
 	inc := &incarnation{at: m.r.now, need: need, from: map[int]bool{}}
 	m.inc[id] = inc
 	return inc
@@ -152,16 +211,17 @@ func (m *model) registered(id RequestID, need int) *incarnation {
 
 // push is one write a remote rank posted into our pool for a receive.
 type push struct {
-	id     RequestID
+	id     core.RequestID
+	key    reqKey // the registration it writes for
 	k      int
 	h      sdk.HandleID
 	blocks []uint32
 }
 
 // id names a new request; it is issued once registered.
-func (m *model) id(kind string) RequestID {
+func (m *model) id(kind string) core.RequestID {
 	m.n++
-	return RequestID(fmt.Sprintf("%s%d", kind, m.n))
+	return core.RequestID(fmt.Sprintf("%s%d", kind, m.n))
 }
 
 // blocks takes n engine blocks, or reports that too few are free.
@@ -170,14 +230,14 @@ func (m *model) blocks(n int) ([]uint32, bool) {
 	return b, err == nil
 }
 
-func (m *model) parts(t *rapid.T, n int) ([]Part, bool) {
-	var parts []Part
+func (m *model) parts(t *rapid.T, n int) ([]core.Part, bool) {
+	var parts []core.Part
 	for k := 0; k < n; k++ {
 		b, ok := m.blocks(1)
 		if !ok {
 			return nil, false
 		}
-		parts = append(parts, Part{Pool: m.r.pool, Local: b, Rank: k, Remote: []uint32{uint32(rapid.IntRange(0, nBlocks-1).Draw(t, "remote"))}})
+		parts = append(parts, core.Part{Pool: m.r.pool, Local: b, Rank: k, Remote: []uint32{uint32(rapid.IntRange(0, nBlocks-1).Draw(t, "remote"))}})
 	}
 	return parts, true
 }
@@ -188,8 +248,8 @@ func (m *model) read(t *rapid.T, n int, notify bool) {
 		return
 	}
 	id := m.id("r")
-	require.NoError(t, m.r.read(ReadSpec{Request: id, Token: tok(id), Peer: "p", Parts: parts, NotifyProducer: notify}))
-	m.issued[id] = true
+	require.NoError(t, m.r.read(core.ReadSpec{Request: id, Token: tok(id), Peer: "p", Parts: parts, NotifyProducer: notify}))
+	m.issue(id, partsBlocks(parts))
 }
 
 func (m *model) write(t *rapid.T, n int) {
@@ -198,19 +258,19 @@ func (m *model) write(t *rapid.T, n int) {
 		return
 	}
 	id := m.id("w")
-	require.NoError(t, m.r.write(WriteSpec{Request: id, Token: tok(id), Peer: "p", Parts: parts, Consumers: n, Lease: 10 * time.Second}))
-	m.issued[id] = true
+	require.NoError(t, m.r.write(core.WriteSpec{Request: id, Token: tok(id), Peer: "p", Parts: parts, Consumers: n, Lease: 10 * time.Second}))
+	m.issue(id, partsBlocks(parts))
 	m.registered(id, n)
 	m.sends = append(m.sends, id)
 }
 
-func (m *model) expectSend(t *rapid.T, id RequestID) bool {
+func (m *model) expectSend(t *rapid.T, id core.RequestID) bool {
 	b, ok := m.blocks(rapid.IntRange(1, 2).Draw(t, "send blocks"))
 	if !ok {
 		return false
 	}
-	require.NoError(t, m.r.c.ExpectSend(m.r.now, SendSpec{Request: id, Token: tok(id), Pool: m.r.pool, Blocks: b, Consumers: 1, Lease: 10 * time.Second}))
-	m.issued[id] = true
+	require.NoError(t, m.r.c.ExpectSend(m.r.now, core.SendSpec{Request: id, Token: tok(id), Pool: m.r.pool, Blocks: b, Consumers: 1, Lease: 10 * time.Second}))
+	m.issue(id, b)
 	m.registered(id, 1)
 	m.sends = append(m.sends, id)
 	return true
@@ -219,7 +279,7 @@ func (m *model) expectSend(t *rapid.T, id RequestID) bool {
 // receive expects a push of one or two blocks from one or two producer
 // ranks, each of which writes (or, drawn, never does) its share and
 // notifies on DONE with the written notification.
-func (m *model) receive(t *rapid.T, id RequestID) bool {
+func (m *model) receive(t *rapid.T, id core.RequestID) bool {
 	if !m.connected {
 		return false
 	}
@@ -229,8 +289,8 @@ func (m *model) receive(t *rapid.T, id RequestID) bool {
 		return false
 	}
 	r := m.r
-	require.NoError(t, r.c.ExpectReceive(r.now, RecvSpec{Request: id, Token: tok(id), Peer: "p", Pool: r.pool, Blocks: b, Producers: n, Lease: 10 * time.Second}))
-	m.issued[id] = true
+	require.NoError(t, r.c.ExpectReceive(r.now, core.RecvSpec{Request: id, Token: tok(id), Peer: "p", Pool: r.pool, Blocks: b, Producers: n, Lease: 10 * time.Second}))
+	key := m.issue(id, b)
 	inc := m.registered(id, n)
 	for k := 0; k < n; k++ {
 		if rapid.IntRange(0, 9).Draw(t, "producer lost") == 0 {
@@ -242,10 +302,10 @@ func (m *model) receive(t *rapid.T, id RequestID) bool {
 		}
 		dl := m.producerDlists(k)
 		rm := r.remotes[k]
-		res, err := rm.tr.Post(r.ctx, []sdk.PostSpec{{Op: sdk.OpWrite, Local: dl[0], LocalIndices: share, Remote: dl[1], RemoteIndices: share, Notification: WrittenMessage(id, tok(id))}})
+		res, err := rm.tr.Post(r.ctx, []sdk.PostSpec{{Op: sdk.OpWrite, Local: dl[0], LocalIndices: share, Remote: dl[1], RemoteIndices: share, Notification: core.WrittenMessage(id, tok(id))}})
 		require.NoError(t, err)
 		require.NoError(t, res[0].Err)
-		m.pushes = append(m.pushes, push{id: id, k: k, h: res[0].ID, blocks: share})
+		m.pushes = append(m.pushes, push{id: id, key: key, k: k, h: res[0].ID, blocks: share})
 		m.touched[id] = true
 		inc.from[k] = true
 	}
@@ -256,7 +316,7 @@ func (m *model) receive(t *rapid.T, id RequestID) bool {
 // reported, as an engine may; the second must get exactly one report of
 // its own.
 func (m *model) reuse(t *rapid.T) {
-	var done []RequestID
+	var done []core.RequestID
 	for id := range m.issued {
 		if (id[0] == 's' || id[0] == 'v') && m.r.seen[id] == 1 && !m.touched[id] {
 			done = append(done, id)
@@ -375,7 +435,7 @@ func (m *model) round() {
 	m.recycle(rd)
 }
 
-func (m *model) recycle(rd Ready) {
+func (m *model) recycle(rd core.Ready) {
 	t := m.r.t
 	for _, id := range rd.FinishedSending {
 		if inc := m.inc[id]; inc != nil && m.r.now.Before(inc.at.Add(10*time.Second)) {
@@ -396,62 +456,67 @@ func (m *model) recycle(rd Ready) {
 	for _, f := range rd.Failed {
 		delete(m.inc, f.Request)
 	}
+	// Reported: the registrations give their blocks back.
+	gone := map[core.RequestID]bool{}
+	for _, id := range slices.Concat(rd.FinishedSending, rd.FinishedReceiving, failedIDs(rd)) {
+		gone[id] = true
+	}
+	for ref, k := range m.held {
+		if gone[k.id] {
+			delete(m.held, ref)
+		}
+	}
 	var back []uint32
-	p := m.r.c.pools[m.r.pool-1]
-	for b, o := range p.owner {
-		if o == OwnerEngine {
-			back = append(back, uint32(b))
+	for b := range uint32(nBlocks) {
+		if m.r.c.Owner(core.BlockRef{Pool: m.r.pool, Block: b}) == core.OwnerEngine {
+			back = append(back, b)
 		}
 	}
 	require.NoError(m.r.t, m.r.c.Free(m.r.pool, back))
 }
 
-// checkHolders asserts what holds of c after every step whatever drives it:
-// no block is held by two requests, and every live handle reaches only
-// blocks of its own unreported request, held for a transfer. It returns
-// the request that holds each block.
-func checkHolders(t require.TestingT, c *Core) map[BlockRef]RequestID {
-	holder := map[BlockRef]RequestID{}
-	for r := range c.reqs.all() {
-		for i := range r.xs {
-			for _, b := range r.xs[i].local() {
-				ref := BlockRef{r.xs[i].pool, b}
-				if other, ok := holder[ref]; ok {
-					require.Failf(t, "block shared", "%v held by requests %q and %q", ref, other, r.id)
-				}
-				holder[ref] = r.id
-			}
-		}
-	}
-	for x := range c.live.all() {
-		for _, b := range x.local() {
-			ref := BlockRef{x.pool, b}
-			o := c.Owner(ref)
-			require.Contains(t, []Owner{OwnerTransfer, OwnerRetained}, o, "live handle %v reaches %v held by %v", x.ref, ref, o)
-			require.Equal(t, x.req.id, holder[ref], "live handle %v reaches %v of another request", x.ref, ref)
-			require.Zero(t, x.req.flags&rReported, "live handle %v of a reported request", x.ref)
-		}
-	}
-	return holder
-}
-
-// check asserts the invariants that hold after every step.
+// check asserts the invariants that hold after every step: every block of
+// a request not reported yet is held for it (never the engine's, nor
+// free); every live handle reaches only blocks of its own unreported
+// request, held for a transfer (or retained); so does a producer's write
+// still running, or quarantined ones; and no handle was released before
+// the transport reported it terminal.
 func (m *model) check() {
 	t, c := m.r.t, m.r.c
-	holder := checkHolders(t, c)
-	for ref, id := range holder {
-		require.Contains(t, []Owner{OwnerTransfer, OwnerRetained, OwnerQuarantined}, c.Owner(ref), "block %v of unreported request %q", ref, id)
+	holder := m.holders()
+	for ref, k := range holder {
+		require.Contains(t, []core.Owner{core.OwnerTransfer, core.OwnerRetained, core.OwnerQuarantined}, c.Owner(ref), "block %v of unreported request %q", ref, k.id)
+	}
+	live := m.r.tr.live()
+	for h := range m.handles {
+		if _, ok := live[h]; !ok {
+			delete(m.handles, h) // released
+		}
+	}
+	for h, blocks := range live {
+		for _, b := range blocks {
+			ref := core.BlockRef{Pool: m.r.pool, Block: b}
+			o := c.Owner(ref)
+			require.Contains(t, []core.Owner{core.OwnerTransfer, core.OwnerRetained}, o, "live handle %v reaches %v held by %v", h, ref, o)
+			k, ok := holder[ref]
+			require.True(t, ok, "live handle %v reaches %v, which no unreported request holds", h, ref)
+			if first, ok := m.handles[h]; ok {
+				require.Equal(t, first, k, "live handle %v of request %q reaches %v of another request", h, first.id, ref)
+			} else {
+				m.handles[h] = k
+			}
+		}
 	}
 	// A producer's write still running reaches only blocks of its pending
 	// receive, or quarantined ones: never the engine's, nor a free block.
 	m.settlePushes()
 	for _, p := range m.pushes {
 		for _, b := range p.blocks {
-			ref := BlockRef{m.r.pool, b}
+			ref := core.BlockRef{Pool: m.r.pool, Block: b}
 			o := c.Owner(ref)
-			require.Contains(t, []Owner{OwnerTransfer, OwnerQuarantined}, o, "a producer's running write reaches %v held by %v", ref, o)
-			if o == OwnerTransfer {
-				require.Equal(t, p.id, holder[ref], "a producer's running write for %q reaches %v of another request", p.id, ref)
+			require.Contains(t, []core.Owner{core.OwnerTransfer, core.OwnerQuarantined}, o, "a producer's running write reaches %v held by %v", ref, o)
+			if o == core.OwnerTransfer {
+				require.Equal(t, p.key, holder[ref], "a producer's running write for %q reaches %v of another request", p.id, ref)
 			}
 		}
 	}
@@ -470,7 +535,7 @@ func (m *model) drain() {
 		require.NoError(r.t, r.removePeer("p"))
 	}
 	r.now = r.now.Add(time.Minute)
-	r.until("every request reported", func(rd Ready) bool {
+	r.until("every request reported", func(rd core.Ready) bool {
 		m.recycle(rd)
 		m.check()
 		return r.c.Stats().Requests == 0 && r.c.Stats().Live == 0 && r.c.Stats().RetiredPeers == 0
