@@ -39,7 +39,7 @@ type world struct {
 	// dlists and regions: per epoch, what each local dlist and region is.
 	dlists  map[Epoch]map[sdk.DlistID]wdlist
 	regions map[Epoch]map[sdk.RegionID]PoolID
-	peerIDs map[Epoch]map[sdk.PeerID]string
+	peerIDs map[Epoch]map[sdk.PeerID]string // loaded rank -> its peer's name
 	// orphans: the epochs where a call that failed after taking effect
 	// created something core cannot name (learn).
 	orphans map[Epoch]bool
@@ -63,7 +63,7 @@ type wreq struct {
 }
 
 // wpost is one posted handle: the blocks it touches, its dlists, and when
-// core learned of it.
+// its hold began (core learned of it, or its session closed).
 type wpost struct {
 	req    *wreq
 	blocks []BlockRef
@@ -243,7 +243,25 @@ func (w *world) learn(wk Work, first, last uint64, skip int, orphan bool) {
 			}
 		})
 	case WorkLoadPeers:
-		each(len(wk.Peers), func(k int, id uint64) { w.peerIDs[e][sdk.PeerID(id)] = wk.Peers[k].Name })
+		// Agents are named peer and rank (peerSpec): "p0" is rank 0 of p.
+		each(len(wk.Peers), func(k int, id uint64) {
+			w.peerIDs[e][sdk.PeerID(id)] = strings.TrimRight(wk.Peers[k].Name, "0123456789")
+		})
+	}
+}
+
+// retain restarts the hold clock of the running handles of the attached
+// epoch that match: their session closed, so they are retained from now,
+// and the hold cap counts from here (rule 8).
+func (w *world) retain(match func(p *wpost) bool) {
+	d := w.ds[w.epoch]
+	if d == nil || w.dead[w.epoch] {
+		return
+	}
+	for _, h := range d.live() {
+		if p := w.touch[w.epoch][h]; p != nil && !d.handles[h].Terminal() && match(p) {
+			p.at = w.now
+		}
 	}
 }
 
@@ -301,6 +319,9 @@ func (w *world) step(line string) (string, error) {
 		w.collect(w.c.Ready())
 	case "remove":
 		errOut = w.c.RemovePeer(w.now, a["peer"])
+		if errOut == nil {
+			w.retain(func(p *wpost) bool { return w.peerIDs[w.epoch][w.dlists[w.epoch][p.remote].peer] == a["peer"] })
+		}
 		w.collect(w.c.Ready())
 	case "read", "write", "send", "recv":
 		errOut = w.issue(f[0], RequestID(a["id"]), a["peer"], a["notify"] == "true")
@@ -375,6 +396,9 @@ func (w *world) step(line string) (string, error) {
 		errOut = w.attach()
 		w.collect(w.c.Ready())
 	case "close":
+		if !w.c.closing {
+			w.retain(func(*wpost) bool { return true })
+		}
 		errOut = w.c.Close(w.now)
 		if errOut == nil {
 			w.closed = true

@@ -53,9 +53,10 @@ func TestItemNotFoundOnReleaseCountsAsReleased(t *testing.T) {
 }
 
 // Rule 5, handshakes are journaled: a dlist whose release fails during the
-// rollback of a failed handshake stays journaled, the caller sees the
-// original error, and the next setup of the peer releases it before
-// acquiring anything.
+// rollback of a failed handshake stays journaled, and so does its rank's
+// peer, which stays loaded while the dlist names it (rule 12's order); the
+// caller sees the original error, and the next setup of the peer releases
+// the dlist, then the peer, before acquiring anything.
 func TestDlistReleaseFailingDuringRollback(t *testing.T) {
 	s := newSrig(t, Config{}, nil)
 	s.d.failItem(WorkPrepareDescriptors, 1, errBackend, 1) // rank 1's dlist fails
@@ -71,18 +72,19 @@ func TestDlistReleaseFailingDuringRollback(t *testing.T) {
 	require.Error(t, hsErr)
 	assert.Contains(t, hsErr.Error(), "prepare rank 1", "the original error")
 	assert.True(t, hasAlert(s.stash, "handshake_rollback_failed"))
-	assert.Equal(t, 1, s.c.Stats().Journal, "the dlist whose release failed stays journaled")
+	assert.Equal(t, 2, s.c.Stats().Journal, "the dlist whose release failed stays journaled, with its rank's peer")
 	assert.Equal(t, uint64(2), s.d.held().Dlists, "the pool's dlist and the leftover")
-	assert.Zero(t, s.d.held().Peers, "the loaded ranks were unloaded")
+	assert.Equal(t, uint64(1), s.d.held().Peers, "rank 1's peer was unloaded, rank 0's is kept for its dlist")
 	assert.False(t, s.c.Connected("p"))
 
 	before := len(s.d.calls)
 	s.connect(peerSpec("p", 2))
 	require.True(t, s.c.Connected("p"))
 	calls := s.d.calls[before:]
-	require.GreaterOrEqual(t, len(calls), 2)
-	assert.Contains(t, calls[0], "ReleaseDescriptors", "the leftover goes first")
-	assert.Contains(t, calls[1], "LoadPeers")
+	require.GreaterOrEqual(t, len(calls), 3)
+	assert.Contains(t, calls[0], "ReleaseDescriptors", "the leftover dlist goes first")
+	assert.Contains(t, calls[1], "UnloadPeers", "then the peer it named")
+	assert.Contains(t, calls[2], "LoadPeers")
 	assert.Zero(t, s.c.Stats().Journal)
 	assert.Equal(t, uint64(3), s.d.held().Dlists, "the pool's and the new setup's two")
 }
