@@ -15,6 +15,6 @@
 // handle terminal, so a transport sees Release right after its own DONE,
 // FAILED or CANCELED, from the pump's goroutine, as the contract allows.
 // Plugin's EventsNow, NotificationsNow and ReleaseNow answer from what the
-// rings already brought, without waiting on the process (ring_now.go), so
+// rings already brought, without waiting on the process (transport.go), so
 // a host can make those calls on its own goroutine.
 package plugin

@@ -10,6 +10,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/custody-dev/custody/sdk"
 )
 
 // The rings: how Post, Release, SendNotifications and completions cross between the host and a
@@ -242,6 +244,9 @@ func (e *ringError) Error() string { return "ring protocol violation: " + e.msg 
 func ringErrorf(format string, args ...any) error {
 	return &ringError{msg: fmt.Sprintf(format, args...)}
 }
+
+// isNotFound reports whether err is the contract's NOT_FOUND.
+func isNotFound(err error) bool { return sdk.CodeOf(err) == sdk.CodeNotFound }
 
 // errRingFull says the producer must wait for the consumer.
 var errRingFull = errors.New("ring full")

@@ -13,7 +13,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/custody-dev/custody/sdk"
-	pb "github.com/custody-dev/custody/sdk/plugin/proto/custody/transport/v1"
 )
 
 // The host side of the rings. Plugin.Open attaches them (unless
@@ -70,10 +69,9 @@ const (
 	// ringCPUCheck is how long a Poll trusts the last look at whether
 	// the host shares its CPU with the plugin's pump (pollYield).
 	ringCPUCheck = 10 * time.Microsecond
-	// fallbackWakeEvery paces Wake's channel when the rings are not in use
-	// (off, refused, or the agent closed): the host then learns nothing by
-	// itself and must poll.
-	fallbackWakeEvery = 5 * time.Millisecond
+	// fenceWait bounds how long a call that found the rings broken waits
+	// for the fenced process to be gone.
+	fenceWait = 10 * time.Second
 )
 
 // ringEpoch is the origin of ringClock.
@@ -82,30 +80,23 @@ var ringEpoch = time.Now()
 // ringClock is a monotonic clock in nanoseconds, never 0.
 func ringClock() int64 { return int64(time.Since(ringEpoch)) + 1 }
 
-// ringState is what a Plugin holds of its rings.
-type ringState struct {
-	noRings         bool
-	releaseTerminal bool // LaunchOptions.ReleaseTerminal
-	log             hclog.Logger
-	kill            func() error
-	rings           atomic.Pointer[ringHost]
-	wake            chan struct{}
-	// ticker paces wake-ups while no rings are attached; started by the
-	// first Wake, it ends with the process (tickerExit is closed then).
-	tickerOnce sync.Once
-	tickerMu   sync.Mutex
-	tickerExit chan struct{}
-}
-
 // ringHost is the host side of one mapping.
 type ringHost struct {
-	c      *grpcClient
-	log    hclog.Logger
-	kill   func() error
-	wake   chan struct{}
-	mem    []byte
-	m      *ringMap
-	events bool // the plugin forwards the transport's events
+	// name says which transport, in every error the rings make up.
+	name string
+	// timeout bounds every call, with the caller's own deadline.
+	timeout time.Duration
+	// done ends once the process is gone.
+	done context.Context
+	// shutdown is the error of a call made once the process is gone;
+	// fence, when not nil, is the violation the rings fenced it for.
+	shutdown func(method string, fence error) error
+	log      hclog.Logger
+	kill     func() error
+	wake     chan struct{}
+	mem      []byte
+	m        *ringMap
+	events   bool // the plugin forwards the transport's events
 	// releaseTerminal: the plugin releases each handle it follows when it
 	// reports it terminal, and says so with the state (ring.go).
 	releaseTerminal bool
@@ -173,10 +164,29 @@ type ringCall struct {
 	fin   atomic.Bool
 }
 
-func newRingHost(c *grpcClient, mem []byte, l ringLayout, log hclog.Logger, kill func() error, wake chan struct{}) *ringHost {
+// ringHostConfig is what the host side of the rings needs of the process
+// it talks to, and what AttachRings negotiated.
+type ringHostConfig struct {
+	name     string
+	timeout  time.Duration
+	done     context.Context
+	shutdown func(method string, fence error) error
+	log      hclog.Logger
+	kill     func() error
+	wake     chan struct{}
+	// events, prompt and releaseTerminal are the plugin's answer to
+	// AttachRings (ringHost).
+	events, prompt, releaseTerminal bool
+}
+
+// newRingHost serves the host side of mem: it starts the reader, which
+// stops once cfg.done ends (or Stop, Detach).
+func newRingHost(mem []byte, l ringLayout, cfg ringHostConfig) *ringHost {
 	m := newRingMap(mem, l)
-	return &ringHost{
-		c: c, log: log, kill: kill, wake: wake, mem: mem, m: m,
+	r := &ringHost{
+		name: cfg.name, timeout: cfg.timeout, done: cfg.done, shutdown: cfg.shutdown,
+		log: cfg.log, kill: cfg.kill, wake: cfg.wake, mem: mem, m: m,
+		events: cfg.events, prompt: cfg.prompt, releaseTerminal: cfg.releaseTerminal,
 		half:       int(l.subArena / 2),
 		sub:        newProducer(m.sub, "submission"),
 		comp:       newConsumer(m.comp, "completion"),
@@ -185,52 +195,13 @@ func newRingHost(c *grpcClient, mem []byte, l ringLayout, log hclog.Logger, kill
 		readerDone: make(chan struct{}),
 		rousec:     make(chan struct{}, 1),
 	}
-}
-
-// attachRings offers the rings to the plugin after a successful Open. When
-// the plugin does not take them, every call stays on gRPC.
-func (p *Plugin) attachRings(ctx context.Context) {
-	if p.noRings || p.rings.Load() != nil {
-		return
-	}
-	mem, path, remove, err := createRingFile(defaultRingLayout)
-	if err != nil {
-		p.log.Warn("rings: cannot create the ring file; staying on gRPC", "error", err)
-		return
-	}
-	var resp *pb.AttachRingsResponse
-	err = p.call(ctx, "AttachRings", func(ctx context.Context) error {
-		var err error
-		resp, err = p.rpc.AttachRings(ctx, &pb.AttachRingsRequest{Path: path, Version: ringVersion, ReleaseTerminal: p.releaseTerminal})
-		return err
-	})
-	// Both sides mapped it (or never will): the name goes.
-	remove()
-	if err != nil {
-		_ = unix.Munmap(mem)
-		if errors.Is(err, sdk.ErrUnsupported) {
-			p.log.Debug("rings: the transport does not offer them; staying on gRPC", "transport", p.name)
-		} else {
-			p.log.Warn("rings: the transport refused them; staying on gRPC", "transport", p.name, "error", err)
-		}
-		return
-	}
-	r := newRingHost(p.grpcClient, mem, defaultRingLayout, p.log, p.kill, p.wake)
-	r.events = resp.GetEvents()
-	r.prompt = resp.GetPrompt()
-	r.releaseTerminal = p.releaseTerminal && resp.GetReleaseTerminal()
-	r.stopAfter = context.AfterFunc(p.done, func() { r.stop() })
+	r.stopAfter = context.AfterFunc(cfg.done, r.halt)
 	go r.reader()
-	p.rings.Store(r)
+	return r
 }
 
-// active is the attached rings, or nil.
-func (p *Plugin) active() *ringHost {
-	return p.rings.Load()
-}
-
-// stop ends the rings: the reader exits and unmaps them.
-func (r *ringHost) stop() {
+// halt ends the rings: the reader exits and unmaps them.
+func (r *ringHost) halt() {
 	r.stopOnce.Do(func() {
 		close(r.stopped)
 		r.mu.Lock()
@@ -251,19 +222,11 @@ func (r *ringHost) isStopped() bool {
 	}
 }
 
-// closeRings stops the rings and waits for their reader (Kill, Stop).
-func (p *Plugin) closeRings() {
-	if r := p.rings.Load(); r != nil {
-		r.stop()
-		<-r.readerDone
-		r.stopAfter()
-	}
-	p.tickerMu.Lock()
-	exit := p.tickerExit
-	p.tickerMu.Unlock()
-	if exit != nil {
-		<-exit
-	}
+// Stop stops the rings and waits for their reader, which unmaps them.
+func (r *ringHost) Stop() {
+	r.halt()
+	<-r.readerDone
+	r.stopAfter()
 }
 
 // reader drains the completion ring while nobody else does.
@@ -539,7 +502,7 @@ func (r *ringHost) result(e ringEntry, payload []byte) error {
 	c.got += int(e.count)
 	if c.got == c.total {
 		if c.total != c.n {
-			c.err = c.countError(r.c)
+			c.err = c.countError(r.name)
 			c.posts, c.errs = nil, nil
 		}
 		r.finish(c)
@@ -547,7 +510,9 @@ func (r *ringHost) result(e ringEntry, payload []byte) error {
 	return nil
 }
 
-func (c *ringCall) countError(g *grpcClient) error {
+// countError is the error of a call answered with another number of items
+// than it submitted: its answer cannot be matched to them.
+func (c *ringCall) countError(name string) error {
 	method := "Post"
 	switch c.kind {
 	case kindReleaseRes:
@@ -555,7 +520,7 @@ func (c *ringCall) countError(g *grpcClient) error {
 	case kindSendNotesRes:
 		method = "SendNotifications"
 	}
-	return g.count(method, c.total, c.n)
+	return sdk.Errorf(sdk.CodeBackend, "%s: %s answered %d items for %d; contract violation, results dropped", method, name, c.total, c.n)
 }
 
 // finish completes the oldest call.
@@ -571,13 +536,13 @@ func (r *ringHost) fence(err error) {
 		return
 	}
 	r.broken = err
-	r.log.Error("rings: the transport broke the ring protocol; fencing it (killing the process)", "transport", r.c.name, "error", err)
+	r.log.Error("rings: the transport broke the ring protocol; fencing it (killing the process)", "transport", r.name, "error", err)
 	go func() {
 		if kerr := r.kill(); kerr != nil {
-			r.log.Error("rings: fence failed", "transport", r.c.name, "error", kerr)
+			r.log.Error("rings: fence failed", "transport", r.name, "error", kerr)
 		}
 	}()
-	go r.stop()
+	go r.halt()
 }
 
 // fenced returns the error a call sees once the rings fenced the
@@ -590,12 +555,10 @@ func (r *ringHost) fenced(method string) error {
 		return nil
 	}
 	select {
-	case <-r.c.done.Done():
-	case <-time.After(killWait):
+	case <-r.done.Done():
+	case <-time.After(fenceWait):
 	}
-	x := r.c.shutdown(method).(*ExitError)
-	x.Fence = broken
-	return x
+	return r.shutdown(method, broken)
 }
 
 // gone is the error of any call once the rings fenced the transport or the
@@ -604,8 +567,8 @@ func (r *ringHost) gone(method string) error {
 	if err := r.fenced(method); err != nil {
 		return err
 	}
-	if r.c.done.Err() != nil {
-		return r.c.shutdown(method)
+	if r.done.Err() != nil {
+		return r.shutdown(method, nil)
 	}
 	return nil
 }
@@ -623,7 +586,7 @@ func (r *ringHost) submit(ctx context.Context, method string, kind, resKind uint
 	// One reading of the clock serves the deadline, the spins and the
 	// entry's time stamp: each costs some 50 ns here.
 	now := time.Now()
-	dl := now.Add(r.c.timeout)
+	dl := now.Add(r.timeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(dl) {
 		dl = d
 	}
@@ -702,8 +665,8 @@ func (r *ringHost) submit(ctx context.Context, method string, kind, resKind uint
 		select {
 		case <-c.done:
 		default:
-			if r.c.done.Err() != nil {
-				return nil, r.c.shutdown(method)
+			if r.done.Err() != nil {
+				return nil, r.shutdown(method, nil)
 			}
 			return nil, r.timeoutError(method)
 		}
@@ -727,8 +690,8 @@ func (r *ringHost) lost(ctx context.Context, method string) error {
 		return err
 	}
 	select {
-	case <-r.c.done.Done():
-		return r.c.shutdown(method)
+	case <-r.done.Done():
+		return r.shutdown(method, nil)
 	case <-ctx.Done():
 		return r.timeoutError(method)
 	}
@@ -736,7 +699,7 @@ func (r *ringHost) lost(ctx context.Context, method string) error {
 
 func (r *ringHost) timeoutError(method string) error {
 	return sdk.Errorf(sdk.CodeTimeout, "%s: %s did not answer through its rings before the call's deadline (at most %s) or the caller canceled it; whether the call took effect is unknown: poll or count resources to find out",
-		method, r.c.name, r.c.timeout)
+		method, r.name, r.timeout)
 }
 
 // callErr is what a caller sees of a transport's call-level error, as over
@@ -744,38 +707,16 @@ func (r *ringHost) timeoutError(method string) error {
 // failure.
 func (r *ringHost) callErr(method string, err error) error {
 	if sdk.CodeOf(err) == sdk.CodePluginShutdown {
-		if r.c.done.Err() != nil {
-			return r.c.shutdown(method)
+		if r.done.Err() != nil {
+			return r.shutdown(method, nil)
 		}
-		return sdk.Errorf(sdk.CodeBackend, "%s: %s is alive but answered %v; treating it as a backend failure", method, r.c.name, err)
+		return sdk.Errorf(sdk.CodeBackend, "%s: %s is alive but answered %v; treating it as a backend failure", method, r.name, err)
 	}
 	return err
 }
 
-// Open is Transport.Open; once it succeeds the rings are offered to the
-// plugin (unless LaunchOptions.DisableRings).
-func (p *Plugin) Open(ctx context.Context, req sdk.OpenRequest) error {
-	if err := p.grpcClient.Open(ctx, req); err != nil {
-		return err
-	}
-	p.attachRings(ctx)
-	return nil
-}
-
-// Close is Transport.Close. Once the agent closed, the rings are detached
-// and every later call goes over gRPC.
-func (p *Plugin) Close(ctx context.Context) error {
-	if err := p.grpcClient.Close(ctx); err != nil {
-		return err
-	}
-	if r := p.rings.Swap(nil); r != nil {
-		r.detach()
-	}
-	return nil
-}
-
-// detach tells the plugin to stop serving and stops the reader.
-func (r *ringHost) detach() {
+// Detach tells the plugin to stop serving and stops the rings (Close).
+func (r *ringHost) Detach() {
 	r.subMu.Lock()
 	if ent, _, _, err := r.sub.reserve(0); err == nil {
 		e := ringEntry{seq: r.sub.tail, kind: kindDetach}
@@ -784,36 +725,31 @@ func (r *ringHost) detach() {
 		r.m.plugin.ring()
 	}
 	r.subMu.Unlock()
-	r.stop()
-	<-r.readerDone
-	r.stopAfter()
+	r.Stop()
 }
 
-// Rings reports whether Post, Release and completions go through the
-// shared-memory rings now (false: over gRPC).
-func (p *Plugin) Rings() bool { return p.rings.Load() != nil }
+// ReleasesAtTerminal reports whether the plugin releases each handle it
+// reports terminal, and says so with the state (release at terminal).
+func (r *ringHost) ReleasesAtTerminal() bool { return r.releaseTerminal }
 
-// ReleasesAtTerminal reports whether the rings are attached and run release
-// at terminal (LaunchOptions.ReleaseTerminal, taken by the plugin).
-func (p *Plugin) ReleasesAtTerminal() bool {
-	r := p.rings.Load()
-	return r != nil && r.releaseTerminal
-}
+// ForwardsEvents reports whether the plugin forwards the transport's
+// events through the rings (the transport is an EventSource and claims it).
+func (r *ringHost) ForwardsEvents() bool { return r.events }
 
-// Post is Transport.Post: through the rings when attached.
-func (p *Plugin) Post(ctx context.Context, posts []sdk.PostSpec) ([]sdk.PostResult, error) {
-	r := p.active()
-	if r == nil {
-		return p.grpcClient.Post(ctx, posts)
-	}
+// The calls below make one contract call through the rings. Each is given
+// the same call over gRPC (overGRPC) for what the rings cannot carry: a
+// batch too large for the submission ring, an id the rings do not know.
+
+// Post submits posts through the rings and waits for their results. A
+// batch too large for the submission ring goes over gRPC; the plugin
+// follows its handles all the same, and Poll asks the transport for them.
+func (r *ringHost) Post(ctx context.Context, posts []sdk.PostSpec, overGRPC func(context.Context, []sdk.PostSpec) ([]sdk.PostResult, error)) ([]sdk.PostResult, error) {
 	size := 0
 	for _, s := range posts {
 		size += postSpecBytes(s)
 	}
 	if size > r.half || len(posts) > maxRingItems {
-		// Too large for the ring: gRPC; the plugin follows the handles
-		// all the same, and Poll asks the transport for them.
-		return p.grpcClient.Post(ctx, posts)
+		return overGRPC(ctx, posts)
 	}
 	r.subMu.Lock()
 	w := r.scratch[:0]
@@ -830,15 +766,16 @@ func (p *Plugin) Post(ctx context.Context, posts []sdk.PostSpec) ([]sdk.PostResu
 	return c.posts, nil
 }
 
-// Release is Transport.Release: through the rings when attached; a handle
-// the plugin released at terminal is answered from its record.
-func (p *Plugin) Release(ctx context.Context, ids []sdk.HandleID) ([]error, error) {
-	r := p.active()
+// Release releases ids: a handle the plugin released at terminal is
+// answered from its record, the others go through the rings (over gRPC
+// when too many for a submission). The whole call fails, and changes
+// nothing, when the part that crossed to the process fails.
+func (r *ringHost) Release(ctx context.Context, ids []sdk.HandleID, overGRPC func(context.Context, []sdk.HandleID) ([]error, error)) ([]error, error) {
 	local := r.releasedAtTerminal(ids, true)
 	if local == nil {
-		return p.release(ctx, r, ids)
+		return r.release(ctx, ids, overGRPC)
 	}
-	out, err := answerLocal(ids, local, func(rest []sdk.HandleID) ([]error, error) { return p.release(ctx, r, rest) })
+	out, err := answerLocal(ids, local, func(rest []sdk.HandleID) ([]error, error) { return r.release(ctx, rest, overGRPC) })
 	if err != nil {
 		return nil, err
 	}
@@ -877,7 +814,7 @@ func answerLocal(ids []sdk.HandleID, local []bool, call func([]sdk.HandleID) ([]
 // (with once, the first of repeats only: a repeated Release gets the
 // transport's answer to a second release); nil when none (or no rings).
 func (r *ringHost) releasedAtTerminal(ids []sdk.HandleID, once bool) []bool {
-	if r == nil || !r.releaseTerminal {
+	if !r.releaseTerminal {
 		return nil
 	}
 	var local []bool
@@ -895,26 +832,26 @@ func (r *ringHost) releasedAtTerminal(ids []sdk.HandleID, once bool) []bool {
 	return local
 }
 
-// Cancel is Transport.Cancel, over gRPC. A handle the plugin released at
-// terminal is, to the caller, a terminal handle it holds: its Cancel
-// changes nothing and is OK, answered here (the transport, which no longer
-// knows it, would say NOT_FOUND). What the rings brought is taken first,
-// so a handle released before Cancel was called is known as such. One the
-// plugin released while the call was on its way is answered NOT_FOUND by
-// the transport, and the plugin sends that answer only once the handle's
-// state is in the completion ring (grpcServer.Cancel): taking what the
-// rings brought once more turns it into OK.
-func (p *Plugin) Cancel(ctx context.Context, ids []sdk.HandleID) ([]error, error) {
-	r := p.active()
-	if r == nil || !r.releaseTerminal {
-		return p.grpcClient.Cancel(ctx, ids)
+// Cancel cancels ids over gRPC. Under release at terminal, a handle the
+// plugin released at terminal is, to the caller, a terminal handle it
+// holds: its Cancel changes nothing and is OK, answered here (the
+// transport, which no longer knows it, would say NOT_FOUND). What the
+// rings brought is taken first, so a handle released before Cancel was
+// called is known as such. One the plugin released while the call was on
+// its way is answered NOT_FOUND by the transport, and the plugin sends
+// that answer only once the handle's state is in the completion ring
+// (ringServing.canceledOverGRPC): taking what the rings brought once more
+// turns it into OK.
+func (r *ringHost) Cancel(ctx context.Context, ids []sdk.HandleID, overGRPC func(context.Context, []sdk.HandleID) ([]error, error)) ([]error, error) {
+	if !r.releaseTerminal {
+		return overGRPC(ctx, ids)
 	}
 	r.drain()
 	local := r.releasedAtTerminal(ids, false)
 	if local == nil {
 		local = make([]bool, len(ids))
 	}
-	errs, err := answerLocal(ids, local, func(rest []sdk.HandleID) ([]error, error) { return p.grpcClient.Cancel(ctx, rest) })
+	errs, err := answerLocal(ids, local, func(rest []sdk.HandleID) ([]error, error) { return overGRPC(ctx, rest) })
 	if err != nil || !slices.ContainsFunc(errs, isNotFound) {
 		return errs, err
 	}
@@ -927,12 +864,11 @@ func (p *Plugin) Cancel(ctx context.Context, ids []sdk.HandleID) ([]error, error
 	return errs, nil
 }
 
-// release releases ids through the rings when r is attached and they fit,
-// else over gRPC.
-func (p *Plugin) release(ctx context.Context, r *ringHost, ids []sdk.HandleID) ([]error, error) {
-	if r == nil || 8*len(ids) > r.half || len(ids) > maxRingItems {
-		errs, err := p.grpcClient.Release(ctx, ids)
-		if r != nil && err == nil {
+// release releases ids through the rings when they fit, else over gRPC.
+func (r *ringHost) release(ctx context.Context, ids []sdk.HandleID, overGRPC func(context.Context, []sdk.HandleID) ([]error, error)) ([]error, error) {
+	if 8*len(ids) > r.half || len(ids) > maxRingItems {
+		errs, err := overGRPC(ctx, ids)
+		if err == nil {
 			r.mu.Lock()
 			for i, e := range errs {
 				if e == nil {
@@ -951,19 +887,18 @@ func (p *Plugin) release(ctx context.Context, r *ringHost, ids []sdk.HandleID) (
 	return c.errs, nil
 }
 
-// SendNotifications is Transport.SendNotifications: through the rings when
-// attached (a batch too large for the ring goes over gRPC).
-func (p *Plugin) SendNotifications(ctx context.Context, msgs []sdk.OutboundNotification) ([]error, error) {
-	r := p.active()
-	if r == nil || len(msgs) > maxRingItems {
-		return p.grpcClient.SendNotifications(ctx, msgs)
+// SendNotifications sends msgs through the rings; a batch too large for
+// the submission ring goes over gRPC.
+func (r *ringHost) SendNotifications(ctx context.Context, msgs []sdk.OutboundNotification, overGRPC func(context.Context, []sdk.OutboundNotification) ([]error, error)) ([]error, error) {
+	if len(msgs) > maxRingItems {
+		return overGRPC(ctx, msgs)
 	}
 	size := 0
 	for _, m := range msgs {
 		size += outNoteBytes(m)
 	}
 	if size > r.half {
-		return p.grpcClient.SendNotifications(ctx, msgs)
+		return overGRPC(ctx, msgs)
 	}
 	r.subMu.Lock()
 	w := r.scratch[:0]
@@ -980,13 +915,13 @@ func (p *Plugin) SendNotifications(ctx context.Context, msgs []sdk.OutboundNotif
 	return c.errs, nil
 }
 
-// Poll is Transport.Poll: from the completion ring for handles posted
-// through it, over gRPC for any other id.
-func (p *Plugin) Poll(ctx context.Context, ids []sdk.HandleID) ([]sdk.HandleStatus, error) {
-	r := p.active()
-	if r == nil {
-		return p.grpcClient.Poll(ctx, ids)
-	}
+// Poll answers from the completion ring for handles posted through it
+// and not released: the last terminal state the plugin reported, else
+// IN_PROGRESS (the plugin has not reported it terminal yet: the
+// contract's answer for "cannot tell"). Any other id is asked of the
+// transport over gRPC, so unknown and released ids get the transport's
+// own answer.
+func (r *ringHost) Poll(ctx context.Context, ids []sdk.HandleID, overGRPC func(context.Context, []sdk.HandleID) ([]sdk.HandleStatus, error)) ([]sdk.HandleStatus, error) {
 	if err := r.gone("Poll"); err != nil {
 		return nil, err
 	}
@@ -1022,7 +957,7 @@ func (p *Plugin) Poll(ctx context.Context, ids []sdk.HandleID) ([]sdk.HandleStat
 	for j, i := range miss {
 		ask[j] = ids[i]
 	}
-	sts, err := p.grpcClient.Poll(ctx, ask)
+	sts, err := overGRPC(ctx, ask)
 	if err != nil {
 		return nil, err
 	}
@@ -1032,12 +967,14 @@ func (p *Plugin) Poll(ctx context.Context, ids []sdk.HandleID) ([]sdk.HandleStat
 	return out, nil
 }
 
-// events is Events once HasEvents holds.
-func (p *Plugin) events(ctx context.Context, max int) ([]sdk.Event, error) {
-	r := p.active()
-	if r == nil || !r.events {
-		return p.grpcClient.Events(ctx, max)
-	}
+// Events is what the plugin forwarded of the transport's events, in
+// order (ForwardsEvents must hold). When nothing waits, one drain call
+// through the rings asks the transport now and returns its answer, errors
+// included; unless the transport is a Waker (prompt): the plugin then
+// forwards what the transport has as soon as it wakes, and nothing is
+// asked (a drain would cost a round trip through the rings on every round
+// of the host, for nothing).
+func (r *ringHost) Events(ctx context.Context, max int) ([]sdk.Event, error) {
 	if err := r.gone("Events"); err != nil {
 		return nil, err
 	}
@@ -1056,13 +993,9 @@ func (p *Plugin) events(ctx context.Context, max int) ([]sdk.Event, error) {
 	return takeLocked(r, &r.evq, max), nil
 }
 
-// Notifications is Transport.Notifications: what the plugin forwarded
-// through the rings, when attached.
-func (p *Plugin) Notifications(ctx context.Context, max int) ([]sdk.Notification, error) {
-	r := p.active()
-	if r == nil {
-		return p.grpcClient.Notifications(ctx, max)
-	}
+// Notifications is what the plugin forwarded of the transport's
+// notifications, in order; when nothing waits, as Events.
+func (r *ringHost) Notifications(ctx context.Context, max int) ([]sdk.Notification, error) {
 	if err := r.gone("Notifications"); err != nil {
 		return nil, err
 	}
@@ -1079,47 +1012,4 @@ func (p *Plugin) Notifications(ctx context.Context, max int) ([]sdk.Notification
 		}
 	}
 	return takeLocked(r, &r.notes, max), nil
-}
-
-// Wake is sdk.Waker. With rings, it receives a value whenever the
-// completion ring brought a state change, an event or a notification; the
-// plugin drains the transport's notifications at once when the transport
-// is itself a Waker, else every 50 µs while busy and at least every
-// ringIdleNotePoll (100 ms) when idle. Without
-// rings (off or refused) it receives one every fallbackWakeEvery, since
-// the host can learn nothing by itself then; before Open, and after Close,
-// there is nothing to wake for.
-func (p *Plugin) Wake() <-chan struct{} {
-	p.tickerOnce.Do(func() {
-		exit := make(chan struct{})
-		p.tickerMu.Lock()
-		p.tickerExit = exit
-		p.tickerMu.Unlock()
-		go p.fallbackTicker(exit)
-	})
-	return p.wake
-}
-
-// fallbackTicker wakes the host until the rings are attached, or for the
-// process's life when they never are.
-func (p *Plugin) fallbackTicker(exit chan struct{}) {
-	defer close(exit)
-	t := time.NewTicker(fallbackWakeEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-t.C:
-			if p.rings.Load() != nil {
-				// The rings wake the host from now on; once they are
-				// detached (Close), the agent has nothing left to say.
-				return
-			}
-			select {
-			case p.wake <- struct{}{}:
-			default:
-			}
-		case <-p.done.Done():
-			return
-		}
-	}
 }

@@ -15,11 +15,11 @@ import (
 // are broken or the process gone: nothing was taken then, and the ordinary
 // call (Events, Notifications, Release) gives the answer, errors included.
 
-// EventsNow is Events from the completion ring, when the transport is a
-// Waker (prompt rings): nothing is asked of the plugin.
-func (p *Plugin) EventsNow(max int) ([]sdk.Event, bool) {
-	r := p.active()
-	if r == nil || !r.events || !r.prompt || !p.HasEvents() || !r.drainNow() {
+// EventsNow is Events from the completion ring, when the plugin forwards
+// the transport's events and the transport is a Waker (prompt rings):
+// nothing is asked of the plugin.
+func (r *ringHost) EventsNow(max int) ([]sdk.Event, bool) {
+	if !r.events || !r.prompt || !r.drainNow() {
 		return nil, false
 	}
 	return takeLocked(r, &r.evq, max), true
@@ -27,18 +27,16 @@ func (p *Plugin) EventsNow(max int) ([]sdk.Event, bool) {
 
 // NotificationsNow is Notifications from the completion ring, when the
 // transport is a Waker (prompt rings).
-func (p *Plugin) NotificationsNow(max int) ([]sdk.Notification, bool) {
-	r := p.active()
-	if r == nil || !r.prompt || !r.drainNow() {
+func (r *ringHost) NotificationsNow(max int) ([]sdk.Notification, bool) {
+	if !r.prompt || !r.drainNow() {
 		return nil, false
 	}
 	return takeLocked(r, &r.notes, max), true
 }
 
 // ReleaseNow is Release when the plugin released every one of ids at
-// terminal (LaunchOptions.ReleaseTerminal), each once: every item is OK.
-func (p *Plugin) ReleaseNow(ids []sdk.HandleID) ([]error, bool) {
-	r := p.active()
+// terminal, each once: every item is OK.
+func (r *ringHost) ReleaseNow(ids []sdk.HandleID) ([]error, bool) {
 	local := r.releasedAtTerminal(ids, true)
 	if local == nil || slices.Contains(local, false) {
 		return nil, false
@@ -62,7 +60,7 @@ func (r *ringHost) sound() bool {
 	r.mu.Lock()
 	broken := r.broken != nil || r.unmapped
 	r.mu.Unlock()
-	return !broken && r.c.done.Err() == nil
+	return !broken && r.done.Err() == nil
 }
 
 // takeLocked takes up to max items (every one when max <= 0) off the

@@ -33,8 +33,8 @@ func TestNowCallsAnswerFromTheRings(t *testing.T) {
 		timeout:         10 * time.Second,
 		releaseTerminal: true,
 	})
-	pr.host.c.rpc = &noGRPC{}
-	p := &Plugin{grpcClient: pr.host.c, desc: sdk.Description{Capabilities: sdk.Capabilities{Events: true}}}
+	pr.grpc.rpc = &noGRPC{}
+	p := &Plugin{grpc: pr.grpc, desc: sdk.Description{Capabilities: sdk.Capabilities{Events: true}}}
 	p.rings.Store(pr.host)
 
 	calls := pr.host.nextCall

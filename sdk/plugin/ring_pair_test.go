@@ -23,6 +23,7 @@ import (
 // stands for the fence (it ends the "process": done).
 type pair struct {
 	host   *ringHost
+	grpc   *grpcClient // the host side's gRPC client, which Plugins over host use
 	server *ringServer
 	impl   *fake.Transport
 	kills  atomic.Int32
@@ -89,12 +90,12 @@ func newPairWith(t *testing.T, cfg pairConfig) *pair {
 
 	done, exit := context.WithCancel(context.Background())
 	pr := &pair{impl: impl, local: lists[0].ID, remote: lists[1].ID, peer: peers[0].ID, regs: []sdk.RegionID{regs[0].ID, regs[1].ID}, exit: exit}
-	c := &grpcClient{done: done, timeout: timeout, name: "test transport"}
-	pr.host = newRingHost(c, mem, smallLayout, hclog.NewNullLogger(), func() error { pr.kills.Add(1); exit(); return nil }, make(chan struct{}, 1))
-	pr.host.events = true
-	pr.host.releaseTerminal = cfg.releaseTerminal
-	pr.host.stopAfter = context.AfterFunc(done, pr.host.stop)
-	go pr.host.reader()
+	pr.grpc = &grpcClient{done: done, timeout: timeout, name: "test transport"}
+	pr.host = newRingHost(mem, smallLayout, ringHostConfig{
+		name: pr.grpc.name, timeout: timeout, done: done, shutdown: pr.grpc.fenced,
+		log: hclog.NewNullLogger(), kill: func() error { pr.kills.Add(1); exit(); return nil }, wake: make(chan struct{}, 1),
+		events: true, releaseTerminal: cfg.releaseTerminal,
+	})
 	var served sdk.Transport = impl
 	if wrap != nil {
 		served = wrap(impl)
@@ -256,7 +257,7 @@ func TestRingPairCallDeadline(t *testing.T) {
 	require.ErrorIs(t, err, sdk.ErrTimeout)
 	assert.Contains(t, err.Error(), "did not answer through its rings before the call's deadline")
 	close(let)
-	pr.host.c.timeout = 10 * time.Second
+	pr.host.timeout = 10 * time.Second
 	res := pr.post(t, 1)
 	require.NoError(t, res[0].Err)
 	assert.Equal(t, int32(0), pr.kills.Load(), "a late answer is no violation")
@@ -310,8 +311,8 @@ func (n *noGRPC) SendNotifications(context.Context, *pb.SendNotificationsRequest
 func TestRingPairSendNotifications(t *testing.T) {
 	pr := newPair(t)
 	rpc := &noGRPC{}
-	pr.host.c.rpc = rpc
-	p := &Plugin{grpcClient: pr.host.c}
+	pr.grpc.rpc = rpc
+	p := &Plugin{grpc: pr.grpc}
 	p.rings.Store(pr.host)
 
 	msgs := []sdk.OutboundNotification{{Peer: pr.peer, Message: []byte("hello")}, {Peer: pr.peer + 99, Message: []byte("nobody")}, {Peer: pr.peer}}
@@ -436,7 +437,7 @@ func TestRingPairPromptAsksNothing(t *testing.T) {
 		cn = &countNotes{Transport: tr.(*fake.Transport)}
 		return cn
 	}, 10*time.Second)
-	p := &Plugin{grpcClient: pr.host.c}
+	p := &Plugin{grpc: pr.grpc}
 	p.rings.Store(pr.host)
 	ctx := context.Background()
 
@@ -451,7 +452,7 @@ func TestRingPairPromptAsksNothing(t *testing.T) {
 		ns, err := p.Notifications(ctx, 0)
 		require.NoError(t, err)
 		assert.Empty(t, ns)
-		evs, err := p.events(ctx, 0)
+		evs, err := pr.host.Events(ctx, 0)
 		require.NoError(t, err)
 		assert.Empty(t, evs)
 	}
@@ -484,7 +485,7 @@ func TestRingPairPromptAsksNothing(t *testing.T) {
 // transfer, so that the caller's Poll comes before the completion.
 func TestRingPairWakeAfterPollLoop(t *testing.T) {
 	pr := newPairWith(t, pairConfig{timeout: 10 * time.Second, params: map[string]string{"chunk": "1024", "chunk_delay": "1ms"}})
-	p := &Plugin{grpcClient: pr.host.c}
+	p := &Plugin{grpc: pr.grpc}
 	p.rings.Store(pr.host)
 	ctx := context.Background()
 	for range 5 {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -643,6 +644,17 @@ func (s *ringServer) pushEvents(kind uint16, evs []sdk.Event) error {
 		enc = func(w wire, i int) wire { return encodeReleasedEvent(w, evs[i], released[i]) }
 	}
 	return s.pushItems(kind, 0, len(evs), enc)
+}
+
+// canceled is told of the transport's answer to a Cancel that came over
+// gRPC: under release at terminal, when the transport said NOT_FOUND, it
+// returns only once the states of every handle the pump released at
+// terminal so far are in the completion ring (settled), so that the host
+// finds the state of such a handle when the answer reaches it.
+func (s *ringServer) canceled(errs []error) {
+	if s.releaseTerminal && slices.ContainsFunc(errs, isNotFound) {
+		s.settled()
+	}
 }
 
 // settled returns once the states of every handle the pump released at

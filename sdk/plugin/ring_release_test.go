@@ -53,8 +53,8 @@ func releasePair(t *testing.T, releaseTerminal bool) (*pair, *releases, *Plugin)
 		timeout:         10 * time.Second,
 		releaseTerminal: releaseTerminal,
 	})
-	pr.host.c.rpc = &noGRPC{}
-	p := &Plugin{grpcClient: pr.host.c}
+	pr.grpc.rpc = &noGRPC{}
+	p := &Plugin{grpc: pr.grpc}
 	p.rings.Store(pr.host)
 	return pr, rel, p
 }
@@ -92,7 +92,7 @@ func TestReleaseAtTerminal(t *testing.T) {
 		errs, err := p.Cancel(ctx, ids)
 		require.NoError(t, err)
 		assert.Equal(t, []error{nil, nil}, errs)
-		assert.Zero(t, pr.host.c.rpc.(*noGRPC).cancels.Load(), "Cancel answered without gRPC")
+		assert.Zero(t, pr.grpc.rpc.(*noGRPC).cancels.Load(), "Cancel answered without gRPC")
 		errs, err = p.Release(ctx, []sdk.HandleID{ids[0], ids[1], ids[1]})
 		require.NoError(t, err)
 		require.Len(t, errs, 3)
@@ -118,7 +118,7 @@ func TestReleaseAtTerminal(t *testing.T) {
 		assert.Zero(t, rel.of(res[0].ID), "nothing released before the host asked")
 		_, err = p.Cancel(ctx, []sdk.HandleID{res[0].ID})
 		require.Error(t, err, "Cancel goes to the transport")
-		assert.Equal(t, int32(1), pr.host.c.rpc.(*noGRPC).cancels.Load())
+		assert.Equal(t, int32(1), pr.grpc.rpc.(*noGRPC).cancels.Load())
 		errs, err := p.Release(ctx, []sdk.HandleID{res[0].ID})
 		require.NoError(t, err)
 		assert.NoError(t, errs[0])
@@ -277,8 +277,8 @@ func TestCancelRacingReleaseAtTerminal(t *testing.T) {
 		timeout:         10 * time.Second,
 		releaseTerminal: true,
 	})
-	pr.host.c.rpc = &serverRPC{s: &grpcServer{impl: g, ringServing: ringServing{rings: pr.server}}}
-	p := &Plugin{grpcClient: pr.host.c}
+	pr.grpc.rpc = &serverRPC{s: &grpcServer{impl: g, ringServing: ringServing{rings: pr.server}}}
+	p := &Plugin{grpc: pr.grpc}
 	p.rings.Store(pr.host)
 	res, err := p.Post(ctx, []sdk.PostSpec{pr.spec()})
 	require.NoError(t, err)
