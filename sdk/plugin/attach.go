@@ -7,19 +7,25 @@ import (
 	"sync"
 
 	"github.com/hashicorp/go-hclog"
-	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/custody-dev/custody/sdk"
 	pb "github.com/custody-dev/custody/sdk/plugin/proto/custody/transport/v1"
+	"github.com/custody-dev/custody/sdk/plugin/ring"
 )
 
 // The rings' negotiation, both halves. After a successful Open the host
 // creates the ring file and names it in one AttachRings call
 // (attachRings); the plugin maps it and serves it (grpcServer.AttachRings)
 // or refuses, and the host stays on gRPC. The host unlinks the file once
-// the call returned, so that only the two mappings remain.
+// the call returned, so that only the two mappings remain. Package ring's
+// doc states the protocol.
+
+// ringsEnv, set to "off" in a transport process's environment, makes it
+// refuse rings: the host then stays on gRPC. It exists to test that
+// fallback and to rule the rings out when debugging.
+const ringsEnv = "CUSTODY_TRANSPORT_RINGS"
 
 // attachRings offers the rings to the plugin after a successful Open. When
 // the plugin does not take them, every call stays on gRPC.
@@ -27,7 +33,7 @@ func (p *Plugin) attachRings(ctx context.Context) {
 	if p.noRings || p.rings.Load() != nil {
 		return
 	}
-	mem, path, remove, err := createRingFile(defaultRingLayout)
+	mem, path, remove, err := ring.CreateFile(ring.DefaultLayout)
 	if err != nil {
 		p.log.Warn("rings: cannot create the ring file; staying on gRPC", "error", err)
 		return
@@ -35,13 +41,13 @@ func (p *Plugin) attachRings(ctx context.Context) {
 	var resp *pb.AttachRingsResponse
 	err = p.grpc.call(ctx, "AttachRings", func(ctx context.Context) error {
 		var err error
-		resp, err = p.grpc.rpc.AttachRings(ctx, &pb.AttachRingsRequest{Path: path, Version: ringVersion, ReleaseTerminal: p.releaseTerminal})
+		resp, err = p.grpc.rpc.AttachRings(ctx, &pb.AttachRingsRequest{Path: path, Version: ring.Version, ReleaseTerminal: p.releaseTerminal})
 		return err
 	})
 	// Both sides mapped it (or never will): the name goes.
 	remove()
 	if err != nil {
-		_ = unix.Munmap(mem)
+		_ = ring.Unmap(mem)
 		if errors.Is(err, sdk.ErrUnsupported) {
 			p.log.Debug("rings: the transport does not offer them; staying on gRPC", "transport", p.grpc.name)
 		} else {
@@ -49,18 +55,18 @@ func (p *Plugin) attachRings(ctx context.Context) {
 		}
 		return
 	}
-	p.rings.Store(newRingHost(mem, defaultRingLayout, ringHostConfig{
-		name:     p.grpc.name,
-		timeout:  p.grpc.timeout,
-		done:     p.grpc.done,
-		shutdown: p.grpc.fenced,
-		log:      p.log,
-		kill:     p.Kill,
-		wake:     p.wake,
-		events:   resp.GetEvents(),
-		prompt:   resp.GetPrompt(),
+	p.rings.Store(ring.NewClient(mem, ring.DefaultLayout, ring.ClientConfig{
+		Name:     p.grpc.name,
+		Timeout:  p.grpc.timeout,
+		Done:     p.grpc.done,
+		Shutdown: p.grpc.fenced,
+		Kill:     p.Kill,
+		Wake:     p.wake,
+		Log:      p.log,
+		Events:   resp.GetEvents(),
+		Prompt:   resp.GetPrompt(),
 		// The plugin may take release at terminal only when asked.
-		releaseTerminal: p.releaseTerminal && resp.GetReleaseTerminal(),
+		ReleaseTerminal: p.releaseTerminal && resp.GetReleaseTerminal(),
 	}))
 }
 
@@ -80,7 +86,7 @@ func (p *Plugin) closeRings() {
 type ringServing struct {
 	log   hclog.Logger
 	mu    sync.Mutex
-	rings *ringServer // nil until attached, and again once detached
+	rings *ring.Server // nil until attached, and again once detached
 }
 
 // AttachRings maps the host's ring file and starts serving it. It is
@@ -90,19 +96,19 @@ func (s *grpcServer) AttachRings(ctx context.Context, req *pb.AttachRingsRequest
 	if os.Getenv(ringsEnv) == "off" {
 		return nil, status.Error(codes.Unimplemented, "rings are off in this transport process ("+ringsEnv+"=off); stay on gRPC")
 	}
-	if req.GetVersion() != ringVersion {
-		return nil, statusError(sdk.Errorf(sdk.CodeUnsupported, "AttachRings: ring layout version %d; this plugin speaks %d", req.GetVersion(), ringVersion))
+	if req.GetVersion() != ring.Version {
+		return nil, statusError(sdk.Errorf(sdk.CodeUnsupported, "AttachRings: ring layout version %d; this plugin speaks %d", req.GetVersion(), ring.Version))
 	}
 	s.ringServing.mu.Lock()
 	defer s.ringServing.mu.Unlock()
 	if s.rings != nil {
 		select {
-		case <-s.rings.done:
+		case <-s.rings.Done():
 		default:
 			return nil, statusError(sdk.Errorf(sdk.CodeInvalidArgument, "AttachRings: rings are attached already; a process serves one pair"))
 		}
 	}
-	mem, l, err := attachRingFile(req.GetPath())
+	mem, l, err := ring.AttachFile(req.GetPath())
 	if err != nil {
 		return nil, statusError(sdk.Errorf(sdk.CodeInvalidArgument, "AttachRings: %v", err))
 	}
@@ -110,13 +116,12 @@ func (s *grpcServer) AttachRings(ctx context.Context, req *pb.AttachRingsRequest
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
-	rs := newRingServer(ctx, s.impl, mem, l, log.Named("rings"), req.GetReleaseTerminal())
-	rs.start()
+	rs := ring.NewServer(ctx, s.impl, mem, l, log.Named("rings"), req.GetReleaseTerminal())
 	s.rings = rs
-	return &pb.AttachRingsResponse{Events: rs.events != nil, Prompt: rs.waker != nil, ReleaseTerminal: rs.releaseTerminal}, nil
+	return &pb.AttachRingsResponse{Events: rs.ForwardsEvents(), Prompt: rs.Prompt(), ReleaseTerminal: rs.ReleasesAtTerminal()}, nil
 }
 
-func (s *ringServing) current() *ringServer {
+func (s *ringServing) current() *ring.Server {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.rings
@@ -124,18 +129,18 @@ func (s *ringServing) current() *ringServer {
 
 func (s *ringServing) postedOverGRPC(ctx context.Context, res []sdk.PostResult) {
 	if rs := s.current(); rs != nil {
-		rs.trackPosted(ctx, res)
+		rs.Posted(ctx, res)
 	}
 }
 
 func (s *ringServing) releasedOverGRPC(ids []sdk.HandleID, errs []error) {
 	if rs := s.current(); rs != nil {
-		rs.untrackReleased(ids, errs)
+		rs.Released(ids, errs)
 	}
 }
 
 func (s *ringServing) canceledOverGRPC(errs []error) {
 	if rs := s.current(); rs != nil {
-		rs.canceled(errs)
+		rs.Canceled(errs)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/custody-dev/custody/sdk"
+	"github.com/custody-dev/custody/sdk/plugin/ring"
 )
 
 // Default launch settings.
@@ -106,7 +107,7 @@ type Plugin struct {
 	// grpc makes every call the rings do not carry.
 	grpc *grpcClient
 	// rings are attached by Open and detached by Close; nil: gRPC only.
-	rings atomic.Pointer[ringHost]
+	rings atomic.Pointer[ring.Client]
 	// noRings and releaseTerminal are LaunchOptions.DisableRings and
 	// LaunchOptions.ReleaseTerminal.
 	noRings, releaseTerminal bool

@@ -1,4 +1,4 @@
-package plugin
+package ring
 
 import (
 	"slices"
@@ -18,7 +18,7 @@ import (
 // EventsNow is Events from the completion ring, when the plugin forwards
 // the transport's events and the transport is a Waker (prompt rings):
 // nothing is asked of the plugin.
-func (r *ringHost) EventsNow(max int) ([]sdk.Event, bool) {
+func (r *Client) EventsNow(max int) ([]sdk.Event, bool) {
 	if !r.events || !r.prompt || !r.drainNow() {
 		return nil, false
 	}
@@ -27,7 +27,7 @@ func (r *ringHost) EventsNow(max int) ([]sdk.Event, bool) {
 
 // NotificationsNow is Notifications from the completion ring, when the
 // transport is a Waker (prompt rings).
-func (r *ringHost) NotificationsNow(max int) ([]sdk.Notification, bool) {
+func (r *Client) NotificationsNow(max int) ([]sdk.Notification, bool) {
 	if !r.prompt || !r.drainNow() {
 		return nil, false
 	}
@@ -36,7 +36,7 @@ func (r *ringHost) NotificationsNow(max int) ([]sdk.Notification, bool) {
 
 // ReleaseNow is Release when the plugin released every one of ids at
 // terminal, each once: every item is OK.
-func (r *ringHost) ReleaseNow(ids []sdk.HandleID) ([]error, bool) {
+func (r *Client) ReleaseNow(ids []sdk.HandleID) ([]error, bool) {
 	local := r.releasedAtTerminal(ids, true)
 	if local == nil || slices.Contains(local, false) {
 		return nil, false
@@ -47,7 +47,7 @@ func (r *ringHost) ReleaseNow(ids []sdk.HandleID) ([]error, bool) {
 
 // drainNow takes what the completion ring holds; false when the rings are
 // broken (before or by what it took) or the process is gone.
-func (r *ringHost) drainNow() bool {
+func (r *Client) drainNow() bool {
 	if !r.sound() {
 		return false
 	}
@@ -56,7 +56,7 @@ func (r *ringHost) drainNow() bool {
 }
 
 // sound reports whether the rings are unbroken and the process alive.
-func (r *ringHost) sound() bool {
+func (r *Client) sound() bool {
 	r.mu.Lock()
 	broken := r.broken != nil || r.unmapped
 	r.mu.Unlock()
@@ -65,7 +65,7 @@ func (r *ringHost) sound() bool {
 
 // takeLocked takes up to max items (every one when max <= 0) off the
 // head of *q, one of r's queues, under r.mu.
-func takeLocked[T any](r *ringHost, q *[]T, max int) []T {
+func takeLocked[T any](r *Client, q *[]T, max int) []T {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var out []T
@@ -87,7 +87,7 @@ func take[T any](q []T, max int) (out, rest []T) {
 
 // forget drops the record of each of ids marked local (released at
 // terminal, now released to the host too).
-func (r *ringHost) forget(ids []sdk.HandleID, local []bool) {
+func (r *Client) forget(ids []sdk.HandleID, local []bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for i, id := range ids {
