@@ -8,7 +8,8 @@ import (
 
 // This file is Plugin's side of the contract: every method of
 // sdk.Transport, sdk.EventSource and sdk.Waker, and of the rings' fast
-// paths, and which way each call crosses to the process. Until Open has
+// paths (RingReporter, LocalAnswerer), and which way each call crosses to
+// the process. Until Open has
 // attached the rings, after Close has detached them, and whenever the
 // transport refused them or LaunchOptions.DisableRings holds, every call
 // crosses over gRPC (grpcClient). While they are attached (p.rings), Post,
@@ -22,7 +23,34 @@ var (
 	_ sdk.Transport   = (*Plugin)(nil)
 	_ sdk.EventSource = (*Plugin)(nil)
 	_ sdk.Waker       = (*Plugin)(nil)
+	_ RingReporter    = (*Plugin)(nil)
+	_ LocalAnswerer   = (*Plugin)(nil)
 )
+
+// RingReporter is implemented by a transport process whose hot path may
+// cross shared-memory rings (Plugin). A host asks it, by type assertion,
+// before it relies on the process's Waker.
+type RingReporter interface {
+	// Rings reports whether Post, Release and completions go through the
+	// rings now. While false every call crosses over gRPC and the
+	// process's Waker only ticks (every fallbackWakeEvery), so a host
+	// polls while work is in flight instead of waking on it. A transport
+	// that does not implement RingReporter has no rings and keeps its own
+	// Waker.
+	Rings() bool
+}
+
+// LocalAnswerer is implemented by a transport process that can answer some
+// calls at once, in the host's own process, from what its rings already
+// brought (Plugin): they never wait on the process, so a host may make
+// them on its own goroutine. ok false means the call was not made and
+// nothing was taken; the ordinary call (Events, Notifications, Release)
+// gives the answer, errors included.
+type LocalAnswerer interface {
+	EventsNow(max int) ([]sdk.Event, bool)
+	NotificationsNow(max int) ([]sdk.Notification, bool)
+	ReleaseNow(ids []sdk.HandleID) ([]error, bool)
+}
 
 // Describe is Transport.Describe, over gRPC. Description holds what it
 // answered at launch.
@@ -182,8 +210,8 @@ func (p *Plugin) Wake() <-chan struct{} {
 	return p.wake
 }
 
-// Rings reports whether Post, Release and completions go through the
-// shared-memory rings now (false: over gRPC).
+// Rings is RingReporter.Rings: whether Post, Release and completions go
+// through the shared-memory rings now (false: over gRPC).
 func (p *Plugin) Rings() bool { return p.rings.Load() != nil }
 
 // ReleasesAtTerminal reports whether the rings are attached and run release
@@ -193,14 +221,13 @@ func (p *Plugin) ReleasesAtTerminal() bool {
 	return r != nil && r.ReleasesAtTerminal()
 }
 
-// The calls below answer, at once and in the caller's process, what the
-// completion ring already brought: they never wait on the plugin process.
-// A host runs them on its own goroutine instead of handing them to the one
-// that makes transport calls, which saves two goroutine hand-offs per call.
-// ok is false when the call would have to ask the plugin (no rings, rings
-// that are not prompt, a handle not released at terminal) or when the rings
-// are broken or the process gone: nothing was taken then, and the ordinary
-// call (Events, Notifications, Release) gives the answer, errors included.
+// The calls below are LocalAnswerer: they answer, at once and in the
+// caller's process, what the completion ring already brought. A host runs
+// them on its own goroutine instead of handing them to the one that makes
+// transport calls, which saves two goroutine hand-offs per call. ok is
+// false when the call would have to ask the plugin (no rings, rings that
+// are not prompt, a handle not released at terminal) or when the rings are
+// broken or the process gone.
 
 // EventsNow is Events from the completion ring, when the transport claims
 // events and is a Waker (prompt rings): nothing is asked of the plugin.
