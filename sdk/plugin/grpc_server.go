@@ -109,7 +109,7 @@ func (s *grpcServer) Poll(ctx context.Context, req *pb.IDs) (*pb.PollResponse, e
 // Cancel is Transport.Cancel. Under release at terminal, the transport
 // says NOT_FOUND for a handle the pump released; the answer then waits
 // until that handle's state is in the completion ring, where the host
-// finds it and answers OK instead (ringHost.Cancel).
+// finds it and answers OK instead (ring.Client.Cancel).
 func (s *grpcServer) Cancel(ctx context.Context, req *pb.IDs) (*pb.Statuses, error) {
 	errs, err := s.impl.Cancel(ctx, idsFrom[sdk.HandleID](req))
 	if err == nil {

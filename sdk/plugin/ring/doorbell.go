@@ -8,6 +8,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// How a side sleeps on its futex word in the mapping, and how its peer
+// wakes it (doc.go: Sleeping).
+
 // doorbell wakes a sleeping side: word is the futex word, sleeping is set
 // while its owner sleeps (or is about to).
 //

@@ -7,6 +7,9 @@ import (
 	"unsafe"
 )
 
+// The mapping's layout: a header at fixed offsets, then each ring's
+// entries, then each ring's arena (doc.go: Layout).
+
 // Version is the layout version; a plugin refuses any other.
 const Version = 2
 

@@ -5,6 +5,10 @@ import (
 	"fmt"
 )
 
+// One ring's single-producer, single-consumer queue: the producer reserves
+// and publishes entries, the consumer reads and advances past them
+// (doc.go: Queues, Trust).
+
 // errFull says the producer must wait for the consumer.
 var errFull = errors.New("ring full")
 

@@ -8,6 +8,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// How a side spins while it waits for its peer, before it sleeps: when
+// it keeps its CPU and when it gives it away.
+
 // pureSpin is how long a spinner keeps its CPU before it starts
 // giving it away.
 const pureSpin = 50 * time.Microsecond
