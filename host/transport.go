@@ -267,6 +267,6 @@ func (h *Host) shutdown() error {
 // the host polls while work is in flight instead, and makes no call while
 // idle.
 func offRings(tp any) bool {
-	r, ok := tp.(interface{ Rings() bool })
+	r, ok := tp.(plugin.RingReporter)
 	return ok && !r.Rings()
 }

@@ -89,8 +89,12 @@ func (c *grpcClient) callError(ctx context.Context, method string, err error) er
 }
 
 // shutdown is the error of a call made once the process is gone.
-func (c *grpcClient) shutdown(method string) error {
-	x := &ExitError{Method: method, Transport: c.name}
+func (c *grpcClient) shutdown(method string) error { return c.fenced(method, nil) }
+
+// fenced is the error of a call made once the process is gone, fenced for
+// the ring protocol violation fence when that is not nil.
+func (c *grpcClient) fenced(method string, fence error) error {
+	x := &ExitError{Method: method, Transport: c.name, Fence: fence}
 	if c.exited != nil {
 		x.State = c.exited()
 	}

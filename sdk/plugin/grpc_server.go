@@ -2,7 +2,6 @@ package plugin
 
 import (
 	"context"
-	"slices"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -110,16 +109,14 @@ func (s *grpcServer) Poll(ctx context.Context, req *pb.IDs) (*pb.PollResponse, e
 // Cancel is Transport.Cancel. Under release at terminal, the transport
 // says NOT_FOUND for a handle the pump released; the answer then waits
 // until that handle's state is in the completion ring, where the host
-// finds it and answers OK instead (Plugin.Cancel).
+// finds it and answers OK instead (ring.Client.Cancel).
 func (s *grpcServer) Cancel(ctx context.Context, req *pb.IDs) (*pb.Statuses, error) {
 	errs, err := s.impl.Cancel(ctx, idsFrom[sdk.HandleID](req))
-	if rs := s.current(); rs != nil && rs.releaseTerminal && err == nil && slices.ContainsFunc(errs, isNotFound) {
-		rs.settled()
+	if err == nil {
+		s.canceledOverGRPC(errs)
 	}
 	return statuses(errs, err)
 }
-
-func isNotFound(err error) bool { return sdk.CodeOf(err) == sdk.CodeNotFound }
 
 func (s *grpcServer) Release(ctx context.Context, req *pb.IDs) (*pb.Statuses, error) {
 	ids := idsFrom[sdk.HandleID](req)

@@ -9,6 +9,8 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -16,6 +18,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/custody-dev/custody/sdk"
+	"github.com/custody-dev/custody/sdk/plugin/ring"
 )
 
 // Default launch settings.
@@ -56,7 +59,7 @@ type LaunchOptions struct {
 	SocketDir string
 	// DisableRings keeps the hot path (Post, Release, SendNotifications,
 	// completions and notifications) on gRPC instead of
-	// the shared-memory rings Open negotiates (ring_host.go).
+	// the shared-memory rings Open negotiates (package ring).
 	DisableRings bool
 	// ReleaseTerminal has the plugin release every handle it follows as
 	// soon as it reports the handle terminal through the rings (DONE,
@@ -86,9 +89,10 @@ func (e *ContractVersionError) Error() string {
 }
 
 // Plugin is a transport running as a separate process, launched by Launch.
-// It satisfies Transport, EventSource and Waker: once Open has negotiated
-// the shared-memory rings, Post and Release cross through them and Poll,
-// Events and Notifications answer from what they brought (ring_host.go);
+// It satisfies Transport, EventSource and Waker (transport.go says which
+// way each call crosses): once Open has negotiated the shared-memory
+// rings, Post, Release and SendNotifications cross through them and Poll,
+// Events and Notifications answer from what they brought (package ring);
 // every other call, and every call when the rings are off or refused,
 // crosses over gRPC. Each call runs under a deadline
 // (LaunchOptions.CallTimeout) and returns the transport's own errors
@@ -100,20 +104,28 @@ func (e *ContractVersionError) Error() string {
 // either way the host must call one of them to reap the process and free
 // what go-plugin holds.
 type Plugin struct {
-	*grpcClient
+	// grpc makes every call the rings do not carry.
+	grpc *grpcClient
+	// rings are attached by Open and detached by Close; nil: gRPC only.
+	rings atomic.Pointer[ring.Client]
+	// noRings and releaseTerminal are LaunchOptions.DisableRings and
+	// LaunchOptions.ReleaseTerminal.
+	noRings, releaseTerminal bool
+	log                      hclog.Logger
+	// wake is Wake's channel: the rings wake it, else fallbackTicker.
+	wake chan struct{}
+	// ticker paces wake-ups while no rings are attached; started by the
+	// first Wake, it ends with the process (tickerExit is closed then).
+	tickerOnce sync.Once
+	tickerMu   sync.Mutex
+	tickerExit chan struct{}
+
 	client *plugin.Client
 	cmd    *exec.Cmd
 	proc   *os.Process
 	desc   sdk.Description
 	life   *lifeline
-	ringState
 }
-
-var (
-	_ sdk.Transport   = (*Plugin)(nil)
-	_ sdk.EventSource = (*Plugin)(nil)
-	_ sdk.Waker       = (*Plugin)(nil)
-)
 
 // Launch starts the transport binary at path and connects to it: gRPC
 // over a unix socket with mutual TLS (the rings come at Open), after a handshake that refuses a
@@ -196,11 +208,10 @@ func Launch(ctx context.Context, path string, opts LaunchOptions) (*Plugin, erro
 		abort()
 		return nil, fmt.Errorf("launch %s: %w", binding.name, err)
 	}
-	p := &Plugin{grpcClient: raw.(*grpcClient), client: client, cmd: cmd, proc: cmd.Process, life: life,
-		ringState: ringState{noRings: opts.DisableRings, releaseTerminal: opts.ReleaseTerminal, log: opts.Logger, wake: make(chan struct{}, 1)}}
-	p.kill = p.Kill
-	p.exited = p.ExitState
-	if p.desc, err = p.grpcClient.Describe(ctx); err != nil {
+	p := &Plugin{grpc: raw.(*grpcClient), client: client, cmd: cmd, proc: cmd.Process, life: life,
+		noRings: opts.DisableRings, releaseTerminal: opts.ReleaseTerminal, log: opts.Logger, wake: make(chan struct{}, 1)}
+	p.grpc.exited = p.ExitState
+	if p.desc, err = p.grpc.Describe(ctx); err != nil {
 		abort()
 		return nil, fmt.Errorf("launch %s: %w", binding.name, err)
 	}
@@ -236,27 +247,13 @@ func (p *Plugin) Description() sdk.Description { return p.desc }
 // When it does not, Events returns CodeUnsupported and the host polls.
 func (p *Plugin) HasEvents() bool { return p.desc.Capabilities.Events }
 
-// Events drains state changes when the transport claims them
-// (HasEvents); otherwise it returns an error matching ErrUnsupported
-// without crossing to the process. Once the process is gone it returns
-// ErrPluginShutdown, like every call.
-func (p *Plugin) Events(ctx context.Context, max int) ([]sdk.Event, error) {
-	if p.done.Err() != nil {
-		return nil, p.shutdown("Events")
-	}
-	if !p.HasEvents() {
-		return nil, sdk.Errorf(sdk.CodeUnsupported, "Events: %s does not claim events in Describe; poll every live handle instead", p.name)
-	}
-	return p.events(ctx, max)
-}
-
 // Pid is the plugin process's id.
 func (p *Plugin) Pid() int { return p.proc.Pid }
 
 // Exited is closed once the plugin process is gone (and reaped), whatever
 // ended it. From then on every call returns an error matching
 // ErrPluginShutdown.
-func (p *Plugin) Exited() <-chan struct{} { return p.done.Done() }
+func (p *Plugin) Exited() <-chan struct{} { return p.grpc.done.Done() }
 
 // ExitState says how the process ended (exit code or signal, for logs and
 // for telling a crash from a fence): nil until Exited is closed.
@@ -280,12 +277,12 @@ func (p *Plugin) Kill() error {
 	// os.Process signals through a pidfd where Linux has one, so a pid
 	// reused after the process was reaped is never hit.
 	if err := p.proc.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		return fmt.Errorf("kill %s: %w", p.name, err)
+		return fmt.Errorf("kill %s: %w", p.grpc.name, err)
 	}
 	select {
 	case <-p.Exited():
 	case <-time.After(killWait):
-		return fmt.Errorf("kill %s: the process was sent SIGKILL but was not reaped within %s; a child of it may hold its stdout or stderr open", p.name, killWait)
+		return fmt.Errorf("kill %s: the process was sent SIGKILL but was not reaped within %s; a child of it may hold its stdout or stderr open", p.grpc.name, killWait)
 	}
 	p.client.Kill()
 	p.life.cut()

@@ -1875,7 +1875,7 @@ func (x *EventsResponse) GetEvents() []*Event {
 // AttachRingsRequest names the ring file the host created and mapped; its
 // header states the layout. release_terminal asks the plugin to release
 // each handle it follows as soon as it reports the handle terminal, and to
-// say so with the state (ring.go: release at terminal).
+// say so with the state (package sdk/plugin/ring: release at terminal).
 type AttachRingsRequest struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	Path            string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`

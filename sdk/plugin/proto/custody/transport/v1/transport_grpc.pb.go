@@ -70,8 +70,8 @@ type TransportClient interface {
 	// UNIMPLEMENTED, and the host polls instead.
 	Events(ctx context.Context, in *Max, opts ...grpc.CallOption) (*EventsResponse, error)
 	// AttachRings is optional: after Open, the host offers the shared-memory
-	// rings that carry Post, Release and completions (package plugin,
-	// ring.go). A plugin that does not offer them answers UNIMPLEMENTED and
+	// rings that carry Post, Release and completions (package
+	// sdk/plugin/ring). A plugin that does not offer them answers UNIMPLEMENTED and
 	// the host stays on gRPC.
 	AttachRings(ctx context.Context, in *AttachRingsRequest, opts ...grpc.CallOption) (*AttachRingsResponse, error)
 }
@@ -299,8 +299,8 @@ type TransportServer interface {
 	// UNIMPLEMENTED, and the host polls instead.
 	Events(context.Context, *Max) (*EventsResponse, error)
 	// AttachRings is optional: after Open, the host offers the shared-memory
-	// rings that carry Post, Release and completions (package plugin,
-	// ring.go). A plugin that does not offer them answers UNIMPLEMENTED and
+	// rings that carry Post, Release and completions (package
+	// sdk/plugin/ring). A plugin that does not offer them answers UNIMPLEMENTED and
 	// the host stays on gRPC.
 	AttachRings(context.Context, *AttachRingsRequest) (*AttachRingsResponse, error)
 	mustEmbedUnimplementedTransportServer()

@@ -1,4 +1,4 @@
-package plugin
+package ring
 
 import (
 	"slices"
@@ -15,11 +15,11 @@ import (
 // are broken or the process gone: nothing was taken then, and the ordinary
 // call (Events, Notifications, Release) gives the answer, errors included.
 
-// EventsNow is Events from the completion ring, when the transport is a
-// Waker (prompt rings): nothing is asked of the plugin.
-func (p *Plugin) EventsNow(max int) ([]sdk.Event, bool) {
-	r := p.active()
-	if r == nil || !r.events || !r.prompt || !p.HasEvents() || !r.drainNow() {
+// EventsNow is Events from the completion ring, when the plugin forwards
+// the transport's events and the transport is a Waker (prompt rings):
+// nothing is asked of the plugin.
+func (r *Client) EventsNow(max int) ([]sdk.Event, bool) {
+	if !r.events || !r.prompt || !r.drainNow() {
 		return nil, false
 	}
 	return takeLocked(r, &r.evq, max), true
@@ -27,18 +27,16 @@ func (p *Plugin) EventsNow(max int) ([]sdk.Event, bool) {
 
 // NotificationsNow is Notifications from the completion ring, when the
 // transport is a Waker (prompt rings).
-func (p *Plugin) NotificationsNow(max int) ([]sdk.Notification, bool) {
-	r := p.active()
-	if r == nil || !r.prompt || !r.drainNow() {
+func (r *Client) NotificationsNow(max int) ([]sdk.Notification, bool) {
+	if !r.prompt || !r.drainNow() {
 		return nil, false
 	}
 	return takeLocked(r, &r.notes, max), true
 }
 
 // ReleaseNow is Release when the plugin released every one of ids at
-// terminal (LaunchOptions.ReleaseTerminal), each once: every item is OK.
-func (p *Plugin) ReleaseNow(ids []sdk.HandleID) ([]error, bool) {
-	r := p.active()
+// terminal, each once: every item is OK.
+func (r *Client) ReleaseNow(ids []sdk.HandleID) ([]error, bool) {
 	local := r.releasedAtTerminal(ids, true)
 	if local == nil || slices.Contains(local, false) {
 		return nil, false
@@ -49,7 +47,7 @@ func (p *Plugin) ReleaseNow(ids []sdk.HandleID) ([]error, bool) {
 
 // drainNow takes what the completion ring holds; false when the rings are
 // broken (before or by what it took) or the process is gone.
-func (r *ringHost) drainNow() bool {
+func (r *Client) drainNow() bool {
 	if !r.sound() {
 		return false
 	}
@@ -58,16 +56,16 @@ func (r *ringHost) drainNow() bool {
 }
 
 // sound reports whether the rings are unbroken and the process alive.
-func (r *ringHost) sound() bool {
+func (r *Client) sound() bool {
 	r.mu.Lock()
 	broken := r.broken != nil || r.unmapped
 	r.mu.Unlock()
-	return !broken && r.c.done.Err() == nil
+	return !broken && r.done.Err() == nil
 }
 
 // takeLocked takes up to max items (every one when max <= 0) off the
 // head of *q, one of r's queues, under r.mu.
-func takeLocked[T any](r *ringHost, q *[]T, max int) []T {
+func takeLocked[T any](r *Client, q *[]T, max int) []T {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var out []T
@@ -89,7 +87,7 @@ func take[T any](q []T, max int) (out, rest []T) {
 
 // forget drops the record of each of ids marked local (released at
 // terminal, now released to the host too).
-func (r *ringHost) forget(ids []sdk.HandleID, local []bool) {
+func (r *Client) forget(ids []sdk.HandleID, local []bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for i, id := range ids {

@@ -1,4 +1,4 @@
-package plugin
+package ring
 
 import (
 	"context"
@@ -6,24 +6,21 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/custody-dev/custody/plugins/fake"
 	"github.com/custody-dev/custody/sdk"
-	pb "github.com/custody-dev/custody/sdk/plugin/proto/custody/transport/v1"
 )
 
 // pair is both sides of the rings in one process, over an open fake: the
-// host side as Plugin runs it, the plugin side as Serve runs it. kill
-// stands for the fence (it ends the "process": done).
+// host side as package plugin's Plugin runs it, the plugin side as its
+// Serve runs it. kill stands for the fence (it ends the "process": done).
 type pair struct {
-	host   *ringHost
-	server *ringServer
+	host   *Client
+	server *Server
+	// wake is the host side's ClientConfig.Wake.
+	wake   chan struct{}
 	impl   *fake.Transport
 	kills  atomic.Int32
 	local  sdk.DlistID
@@ -81,26 +78,25 @@ func newPairWith(t *testing.T, cfg pairConfig) *pair {
 	})
 	require.NoError(t, err)
 
-	mem, path, remove, err := createRingFile(smallLayout)
+	mem, path, remove, err := CreateFile(smallLayout)
 	require.NoError(t, err)
-	pmem, l, err := attachRingFile(path)
+	pmem, l, err := AttachFile(path)
 	require.NoError(t, err)
 	remove()
 
 	done, exit := context.WithCancel(context.Background())
 	pr := &pair{impl: impl, local: lists[0].ID, remote: lists[1].ID, peer: peers[0].ID, regs: []sdk.RegionID{regs[0].ID, regs[1].ID}, exit: exit}
-	c := &grpcClient{done: done, timeout: timeout, name: "test transport"}
-	pr.host = newRingHost(c, mem, smallLayout, hclog.NewNullLogger(), func() error { pr.kills.Add(1); exit(); return nil }, make(chan struct{}, 1))
-	pr.host.events = true
-	pr.host.releaseTerminal = cfg.releaseTerminal
-	pr.host.stopAfter = context.AfterFunc(done, pr.host.stop)
-	go pr.host.reader()
+	pr.wake = make(chan struct{}, 1)
+	pr.host = NewClient(mem, smallLayout, ClientConfig{
+		Name: "test transport", Timeout: timeout, Done: done, Shutdown: exitError,
+		Log: nopLog{}, Kill: func() error { pr.kills.Add(1); exit(); return nil }, Wake: pr.wake,
+		Events: true, ReleaseTerminal: cfg.releaseTerminal,
+	})
 	var served sdk.Transport = impl
 	if wrap != nil {
 		served = wrap(impl)
 	}
-	pr.server = newRingServer(ctx, served, pmem, l, hclog.NewNullLogger(), cfg.releaseTerminal)
-	pr.server.start()
+	pr.server = NewServer(ctx, served, pmem, l, nopLog{}, cfg.releaseTerminal)
 	t.Cleanup(func() {
 		pr.server.stop()
 		exit()
@@ -179,7 +175,7 @@ func TestRingPairCarriesTheContract(t *testing.T) {
 		pr.host.mu.Unlock()
 	}
 	select {
-	case <-pr.host.wake:
+	case <-pr.wake:
 	default:
 		t.Fatal("completions arrived but Wake's channel holds nothing")
 	}
@@ -217,7 +213,7 @@ func TestRingPairPluginRefusesGarbage(t *testing.T) {
 	pr.host.subMu.Lock()
 	ent, _, off, err := pr.host.sub.reserve(0)
 	require.NoError(t, err)
-	e := ringEntry{seq: pr.host.sub.tail, kind: 77, arenaOff: off}
+	e := entry{seq: pr.host.sub.tail, kind: 77, arenaOff: off}
 	e.encode(ent)
 	pr.host.sub.publish()
 	pr.host.m.plugin.ring()
@@ -256,7 +252,7 @@ func TestRingPairCallDeadline(t *testing.T) {
 	require.ErrorIs(t, err, sdk.ErrTimeout)
 	assert.Contains(t, err.Error(), "did not answer through its rings before the call's deadline")
 	close(let)
-	pr.host.c.timeout = 10 * time.Second
+	pr.host.timeout = 10 * time.Second
 	res := pr.post(t, 1)
 	require.NoError(t, res[0].Err)
 	assert.Equal(t, int32(0), pr.kills.Load(), "a late answer is no violation")
@@ -287,196 +283,6 @@ func TestRingPairExitUnderPendingCall(t *testing.T) {
 	}
 }
 
-// noGRPC is a gRPC client whose every call fails: a Plugin over it proves
-// that what it answers came through the rings.
-type noGRPC struct {
-	pb.TransportClient
-	sends, cancels atomic.Int32
-}
-
-func (n *noGRPC) Cancel(context.Context, *pb.IDs, ...grpc.CallOption) (*pb.Statuses, error) {
-	n.cancels.Add(1)
-	return nil, status.Error(codes.Internal, "this call went over gRPC")
-}
-
-func (n *noGRPC) SendNotifications(context.Context, *pb.SendNotificationsRequest, ...grpc.CallOption) (*pb.Statuses, error) {
-	n.sends.Add(1)
-	return nil, status.Error(codes.Internal, "this call went over gRPC")
-}
-
-// TestRingPairSendNotifications: SendNotifications travels through the
-// rings with the transport's own answer per item, the message reaches the
-// peer, and a batch too large for the submission ring goes over gRPC.
-func TestRingPairSendNotifications(t *testing.T) {
-	pr := newPair(t)
-	rpc := &noGRPC{}
-	pr.host.c.rpc = rpc
-	p := &Plugin{grpcClient: pr.host.c}
-	p.rings.Store(pr.host)
-
-	msgs := []sdk.OutboundNotification{{Peer: pr.peer, Message: []byte("hello")}, {Peer: pr.peer + 99, Message: []byte("nobody")}, {Peer: pr.peer}}
-	errs, err := p.SendNotifications(context.Background(), msgs)
-	require.NoError(t, err)
-	require.Len(t, errs, 3)
-	assert.NoError(t, errs[0])
-	want, werr := pr.impl.SendNotifications(context.Background(), msgs[1:2])
-	require.NoError(t, werr)
-	require.Error(t, want[0])
-	assert.Equal(t, want[0], errs[1], "the transport's own answer to an unknown peer")
-	assert.NoError(t, errs[2], "an empty message is allowed")
-	assert.Zero(t, rpc.sends.Load(), "nothing went over gRPC")
-
-	var got []sdk.Notification
-	deadline := time.After(10 * time.Second)
-	for len(got) < 2 {
-		ns, err := p.Notifications(context.Background(), 0)
-		require.NoError(t, err)
-		got = append(got, ns...)
-		if len(got) >= 2 {
-			break
-		}
-		select {
-		case <-pr.host.wake:
-		case <-deadline:
-			t.Fatalf("the notifications sent through the rings did not arrive; got %v", got)
-		}
-	}
-	assert.Equal(t, []sdk.Notification{{From: "a", Message: []byte("hello")}, {From: "a"}}, got)
-
-	huge := []sdk.OutboundNotification{{Peer: pr.peer, Message: make([]byte, pr.host.half)}}
-	_, err = p.SendNotifications(context.Background(), huge)
-	require.Error(t, err)
-	assert.Contains(t, err.Error(), "this call went over gRPC")
-	assert.Equal(t, int32(1), rpc.sends.Load(), "a batch past half the arena goes over gRPC")
-	assert.Equal(t, int32(0), pr.kills.Load(), "no fence")
-}
-
-// TestRingPairPluginRefusesBadNotifications: a SendNotifications
-// submission whose payload does not hold the items it counts stops the
-// plugin side, which says why, and the host fences; the transport sends
-// nothing.
-func TestRingPairPluginRefusesBadNotifications(t *testing.T) {
-	pr := newPair(t)
-	payload := encodeOutNote(nil, sdk.OutboundNotification{Peer: pr.peer, Message: []byte("cut short")})
-	payload = payload[:len(payload)-3]
-	_, err := pr.host.submit(context.Background(), "SendNotifications", kindSendNotes, kindSendNotesRes, 1, nil, payload)
-	require.ErrorIs(t, err, sdk.ErrPluginShutdown)
-	assert.Contains(t, err.Error(), "send-notifications call")
-	assert.Contains(t, err.Error(), "notification of 9 bytes")
-	assert.Equal(t, int32(1), pr.kills.Load(), "the host fenced")
-	ns, err := pr.impl.Notifications(context.Background(), 0)
-	require.NoError(t, err)
-	assert.Empty(t, ns, "nothing was sent")
-}
-
-// countNotes counts the pump's notification drains of a fake.
-type countNotes struct {
-	*fake.Transport
-	drains atomic.Int32
-}
-
-func (c *countNotes) Notifications(ctx context.Context, max int) ([]sdk.Notification, error) {
-	c.drains.Add(1)
-	return c.Transport.Notifications(ctx, max)
-}
-
-// TestRingPairWakeReasons: for a transport that says what its wake-ups
-// were for (sdk.WakeReasoner), the pump drains notifications only when a
-// notification may have come: completions alone cost no drain, and a
-// notification still reaches the host without the host asking.
-func TestRingPairWakeReasons(t *testing.T) {
-	var cn *countNotes
-	pr := newPairOf(t, func(tr sdk.Transport) sdk.Transport {
-		cn = &countNotes{Transport: tr.(*fake.Transport)}
-		return cn
-	}, 10*time.Second)
-	for range 20 {
-		res := pr.post(t, 1)
-		require.NoError(t, res[0].Err)
-		id := res[0].ID
-		require.Eventually(t, func() bool {
-			pr.host.drain()
-			pr.host.mu.Lock()
-			defer pr.host.mu.Unlock()
-			return pr.host.known[id].terminal
-		}, 10*time.Second, 10*time.Microsecond)
-		_, err := pr.host.submit(context.Background(), "Release", kindRelease, kindReleaseRes, 1, []sdk.HandleID{id}, encodeIDs(nil, []sdk.HandleID{id}))
-		require.NoError(t, err)
-	}
-	assert.Zero(t, cn.drains.Load(), "completions alone made the pump drain notifications")
-
-	errs, err := pr.impl.SendNotifications(context.Background(), []sdk.OutboundNotification{{Peer: pr.peer, Message: []byte("hi")}})
-	require.NoError(t, err)
-	require.NoError(t, errs[0])
-	deadline := time.After(10 * time.Second)
-	for {
-		pr.host.drain()
-		pr.host.mu.Lock()
-		n := len(pr.host.notes)
-		pr.host.mu.Unlock()
-		if n > 0 {
-			break
-		}
-		select {
-		case <-pr.host.wake:
-		case <-deadline:
-			t.Fatal("the notification did not reach the host")
-		}
-	}
-	assert.Positive(t, cn.drains.Load())
-}
-
-// TestRingPairPromptAsksNothing: when the transport is a Waker (prompt),
-// an empty Notifications or Events answers from the rings without a
-// drain call, and what the transport receives still arrives after a
-// wake-up; without prompt, an empty Notifications asks the transport.
-func TestRingPairPromptAsksNothing(t *testing.T) {
-	var cn *countNotes
-	pr := newPairOf(t, func(tr sdk.Transport) sdk.Transport {
-		cn = &countNotes{Transport: tr.(*fake.Transport)}
-		return cn
-	}, 10*time.Second)
-	p := &Plugin{grpcClient: pr.host.c}
-	p.rings.Store(pr.host)
-	ctx := context.Background()
-
-	ns, err := p.Notifications(ctx, 0)
-	require.NoError(t, err)
-	assert.Empty(t, ns)
-	assert.Equal(t, int32(1), cn.drains.Load(), "without prompt an empty queue asks the transport")
-
-	pr.host.prompt = true
-	calls := pr.host.nextCall
-	for range 10 {
-		ns, err := p.Notifications(ctx, 0)
-		require.NoError(t, err)
-		assert.Empty(t, ns)
-		evs, err := p.events(ctx, 0)
-		require.NoError(t, err)
-		assert.Empty(t, evs)
-	}
-	assert.Equal(t, int32(1), cn.drains.Load(), "prompt: nothing asked")
-	assert.Equal(t, calls, pr.host.nextCall, "prompt: no drain call submitted")
-
-	errs, err := pr.impl.SendNotifications(ctx, []sdk.OutboundNotification{{Peer: pr.peer, Message: []byte("hi")}})
-	require.NoError(t, err)
-	require.NoError(t, errs[0])
-	deadline := time.After(10 * time.Second)
-	for {
-		select {
-		case <-pr.host.wake:
-		case <-deadline:
-			t.Fatal("the notification did not arrive")
-		}
-		ns, err := p.Notifications(ctx, 0)
-		require.NoError(t, err)
-		if len(ns) > 0 {
-			assert.Equal(t, []sdk.Notification{{From: "a", Message: []byte("hi")}}, ns)
-			break
-		}
-	}
-}
-
 // TestRingPairWakeAfterPollLoop: while a caller Polls in a loop the reader
 // naps, and the plugin does not wake it; once the caller stops polling and
 // waits on Wake instead, a completion still reaches it, with nobody but
@@ -484,8 +290,7 @@ func TestRingPairPromptAsksNothing(t *testing.T) {
 // transfer, so that the caller's Poll comes before the completion.
 func TestRingPairWakeAfterPollLoop(t *testing.T) {
 	pr := newPairWith(t, pairConfig{timeout: 10 * time.Second, params: map[string]string{"chunk": "1024", "chunk_delay": "1ms"}})
-	p := &Plugin{grpcClient: pr.host.c}
-	p.rings.Store(pr.host)
+	p, _ := pr.calls()
 	ctx := context.Background()
 	for range 5 {
 		id := pr.post(t, 1)[0].ID
@@ -495,7 +300,7 @@ func TestRingPairWakeAfterPollLoop(t *testing.T) {
 		deadline := time.After(10 * time.Second)
 		for !sts[0].State.Terminal() {
 			select {
-			case <-pr.host.wake:
+			case <-pr.wake:
 			case <-deadline:
 				t.Fatal("the completion did not reach Wake once the caller stopped polling")
 			}

@@ -1,4 +1,4 @@
-package plugin
+package ring
 
 import (
 	"context"
@@ -9,10 +9,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"google.golang.org/grpc"
 
 	"github.com/custody-dev/custody/sdk"
-	pb "github.com/custody-dev/custody/sdk/plugin/proto/custody/transport/v1"
 )
 
 // releases counts the transport's Release calls per handle, and fails
@@ -43,9 +41,9 @@ func (r *releases) of(id sdk.HandleID) int {
 }
 
 // releasePair is a pair (under release at terminal when releaseTerminal)
-// whose transport counts its releases, with a Plugin over its host side
+// whose transport counts its releases, with hostCalls over its host side
 // whose every gRPC call fails.
-func releasePair(t *testing.T, releaseTerminal bool) (*pair, *releases, *Plugin) {
+func releasePair(t *testing.T, releaseTerminal bool) (*pair, *releases, hostCalls) {
 	t.Helper()
 	rel := &releases{calls: map[sdk.HandleID]int{}}
 	pr := newPairWith(t, pairConfig{
@@ -53,14 +51,12 @@ func releasePair(t *testing.T, releaseTerminal bool) (*pair, *releases, *Plugin)
 		timeout:         10 * time.Second,
 		releaseTerminal: releaseTerminal,
 	})
-	pr.host.c.rpc = &noGRPC{}
-	p := &Plugin{grpcClient: pr.host.c}
-	p.rings.Store(pr.host)
+	p, _ := pr.calls()
 	return pr, rel, p
 }
 
 // waitDone polls id through p until the rings report it DONE.
-func waitDone(t *testing.T, p *Plugin, id sdk.HandleID) {
+func waitDone(t *testing.T, p hostCalls, id sdk.HandleID) {
 	t.Helper()
 	require.Eventually(t, func() bool {
 		sts, err := p.Poll(context.Background(), []sdk.HandleID{id})
@@ -92,7 +88,7 @@ func TestReleaseAtTerminal(t *testing.T) {
 		errs, err := p.Cancel(ctx, ids)
 		require.NoError(t, err)
 		assert.Equal(t, []error{nil, nil}, errs)
-		assert.Zero(t, pr.host.c.rpc.(*noGRPC).cancels.Load(), "Cancel answered without gRPC")
+		assert.Zero(t, p.rpc.(*noGRPC).cancels.Load(), "Cancel answered without gRPC")
 		errs, err = p.Release(ctx, []sdk.HandleID{ids[0], ids[1], ids[1]})
 		require.NoError(t, err)
 		require.Len(t, errs, 3)
@@ -118,7 +114,7 @@ func TestReleaseAtTerminal(t *testing.T) {
 		assert.Zero(t, rel.of(res[0].ID), "nothing released before the host asked")
 		_, err = p.Cancel(ctx, []sdk.HandleID{res[0].ID})
 		require.Error(t, err, "Cancel goes to the transport")
-		assert.Equal(t, int32(1), pr.host.c.rpc.(*noGRPC).cancels.Load())
+		assert.Equal(t, int32(1), p.rpc.(*noGRPC).cancels.Load())
 		errs, err := p.Release(ctx, []sdk.HandleID{res[0].ID})
 		require.NoError(t, err)
 		assert.NoError(t, errs[0])
@@ -241,15 +237,21 @@ func (g *gatedRelease) Cancel(ctx context.Context, ids []sdk.HandleID) ([]error,
 	return errs, err
 }
 
-// serverRPC answers the host's gRPC Cancel with the plugin's gRPC server,
-// in process.
-type serverRPC struct {
-	pb.TransportClient
-	s *grpcServer
+// serverCancel answers the host's gRPC Cancel as package plugin's gRPC
+// server does, in process: the transport's answer, after the Server was
+// told of it (Server.Canceled).
+type serverCancel struct {
+	noGRPC
+	impl   sdk.Transport
+	server *Server
 }
 
-func (c *serverRPC) Cancel(ctx context.Context, in *pb.IDs, _ ...grpc.CallOption) (*pb.Statuses, error) {
-	return c.s.Cancel(ctx, in)
+func (c *serverCancel) Cancel(ctx context.Context, ids []sdk.HandleID) ([]error, error) {
+	errs, err := c.impl.Cancel(ctx, ids)
+	if err == nil {
+		c.server.Canceled(errs)
+	}
+	return errs, err
 }
 
 // within waits for ch, failing the test past 10 s.
@@ -277,9 +279,7 @@ func TestCancelRacingReleaseAtTerminal(t *testing.T) {
 		timeout:         10 * time.Second,
 		releaseTerminal: true,
 	})
-	pr.host.c.rpc = &serverRPC{s: &grpcServer{impl: g, ringServing: ringServing{rings: pr.server}}}
-	p := &Plugin{grpcClient: pr.host.c}
-	p.rings.Store(pr.host)
+	p := hostCalls{r: pr.host, rpc: &serverCancel{impl: g, server: pr.server}}
 	res, err := p.Post(ctx, []sdk.PostSpec{pr.spec()})
 	require.NoError(t, err)
 	require.NoError(t, res[0].Err)

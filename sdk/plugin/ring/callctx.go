@@ -1,4 +1,4 @@
-package plugin
+package ring
 
 import (
 	"context"
@@ -9,9 +9,9 @@ import (
 // callCtx is the context of a call the pump serves from the submission
 // ring: its deadline is the one the host wrote into the entry. Unlike
 // context.WithDeadline it arms no timer unless someone asks for Done:
-// on this machine a timer costs some 0.7 µs to arm and stop, a third of
-// what a 4 KiB transfer takes from Post to DONE, and a transport's Post
-// or Release rarely waits on its context. Err compares the deadline with
+// arming and stopping a timer costs a sizeable share of what a small
+// transfer takes from Post to DONE, and a transport's Post or Release
+// rarely waits on its context. Err compares the deadline with
 // the clock, so a transport that only checks Err (as sdk/kit does) never
 // makes a timer. end cancels it once the call returned.
 type callCtx struct {

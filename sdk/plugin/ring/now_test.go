@@ -1,4 +1,4 @@
-package plugin
+package ring
 
 import (
 	"context"
@@ -33,9 +33,7 @@ func TestNowCallsAnswerFromTheRings(t *testing.T) {
 		timeout:         10 * time.Second,
 		releaseTerminal: true,
 	})
-	pr.host.c.rpc = &noGRPC{}
-	p := &Plugin{grpcClient: pr.host.c, desc: sdk.Description{Capabilities: sdk.Capabilities{Events: true}}}
-	p.rings.Store(pr.host)
+	p, _ := pr.calls()
 
 	calls := pr.host.nextCall
 	_, ok := p.EventsNow(0)

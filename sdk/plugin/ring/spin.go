@@ -1,0 +1,48 @@
+package ring
+
+import (
+	"runtime"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// How a side spins while it waits for its peer, before it sleeps: when
+// it keeps its CPU and when it gives it away.
+
+// pureSpin is how long a spinner keeps its CPU before it starts
+// giving it away.
+const pureSpin = 50 * time.Microsecond
+
+// yield is one round of a spin that began at since, by the owner of mine
+// waiting for the owner of peer. While the peer last ran on another CPU,
+// and for at most pureSpin, it only lets the other goroutines of this
+// process run: a peer on another CPU answers in well under a microsecond,
+// and giving the CPU away (sched_yield) costs several microseconds per
+// hand-off on a busy machine. When the peer last ran on this very CPU, or the spin has
+// lasted, the spinner gives its CPU to other processes too: otherwise a
+// spinner that shares its CPU with its peer stalls them both for a
+// scheduler slice.
+func yield(since time.Time, mine, peer doorbell) {
+	pause(since, sameCPU(mine, peer))
+}
+
+// sameCPU records where the owner of mine runs and reports whether the
+// owner of peer last ran there too. The caller must hold the mapping.
+func sameCPU(mine, peer doorbell) bool {
+	var cpu uint32
+	if _, _, errno := unix.RawSyscall(unix.SYS_GETCPU, uintptr(unsafe.Pointer(&cpu)), 0, 0); errno != 0 {
+		return false
+	}
+	mine.cpu.Store(cpu + 1)
+	return peer.cpu.Load() == cpu+1
+}
+
+// pause is yield's second half; it touches no mapping.
+func pause(since time.Time, same bool) {
+	runtime.Gosched()
+	if same || time.Since(since) > pureSpin {
+		_, _, _ = unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+	}
+}
