@@ -3,25 +3,19 @@ package host
 import (
 	"github.com/custody-dev/custody/core"
 	"github.com/custody-dev/custody/sdk"
+	"github.com/custody-dev/custody/sdk/plugin"
 )
 
-// localCalls is a transport process that answers some calls at once in the
-// host's own process, without waiting on the transport process: sdk/plugin's
-// Plugin over prompt rings, for what its completion ring already brought.
-// ok false: the call was not made; the executor makes it as usual.
-type localCalls interface {
-	EventsNow(max int) ([]sdk.Event, bool)
-	NotificationsNow(max int) ([]sdk.Notification, bool)
-	ReleaseNow(ids []sdk.HandleID) ([]error, bool)
-}
-
 // runLocal makes w's call against tp on the calling goroutine when tp can
-// answer it at once. The owner goroutine uses it only while nothing it
-// handed the executor is unreported (Host.queued), so the calls keep the
-// order core handed them out in; it costs no goroutine hand-off, where the
-// executor costs two (there and back) per call.
+// answer it at once in the host's own process (plugin.LocalAnswerer: a
+// Plugin over prompt rings, for what its completion ring already brought);
+// ok false: the call was not made, and the executor makes it as usual. The
+// owner goroutine uses it only while nothing it handed the executor is
+// unreported (Host.queued), so the calls keep the order core handed them
+// out in; it costs no goroutine hand-off, where the executor costs two
+// (there and back) per call.
 func runLocal(tp sdk.Transport, w core.Work) (workResult, bool) {
-	l, ok := tp.(localCalls)
+	l, ok := tp.(plugin.LocalAnswerer)
 	if !ok {
 		return workResult{}, false
 	}

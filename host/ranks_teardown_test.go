@@ -14,6 +14,7 @@ import (
 
 	"github.com/custody-dev/custody/client"
 	"github.com/custody-dev/custody/sdk"
+	"github.com/custody-dev/custody/sdk/plugin"
 )
 
 // teardownRecorder is a ranked host's transport process, recording the
@@ -80,7 +81,7 @@ func (r *teardownRecorder) Events(ctx context.Context, max int) ([]sdk.Event, er
 }
 
 func (r *teardownRecorder) Rings() bool {
-	rr, ok := r.process.(interface{ Rings() bool })
+	rr, ok := r.process.(plugin.RingReporter)
 	return !ok || rr.Rings()
 }
 
