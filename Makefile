@@ -10,7 +10,7 @@ GOBIN_TOOLS := $(CURDIR)/.tools
 PYTHON := $(CURDIR)/.venv/bin/python
 PROTO := sdk/plugin/proto/custody/transport/v1/transport.proto api/engine/v1/engine.proto
 
-.PHONY: all build test test-python lint-python test-nixl demo vllm-demo soak proto bench lint deps clean mutate
+.PHONY: all build test test-python lint-python test-nixl demo vllm-demo soak proto bench lint deps clean mutate explore
 
 all: build
 
@@ -30,6 +30,7 @@ build: deps
 
 test: build lint
 	CUSTODY_BIN=$(BIN) $(GO) test -race -count=1 -timeout 20m ./...
+	set -o pipefail; $(GO) test -count=1 -run '^TestExplore$$' -v ./core | grep -vE '^=== (RUN|PAUSE|CONT)'
 	@$(MAKE) --no-print-directory test-python
 
 # test-python makes .venv (scripts/python.sh: the custody package, its test
@@ -95,6 +96,14 @@ lint: deps
 mutate:
 	@test -x $(GOBIN_TOOLS)/gremlins || GOBIN=$(GOBIN_TOOLS) $(GO) install github.com/go-gremlins/gremlins/cmd/gremlins@$(GREMLINS_VERSION)
 	GOFLAGS="-count=1 -short -vet=off -ldflags=-w" $(GOBIN_TOOLS)/gremlins unleash --timeout-coefficient 15 ./core
+
+# explore runs core's explorer (core/explore_test.go) at its larger bound:
+# every configuration two inputs deeper than in make test, with every
+# failure code the contract allows. It takes hours; -explore.depth=N
+# (EXPLORE_FLAGS) overrides the depth.
+EXPLORE_FLAGS ?=
+explore:
+	$(GO) test -count=1 -run '^TestExplore$$' -explore.large $(EXPLORE_FLAGS) -timeout 0 -v ./core
 
 # proto regenerates the checked-in gRPC code from $(PROTO): Go, and the
 # Python package's engine API stubs (grpcio-tools, pinned in

@@ -59,7 +59,7 @@ func exploreConfigs(large bool) []exploreConfig {
 	base := exploreConfig{peers: []string{"p", "q"}, pools: 2, requests: 3, holdCap: 3 * time.Second, lease: 5 * time.Second,
 		wholeCodes: []string{"TIMEOUT", "BACKEND"}, itemCodes: []string{"BACKEND"}, applied: true, maxStates: 2_000_000}
 	pull := base
-	pull.name, pull.ranks, pull.kinds, pull.depth = "pull, 2 ranks", 2, []string{"read"}, 7
+	pull.name, pull.ranks, pull.kinds, pull.depth = "pull, 2 ranks", 2, []string{"read"}, 6
 	pull1 := base
 	pull1.name, pull1.ranks, pull1.kinds, pull1.depth, pull1.events = "pull, 1 rank, events", 1, []string{"read"}, 7, true
 	push := base
@@ -83,8 +83,12 @@ func exploreConfigs(large bool) []exploreConfig {
 // TestExplore runs every configuration to its bound and fails with the
 // shortest script that breaks an invariant.
 func TestExplore(t *testing.T) {
-	if testing.Short() && !*exploreLarge {
+	switch {
+	case *exploreLarge:
+	case testing.Short():
 		t.Skip("the explorer runs in the full test run (make test) and make explore")
+	case raceEnabled:
+		t.Skip("the explorer runs on one goroutine; make test runs it without the race detector")
 	}
 	for _, cfg := range exploreConfigs(*exploreLarge) {
 		t.Run(cfg.name, func(t *testing.T) {
