@@ -43,7 +43,7 @@ type Config struct {
 	// custody-<uid> in the temp directory.
 	StateDir string `yaml:"state_dir"`
 	// Group makes this host one rank of an engine with tensor parallelism
-	// (README, "Ranks"): the engine's name, this rank, the group size and the
+	// (docs/ranks.md): the engine's name, this rank, the group size and the
 	// etcd the ranks agree through. Absent, or of size 1, the host decides
 	// alone and needs no etcd.
 	Group *group.Config `yaml:"group"`

@@ -8,7 +8,7 @@ import (
 	"github.com/custody-dev/custody/host/group"
 )
 
-// Peers by name (README, "Ranks"). A RemoteRank's address may name, instead of a
+// Peers by name (docs/ranks.md). A RemoteRank's address may name, instead of a
 // host:port or a peer of the static list:
 //
 //   - "etcd:NAME": the host published as NAME in the rank group's

@@ -18,7 +18,7 @@ find_nixl() {
     prefix="$(pkg-config --variable=prefix nixl 2>/dev/null || true)"
   fi
   if [ -z "$prefix" ]; then
-    why="NIXL not found: set NIXL_PREFIX to a NIXL install (README: NIXL)"
+    why="NIXL not found: set NIXL_PREFIX to a NIXL install (docs/nixl.md)"
     return 1
   fi
   if [ ! -f "$prefix/include/nixl.h" ]; then

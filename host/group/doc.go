@@ -1,6 +1,6 @@
 // Package group is the rank group: the custody hosts of one engine's ranks
 // (one host per tensor-parallel rank) agreeing over etcd on what each may
-// do alone and what they decide together (README, "Ranks"; rules 9-11 of
+// do alone and what they decide together (docs/ranks.md; rules 9-11 of
 // docs/guarantees.md, which states the rules cited here by number).
 //
 // etcd holds, under /custody/engines/<engine>/: each rank's member record

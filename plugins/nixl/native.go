@@ -20,7 +20,7 @@ import (
 
 // This file is the only one that speaks cgo: thin wrappers over shim.cpp.
 // The include and library paths come from CGO_CPPFLAGS and CGO_LDFLAGS,
-// which the Makefile sets from NIXL_PREFIX (README: NIXL).
+// which the Makefile sets from NIXL_PREFIX (docs/nixl.md).
 
 // status is a nixl_status_t, or statusException when NIXL threw.
 type status int

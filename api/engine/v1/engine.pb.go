@@ -1347,7 +1347,7 @@ type StatusResponse struct {
 	Requests uint64 `protobuf:"varint,16,opt,name=requests,proto3" json:"requests,omitempty"`
 	// The transport process now (0 while it restarts).
 	TransportPid int64 `protobuf:"varint,17,opt,name=transport_pid,json=transportPid,proto3" json:"transport_pid,omitempty"`
-	// A rank of a group (README, "Ranks"): the pools poisoned on every rank, the
+	// A rank of a group (docs/ranks.md): the pools poisoned on every rank, the
 	// requests that succeeded here and failed on another rank, and the
 	// requests finished here that wait for the other ranks. Empty and zero on
 	// a host that decides alone.

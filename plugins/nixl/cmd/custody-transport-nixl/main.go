@@ -3,7 +3,7 @@
 // Command custody-transport-nixl is the NIXL transport as a plugin
 // process: one nixlAgent per process, launched by the custody host
 // (plugin.Launch). It builds only with the nixl build tag against an
-// installed NIXL (README: NIXL).
+// installed NIXL (docs/nixl.md).
 package main
 
 import (
