@@ -6,7 +6,8 @@ import (
 )
 
 // DefaultHoldCap is how long a handle may stay non-terminal (live, retained
-// or retired) before it is escalated (rule 8). It is the seeds' 120 s.
+// or retired) before it is escalated (rule 8): two minutes, long past any
+// transfer that still makes progress.
 const DefaultHoldCap = 120 * time.Second
 
 // DefaultBatch is the most items core puts in one batched transport call
@@ -25,8 +26,8 @@ const (
 	// forgotten without proof that it stopped (an Alert of error level says
 	// so), and its blocks are quarantined, never handed back for reuse.
 	EscalateQuarantine
-	// EscalateReleaseAndReuse is the seeds' behaviour: forget the handle and
-	// hand its blocks back as invalid, so the engine reuses them. A transfer
+	// EscalateReleaseAndReuse forgets the handle and hands its blocks back as
+	// invalid, so the engine reuses them. A transfer
 	// still running may corrupt the next owner of those blocks; choose it only
 	// knowingly.
 	EscalateReleaseAndReuse

@@ -31,8 +31,8 @@ func (c *Core) hold(x *xfer) {
 }
 
 // expireHolds escalates every handle whose hold-cap deadline passed and
-// that is still tracked (rule 8; also bounds seed 001's open risk of a
-// handle that never turns terminal).
+// that is still tracked (rule 8), so a handle that never turns terminal
+// holds its blocks for the cap at most.
 func (c *Core) expireHolds() {
 	for c.holdHead < len(c.holdQ) {
 		e := c.holdQ[c.holdHead]

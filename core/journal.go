@@ -6,7 +6,7 @@ import (
 	"github.com/custody-dev/custody/sdk"
 )
 
-// entry is one native acquisition of a handshake (rule 5, seed 000): a
+// entry is one native acquisition of a handshake (rule 5): a
 // loaded peer or a prepared remote dlist of one remote rank. It is recorded
 // the moment the transport returns it, before control leaves ConnectPeer, and
 // it leaves the journal only when the peer is published (the peer record

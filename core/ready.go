@@ -148,9 +148,9 @@ func (l AlertLevel) String() string {
 	return fmt.Sprintf("AlertLevel(%d)", uint8(l))
 }
 
-// Alert is one event worth a log line. Kind names the failure type (as the
-// seeds log them: "transfer_failed", "transfer_release_failed", ...); the
-// other fields are set where they apply.
+// Alert is one event worth a log line. Kind names the failure type
+// ("transfer_failed", "transfer_release_failed", ...: the failure_type of
+// the host's log and metrics); the other fields are set where they apply.
 type Alert struct {
 	Level   AlertLevel
 	Kind    string

@@ -6,7 +6,7 @@ import (
 	"github.com/custody-dev/custody/sdk"
 )
 
-// Rule 15 (seed 003): a transport may connect to a peer lazily, on the first
+// Rule 15: a transport may connect to a peer lazily, on the first
 // notification to it, and a first notification that was canceled or failed
 // can leave the peer's connection unmade for good. So when the first
 // notification handed out to a remote rank fails (an item error other than

@@ -112,7 +112,8 @@ type EscalationConfig struct {
 	Cap time.Duration `yaml:"cap"`
 	// Policy is what escalation does: "fence" (default: kill the transport
 	// process, then quarantine what the fence does not cover), or
-	// "release-and-reuse", the seeds' unsafe behaviour, only when chosen.
+	// "release-and-reuse" (forget the handle and reuse its blocks: unsafe
+	// while a transfer may run), only when chosen.
 	Policy string `yaml:"policy"`
 }
 
