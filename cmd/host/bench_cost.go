@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/custody-dev/custody/demo"
+	"github.com/custody-dev/custody/internal/cluster"
 )
 
 // procCost is what processes used so far: time on a CPU and context
@@ -94,8 +94,8 @@ func threadsCost(pid int) (procCost, error) {
 
 // pairCost is the cost so far of the pair's hosts with their transports,
 // and of this process (the engine side of the bench).
-func pairCost(p *demo.Pair) (hosts, engine procCost, err error) {
-	for _, h := range []*demo.Host{p.Prefill, p.Decode} {
+func pairCost(p *cluster.Pair) (hosts, engine procCost, err error) {
+	for _, h := range []*cluster.Host{p.Prefill, p.Decode} {
 		c, _, err := treeCost(h.Pid())
 		if err != nil {
 			return procCost{}, procCost{}, fmt.Errorf("%s: cost: %w", h.Name, err)

@@ -21,8 +21,8 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/custody-dev/custody/client"
-	"github.com/custody-dev/custody/demo"
 	"github.com/custody-dev/custody/host"
+	"github.com/custody-dev/custody/internal/cluster"
 	"github.com/custody-dev/custody/internal/drive"
 )
 
@@ -109,7 +109,7 @@ func runE2E(ctx context.Context, out io.Writer, cfg e2eConfig) (err error) {
 		return fmt.Errorf("in-process reference: %w", err)
 	}
 
-	pair, err := demo.StartPair(ctx, demo.PairOptions{Custody: cfg.custody, Transport: cfg.transport, Params: cfg.params,
+	pair, err := cluster.StartPair(ctx, cluster.PairOptions{Custody: cfg.custody, Transport: cfg.transport, Params: cfg.params,
 		Dir: dir, Blocks: 2 * max(cfg.concurrency, 1), BlockSize: cfg.blockSize})
 	if err != nil {
 		return err
@@ -188,7 +188,7 @@ func pct(ds []time.Duration, p int) time.Duration {
 // e2eBench is the two hosts and the blocks each worker pulls: worker w
 // reads prefill block src[w] into decode block dst[w].
 type e2eBench struct {
-	pair     *demo.Pair
+	pair     *cluster.Pair
 	pw, dw   *reports
 	src, dst []uint32
 	seq      atomic.Uint64

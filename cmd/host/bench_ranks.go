@@ -17,7 +17,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/custody-dev/custody/client"
-	"github.com/custody-dev/custody/demo"
+	"github.com/custody-dev/custody/internal/cluster"
 	"github.com/custody-dev/custody/internal/drive"
 )
 
@@ -34,7 +34,7 @@ const ranksReportWait = 30 * time.Second
 // rankMode is one of the two rank sets measured, with its report watchers.
 type rankMode struct {
 	name     string
-	set      *demo.RankSet
+	set      *cluster.RankSet
 	pre, dec []*reports
 	// src[r] are prefill rank r's blocks, dst[q] decode rank q's: worker w
 	// uses src[r][2w+q] (read by decode rank q) and dst[q][2w+r] (its part
@@ -85,7 +85,7 @@ func runE2ERanks(ctx context.Context, out io.Writer, cfg e2eConfig) (err error) 
 	}()
 	for i, coordinated := range []bool{true, false} {
 		name := map[bool]string{true: "coordinated", false: "independent"}[coordinated]
-		set, err := demo.StartRankSet(ctx, demo.RankSetOptions{Custody: cfg.custody, Dir: filepath.Join(dir, name),
+		set, err := cluster.StartRankSet(ctx, cluster.RankSetOptions{Custody: cfg.custody, Dir: filepath.Join(dir, name),
 			Coordinated: coordinated, Blocks: blocks, BlockSize: cfg.blockSize})
 		if err != nil {
 			return fmt.Errorf("%s ranks: %w", name, err)
@@ -221,7 +221,7 @@ func (m *rankMode) stop() error {
 
 func (m *rankMode) prepare(ctx context.Context, n int) error {
 	for _, hs := range []struct {
-		hosts []*demo.Host
+		hosts []*cluster.Host
 		to    *[][]uint32
 	}{{m.set.Prefill, &m.src}, {m.set.Decode, &m.dst}} {
 		for _, h := range hs.hosts {
@@ -286,7 +286,7 @@ func (m *rankMode) pull(ctx context.Context, prefix string, w int) (time.Duratio
 		select {
 		case <-stuck.C:
 			var held []string
-			for _, h := range append(append([]*demo.Host{}, m.set.Decode...), m.set.Prefill...) {
+			for _, h := range append(append([]*cluster.Host{}, m.set.Decode...), m.set.Prefill...) {
 				if st, err := h.Client.Status(ctx); err == nil && st.GetRequests() > 0 {
 					held = append(held, fmt.Sprintf("%s holds %d requests", h.Name, st.GetRequests()))
 				}
@@ -384,7 +384,7 @@ func (m *rankMode) countWrites(ctx context.Context) (func() (map[string]int, int
 		n := map[string]uint64{}
 		for _, hs := range []struct {
 			engine string
-			hosts  []*demo.Host
+			hosts  []*cluster.Host
 		}{{"pre", m.set.Prefill}, {"dec", m.set.Decode}} {
 			for r, h := range hs.hosts {
 				st, err := h.Client.Status(ctx)
@@ -421,7 +421,7 @@ func (m *rankMode) countWrites(ctx context.Context) (func() (map[string]int, int
 // below them (their transports), and by the hosts alone, as /proc counts
 // it (bench_cost.go).
 func (m *rankMode) cpu() (all, hosts time.Duration, err error) {
-	for _, h := range append(append([]*demo.Host{}, m.set.Prefill...), m.set.Decode...) {
+	for _, h := range append(append([]*cluster.Host{}, m.set.Prefill...), m.set.Decode...) {
 		total, own, err := treeCost(h.Pid())
 		if err != nil {
 			return 0, 0, fmt.Errorf("%s: CPU time: %w", h.Name, err)
