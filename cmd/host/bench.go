@@ -19,6 +19,7 @@ import (
 	"github.com/custody-dev/custody/internal/drive"
 	"github.com/custody-dev/custody/sdk"
 	"github.com/custody-dev/custody/sdk/plugin"
+	"github.com/custody-dev/custody/sdk/plugin/agent"
 )
 
 func init() {
@@ -173,8 +174,8 @@ func runBench(ctx context.Context, out io.Writer, cfg benchConfig) (err error) {
 	if err != nil {
 		return fmt.Errorf("LocalMetadata of %s: %w", b.name, err)
 	}
-	pr, err := drive.One(a.pl.LoadPeers(ctx, []sdk.PeerSpec{{Name: b.name, Metadata: md}}))
-	if err = drive.FirstErr(err, pr.Err); err != nil {
+	pr, err := agent.One(a.pl.LoadPeers(ctx, []sdk.PeerSpec{{Name: b.name, Metadata: md}}))
+	if err = agent.FirstErr(err, pr.Err); err != nil {
 		return fmt.Errorf("%s LoadPeers(%s): %w", a.name, b.name, err)
 	}
 	a.peer = pr.ID
@@ -234,7 +235,7 @@ func (s *benchSide) start(ctx context.Context, path string, params map[string]st
 	if err := pl.Open(ctx, sdk.OpenRequest{Agent: s.name, Params: params}); err != nil {
 		return fmt.Errorf("Open %s: %w", s.name, err)
 	}
-	f, err := os.CreateTemp(drive.ShmDir(), "custody-bench-")
+	f, err := os.CreateTemp(agent.Dir(), "custody-bench-")
 	if err != nil {
 		return err
 	}
@@ -243,8 +244,8 @@ func (s *benchSide) start(ctx context.Context, path string, params map[string]st
 	if err != nil {
 		return err
 	}
-	reg, err := drive.One(pl.RegisterMemory(ctx, []sdk.Region{{Path: s.path, Length: benchRegionBytes, Kind: sdk.MemoryHost}}))
-	if err = drive.FirstErr(err, reg.Err); err != nil {
+	reg, err := agent.One(pl.RegisterMemory(ctx, []sdk.Region{{Path: s.path, Length: benchRegionBytes, Kind: sdk.MemoryHost}}))
+	if err = agent.FirstErr(err, reg.Err); err != nil {
 		return fmt.Errorf("RegisterMemory %s: %w", s.name, err)
 	}
 	s.region = reg.ID
@@ -384,8 +385,8 @@ func (s *benchSide) measure(ctx context.Context, b *benchSide, op sdk.Op, size i
 func (s *benchSide) teardown(ctx context.Context) error {
 	var errs []error
 	if s.peer != 0 {
-		e, err := drive.One(s.pl.UnloadPeers(ctx, []sdk.PeerID{s.peer}))
-		errs = append(errs, drive.FirstErr(err, e))
+		e, err := agent.One(s.pl.UnloadPeers(ctx, []sdk.PeerID{s.peer}))
+		errs = append(errs, agent.FirstErr(err, e))
 	}
 	return errors.Join(errs...)
 }
@@ -399,8 +400,8 @@ func (s *benchSide) stop() error {
 	defer cancel()
 	var errs []error
 	if s.region != 0 {
-		e, err := drive.One(s.pl.DeregisterMemory(ctx, []sdk.RegionID{s.region}))
-		errs = append(errs, drive.FirstErr(err, e))
+		e, err := agent.One(s.pl.DeregisterMemory(ctx, []sdk.RegionID{s.region}))
+		errs = append(errs, agent.FirstErr(err, e))
 	}
 	errs = append(errs, s.pl.Close(ctx))
 	s.pl.Stop()

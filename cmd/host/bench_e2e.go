@@ -24,6 +24,7 @@ import (
 	"github.com/custody-dev/custody/host"
 	"github.com/custody-dev/custody/internal/cluster"
 	"github.com/custody-dev/custody/internal/drive"
+	"github.com/custody-dev/custody/sdk/plugin/agent"
 )
 
 // e2eConfig is what `custody bench --e2e` measures.
@@ -88,7 +89,7 @@ const e2eWarmup = 20
 // processes.
 func runE2E(ctx context.Context, out io.Writer, cfg e2eConfig) (err error) {
 	note := cfg.fakeFence()
-	dir, err := os.MkdirTemp(drive.ShmDir(), "custody-bench-e2e-")
+	dir, err := os.MkdirTemp(agent.Dir(), "custody-bench-e2e-")
 	if err != nil {
 		return err
 	}

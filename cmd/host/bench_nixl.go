@@ -16,6 +16,7 @@ import (
 	"github.com/custody-dev/custody/internal/drive"
 	"github.com/custody-dev/custody/sdk"
 	"github.com/custody-dev/custody/sdk/plugin"
+	"github.com/custody-dev/custody/sdk/plugin/agent"
 )
 
 // `custody bench --plugin custody-transport-nixl`: custody over NIXL
@@ -92,8 +93,8 @@ func runNIXLBench(ctx context.Context, out io.Writer, cfg nixlBenchConfig) error
 		if err != nil {
 			return nil, fmt.Errorf("LocalMetadata of %s: %w", b.name, err)
 		}
-		pr, err := drive.One(a.pl.LoadPeers(ctx, []sdk.PeerSpec{{Name: b.name, Metadata: md}}))
-		if err = drive.FirstErr(err, pr.Err); err != nil {
+		pr, err := agent.One(a.pl.LoadPeers(ctx, []sdk.PeerSpec{{Name: b.name, Metadata: md}}))
+		if err = agent.FirstErr(err, pr.Err); err != nil {
 			return nil, fmt.Errorf("%s LoadPeers(%s): %w", a.name, b.name, err)
 		}
 		a.peer = pr.ID

@@ -18,7 +18,7 @@ import (
 
 	"github.com/custody-dev/custody/client"
 	"github.com/custody-dev/custody/internal/cluster"
-	"github.com/custody-dev/custody/internal/drive"
+	"github.com/custody-dev/custody/sdk/plugin/agent"
 )
 
 // ranksBenchRounds is how many times each mode is measured, interleaved
@@ -69,7 +69,7 @@ func runE2ERanks(ctx context.Context, out io.Writer, cfg e2eConfig) (err error) 
 	if cfg.transport != "fake" {
 		return fmt.Errorf("--ranks 2: only the fake transport is supported, not %q", cfg.transport)
 	}
-	dir, err := os.MkdirTemp(drive.ShmDir(), "custody-bench-ranks-")
+	dir, err := os.MkdirTemp(agent.Dir(), "custody-bench-ranks-")
 	if err != nil {
 		return err
 	}
