@@ -99,23 +99,26 @@ func (a *Agent) Connect(ctx context.Context, b *Agent) error {
 }
 
 // Release frees what the agent holds: it unloads its peer, then
-// deregisters its region. The caller has released the dlists and handles
-// it made. It goes on past a failure and returns every one.
+// deregisters its region, and forgets each that it freed. The caller has
+// released the dlists and handles it made. It goes on past a failure and
+// returns every one.
 func (a *Agent) Release(ctx context.Context) error {
 	var errs []error
 	if a.Peer != 0 {
 		e, err := One(a.Transport.UnloadPeers(ctx, []sdk.PeerID{a.Peer}))
 		if err = FirstErr(err, e); err != nil {
 			errs = append(errs, fmt.Errorf("UnloadPeers %s: %w", a.Name, err))
+		} else {
+			a.Peer = 0
 		}
-		a.Peer = 0
 	}
 	if a.Region != nil && a.Region.ID != 0 {
 		e, err := One(a.Transport.DeregisterMemory(ctx, []sdk.RegionID{a.Region.ID}))
 		if err = FirstErr(err, e); err != nil {
 			errs = append(errs, fmt.Errorf("DeregisterMemory %s: %w", a.Name, err))
+		} else {
+			a.Region.ID = 0
 		}
-		a.Region.ID = 0
 	}
 	return errors.Join(errs...)
 }
