@@ -1,11 +1,12 @@
 package conformance
 
 import (
+	"context"
 	"fmt"
-	"maps"
 	"sync"
 
 	"github.com/custody-dev/custody/sdk"
+	pluginagent "github.com/custody-dev/custody/sdk/plugin/agent"
 )
 
 // agent is one opened transport of a check with the tracker of every
@@ -49,17 +50,28 @@ func (e *env) agent() *agent {
 	e.t.Helper()
 	ctx, cancel := e.callCtx()
 	defer cancel()
-	ag, err := e.cfg.New(ctx)
-	if err != nil {
-		e.t.Fatalf("factory: start agent: %v", err)
-	}
-	a := &agent{e: e, t: e.t, agentState: &agentState{name: fmt.Sprintf("%s-%d", e.prefix, len(e.agents)), tr: ag.Transport, ag: ag, live: map[any]bool{}}}
-	if err := a.tr.Open(ctx, sdk.OpenRequest{Agent: a.name, Params: maps.Clone(e.cfg.Params)}); err != nil {
-		if ag.Stop != nil {
-			ag.Stop()
+	var (
+		ag       Agent
+		startErr error
+	)
+	start := func(ctx context.Context) (sdk.Transport, func(), error) {
+		if ag, startErr = e.cfg.New(ctx); startErr != nil {
+			return nil, nil, startErr
 		}
-		e.t.Fatalf("Open(agent %q, params %v): %v", a.name, e.cfg.Params, err)
+		if ag.Stop == nil {
+			return ag.Transport, func() {}, nil
+		}
+		return ag.Transport, ag.Stop, nil
 	}
+	name := fmt.Sprintf("%s-%d", e.prefix, len(e.agents))
+	opened, err := pluginagent.Open(ctx, start, name, e.cfg.Params)
+	switch {
+	case startErr != nil:
+		e.t.Fatalf("factory: start agent: %v", startErr)
+	case err != nil:
+		e.t.Fatalf("%v (params %v)", err, e.cfg.Params)
+	}
+	a := &agent{e: e, t: e.t, agentState: &agentState{name: name, tr: opened.Transport, ag: ag, live: map[any]bool{}}}
 	e.agents = append(e.agents, a)
 	return a
 }

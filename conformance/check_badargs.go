@@ -104,8 +104,8 @@ var checkBadArguments = check{
 		inv := sdk.CodeInvalidArgument
 		cases := []badCall{
 			{"RegisterMemory(missing file)", inv, register(sdk.Region{Path: missing, Length: 4096, Kind: sdk.MemoryHost})},
-			{"RegisterMemory(zero length)", inv, register(sdk.Region{Path: l.src.f.Name(), Length: 0, Kind: sdk.MemoryHost})},
-			{"RegisterMemory(past end of file)", inv, register(sdk.Region{Path: l.src.f.Name(), Length: 1 << 20, Kind: sdk.MemoryHost})},
+			{"RegisterMemory(zero length)", inv, register(sdk.Region{Path: l.src.File.Name(), Length: 0, Kind: sdk.MemoryHost})},
+			{"RegisterMemory(past end of file)", inv, register(sdk.Region{Path: l.src.File.Name(), Length: 1 << 20, Kind: sdk.MemoryHost})},
 			{"RegisterMemory(empty path)", inv, register(sdk.Region{Length: 4096, Kind: sdk.MemoryHost})},
 			{"DeregisterMemory(unknown region)", sdk.CodeNotFound, batch(func(ctx context.Context) ([]error, error) {
 				return a.tr.DeregisterMemory(ctx, []sdk.RegionID{1<<63 + 7})

@@ -60,7 +60,7 @@ var checkBusyInUse = check{
 						return a.tr.UnloadPeers(ctx, []sdk.PeerID{f.peer})
 					})
 					refused(t, "DeregisterMemory(region of live dlists)", func(ctx context.Context) ([]error, error) {
-						return a.tr.DeregisterMemory(ctx, []sdk.RegionID{f.src.id})
+						return a.tr.DeregisterMemory(ctx, []sdk.RegionID{f.src.ID})
 					})
 				}
 				// The rule is exercised: Cancel spares the rest of the
@@ -99,7 +99,7 @@ var checkBusyInUse = check{
 				return
 			}
 			refused(t, "DeregisterMemory(region of live dlists, no handle left)", func(ctx context.Context) ([]error, error) {
-				return a.tr.DeregisterMemory(ctx, []sdk.RegionID{f.src.id})
+				return a.tr.DeregisterMemory(ctx, []sdk.RegionID{f.src.ID})
 			})
 		})
 		if after := held(); !e.t.Failed() && after != before {

@@ -58,9 +58,9 @@ var checkCloseRefused = check{
 		if l.b != l.a {
 			closeRefused("a region")
 		}
-		a.deregister(l.src.id)
+		a.deregister(l.src.ID)
 		if l.b == l.a {
-			a.deregister(l.dst.id)
+			a.deregister(l.dst.ID)
 		}
 		if got := a.resources(); !got.Zero() {
 			e.t.Errorf("Resources after freeing everything: %+v, want all zero", got)

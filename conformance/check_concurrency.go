@@ -51,7 +51,7 @@ func concWorker(e *env, l *link, w int) ([]sdk.HandleID, error) {
 	base := uint64(w * concBatch * concSlot)
 	for round := range concRounds {
 		want := pattern(uint64(1000*w+round), concBatch*concSlot)
-		if _, err := l.src.f.WriteAt(want, int64(l.src.base+base)); err != nil {
+		if _, err := l.src.File.WriteAt(want, int64(l.src.Offset+base)); err != nil {
 			return nil, err
 		}
 		specs := make([]sdk.DlistSpec, 0, 2*concBatch)
@@ -94,7 +94,7 @@ func concWorker(e *env, l *link, w int) ([]sdk.HandleID, error) {
 			return ids, err
 		}
 		got := make([]byte, len(want))
-		if _, err := l.dst.f.ReadAt(got, int64(l.dst.base+base)); err != nil {
+		if _, err := l.dst.File.ReadAt(got, int64(l.dst.Offset+base)); err != nil {
 			return nil, err
 		}
 		if i := firstDiff(got, want); i >= 0 {

@@ -5,10 +5,10 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"maps"
-	"os"
 	"path/filepath"
 
 	"github.com/custody-dev/custody/sdk"
+	pluginagent "github.com/custody-dev/custody/sdk/plugin/agent"
 )
 
 // gateCall is a call the gate of Open and Close must refuse: its code, and
@@ -98,9 +98,11 @@ var checkGate = check{
 		}
 		tr := ag.Transport
 		path := filepath.Join(e.dir, "gate")
-		if err := os.WriteFile(path, make([]byte, 4096), 0o600); err != nil {
+		f, err := pluginagent.CreateFile(path, 4096)
+		if err != nil {
 			e.t.Fatalf("create region file: %v", err)
 		}
+		_ = f.Close()
 		var accepted []sdk.RegionID
 		calls := gateCalls(tr, e.desc.Capabilities.Events, path, func(id sdk.RegionID) { accepted = append(accepted, id) })
 		refuse := func(when string, open bool) {
@@ -207,6 +209,6 @@ var checkOpenOnce = check{
 		if md := a.metadata(); len(md) == 0 {
 			e.t.Errorf("LocalMetadata after refused Opens is empty")
 		}
-		a.deregister(r.id)
+		a.deregister(r.ID)
 	},
 }

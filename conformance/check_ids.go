@@ -29,7 +29,7 @@ var checkIDsNeverReused = check{
 			}
 			seen[id] = what
 		}
-		issued("RegisterMemory (link source region)", uint64(l.src.id))
+		issued("RegisterMemory (link source region)", uint64(l.src.ID))
 		issued("LoadPeers (link peer)", uint64(l.peer))
 		issued("PrepareDescriptors (link local dlist)", uint64(l.ld))
 		issued("PrepareDescriptors (link remote dlist)", uint64(l.rd))
@@ -63,8 +63,8 @@ var checkIDsNeverReused = check{
 
 		for k := range 16 {
 			r := l.a.region(4096)
-			issued("RegisterMemory round "+itoa(uint64(k))+" (region)", uint64(r.id))
-			l.a.deregister(r.id)
+			issued("RegisterMemory round "+itoa(uint64(k))+" (region)", uint64(r.ID))
+			l.a.deregister(r.ID)
 		}
 
 		// Peers last: the link's peer must be free to load b again.

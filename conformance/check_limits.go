@@ -74,7 +74,7 @@ var checkLimits = check{
 		ones := func(r *region, n uint32) []sdk.Descriptor {
 			d := make([]sdk.Descriptor, n)
 			for i := range d {
-				d[i] = r.desc(uint64(i)%r.size, 1)
+				d[i] = r.desc(uint64(i)%r.Length, 1)
 			}
 			return d
 		}

@@ -233,7 +233,7 @@ func (e *env) peerLossRound(a, b *agent, n uint64) int {
 	a.release(ids...)
 	a.releaseDlists(ld, rd)
 	a.unloadPeer(peer)
-	a.deregister(ra.id)
+	a.deregister(ra.ID)
 	return cut
 }
 
@@ -248,8 +248,8 @@ func landed(m lossMove, off, k uint64) bool {
 // it: its memory is returned once no process maps it any more, rather
 // than when the check ends.
 func (r *region) discard() {
-	if err := os.Remove(r.f.Name()); err != nil && !os.IsNotExist(err) {
-		r.a.t.Logf("remove region file %s: %v", r.f.Name(), err)
+	if err := os.Remove(r.File.Name()); err != nil && !os.IsNotExist(err) {
+		r.a.t.Logf("remove region file %s: %v", r.File.Name(), err)
 	}
-	_ = r.f.Close()
+	_ = r.File.Close()
 }

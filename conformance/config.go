@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/custody-dev/custody/sdk"
+	pluginagent "github.com/custody-dev/custody/sdk/plugin/agent"
 )
 
 // Agent is one fresh transport a Factory started, not yet opened: the suite
@@ -68,10 +69,7 @@ func (cfg Config) withDefaults() (Config, error) {
 		return cfg, errors.New("conformance: Config.New is nil: give a Factory that starts a fresh agent")
 	}
 	if cfg.Dir == "" {
-		cfg.Dir = os.TempDir()
-		if fi, err := os.Stat("/dev/shm"); err == nil && fi.IsDir() {
-			cfg.Dir = "/dev/shm"
-		}
+		cfg.Dir = pluginagent.Dir()
 	}
 	if fi, err := os.Stat(cfg.Dir); err != nil || !fi.IsDir() {
 		return cfg, fmt.Errorf("conformance: Config.Dir %q is not a directory (%v): give a writable directory for region files", cfg.Dir, err)

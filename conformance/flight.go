@@ -74,8 +74,8 @@ func (f *flight) free() {
 	f.e.t.Helper()
 	f.a.releaseDlists(append([]sdk.DlistID{f.ld, f.bl, f.br}, f.rds...)...)
 	f.a.unloadPeer(f.peer)
-	f.a.deregister(f.src.id)
-	f.b.deregister(f.dst.id)
+	f.a.deregister(f.src.ID)
+	f.b.deregister(f.dst.ID)
 }
 
 // spec is the WRITE into worker w's slot.
@@ -118,8 +118,8 @@ func (f *flight) reset(t T, w int) {
 		for i := range b {
 			b[i] = ^f.want[off+uint64(i)]
 		}
-		if _, err := f.dst.f.WriteAt(b, int64(f.dst.base+uint64(w)*f.n+off)); err != nil {
-			t.Fatalf("reset slot %d of region %d: %v", w, f.dst.id, err)
+		if _, err := f.dst.File.WriteAt(b, int64(f.dst.Offset+uint64(w)*f.n+off)); err != nil {
+			t.Fatalf("reset slot %d of region %d: %v", w, f.dst.ID, err)
 		}
 	}
 }
@@ -129,8 +129,8 @@ func (f *flight) reset(t T, w int) {
 func (f *flight) farFromDone(t T, w int) bool {
 	for _, off := range f.probes() {
 		got := make([]byte, 4096)
-		if _, err := f.dst.f.ReadAt(got, int64(f.dst.base+uint64(w)*f.n+off)); err != nil {
-			t.Fatalf("read slot %d of region %d: %v", w, f.dst.id, err)
+		if _, err := f.dst.File.ReadAt(got, int64(f.dst.Offset+uint64(w)*f.n+off)); err != nil {
+			t.Fatalf("read slot %d of region %d: %v", w, f.dst.ID, err)
 		}
 		if string(got) == string(f.want[off:off+4096]) {
 			return false
@@ -144,8 +144,8 @@ func (f *flight) farFromDone(t T, w int) bool {
 func (f *flight) unfinished(t T, w int) bool {
 	off := f.probes()[1]
 	got := make([]byte, 4096)
-	if _, err := f.dst.f.ReadAt(got, int64(f.dst.base+uint64(w)*f.n+off)); err != nil {
-		t.Fatalf("read slot %d of region %d: %v", w, f.dst.id, err)
+	if _, err := f.dst.File.ReadAt(got, int64(f.dst.Offset+uint64(w)*f.n+off)); err != nil {
+		t.Fatalf("read slot %d of region %d: %v", w, f.dst.ID, err)
 	}
 	return string(got) != string(f.want[off:off+4096])
 }
@@ -161,8 +161,8 @@ func (f *flight) sample(t T, w int) []byte {
 	out := make([]byte, 0, (samples+1)*4096)
 	for _, off := range f.sampleOffsets() {
 		b := make([]byte, 4096)
-		if _, err := f.dst.f.ReadAt(b, int64(f.dst.base+uint64(w)*f.n+off)); err != nil {
-			t.Fatalf("read slot %d of region %d: %v", w, f.dst.id, err)
+		if _, err := f.dst.File.ReadAt(b, int64(f.dst.Offset+uint64(w)*f.n+off)); err != nil {
+			t.Fatalf("read slot %d of region %d: %v", w, f.dst.ID, err)
 		}
 		out = append(out, b...)
 	}

@@ -45,13 +45,13 @@ func expectBytes(r *region, off uint64, want []byte, what string) bool {
 	if got := r.read(off+n-tail, tail); firstDiff(got, want[n-tail:]) >= 0 {
 		i := firstDiff(got, want[n-tail:])
 		r.a.t.Errorf("%s: region %d of agent %q differs at byte %d of %d (last bytes checked first): got %#02x, want %#02x",
-			what, r.id, r.a.name, n-tail+uint64(i), n, got[i], want[n-tail+uint64(i)])
+			what, r.ID, r.a.name, n-tail+uint64(i), n, got[i], want[n-tail+uint64(i)])
 		return false
 	}
 	got := r.read(off, n)
 	if i := firstDiff(got, want); i >= 0 {
 		r.a.t.Errorf("%s: region %d of agent %q differs at byte %d of %d: got %#02x, want %#02x",
-			what, r.id, r.a.name, i, n, got[i], want[i])
+			what, r.ID, r.a.name, i, n, got[i], want[i])
 		return false
 	}
 	return true

@@ -3,21 +3,19 @@ package conformance
 import (
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
 
 	"github.com/custody-dev/custody/sdk"
+	pluginagent "github.com/custody-dev/custody/sdk/plugin/agent"
 )
 
 // region is memory the suite shares with an agent: a file in the check's
-// directory, registered from byte base of the file on. The suite reads and
-// writes it through the file, so it sees what the transport's mapping sees.
+// directory, registered from byte Offset of the file on, seen by the
+// helpers of one agent view. The suite reads and writes it through the
+// file, so it sees what the transport's mapping sees.
 type region struct {
-	a    *agent
-	id   sdk.RegionID
-	f    *os.File
-	base uint64
-	size uint64
+	a *agent
+	*pluginagent.Region
 }
 
 // regionSpec is a region to create: size bytes from file offset base.
@@ -27,34 +25,26 @@ type regionSpec struct{ size, base uint64 }
 func (a *agent) regions(specs ...regionSpec) []*region {
 	a.t.Helper()
 	out := make([]*region, len(specs))
-	req := make([]sdk.Region, len(specs))
+	shared := make([]*pluginagent.Region, len(specs))
 	for i, s := range specs {
 		path := filepath.Join(a.e.dir, fmt.Sprintf("r%d", a.e.files.Add(1)))
-		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+		f, err := pluginagent.CreateFile(path, s.base+s.size)
 		if err != nil {
-			a.t.Fatalf("create region file: %v", err)
+			a.t.Fatalf("create region file %s of %d bytes: %v", path, s.base+s.size, err)
 		}
 		a.t.Cleanup(func() { _ = f.Close() })
-		if err := f.Truncate(int64(s.base + s.size)); err != nil {
-			a.t.Fatalf("size region file %s to %d bytes: %v", path, s.base+s.size, err)
-		}
-		out[i] = &region{a: a, f: f, base: s.base, size: s.size}
-		req[i] = sdk.Region{Path: path, Offset: s.base, Length: s.size, Kind: sdk.MemoryHost}
+		shared[i] = &pluginagent.Region{File: f, Offset: s.base, Length: s.size}
+		out[i] = &region{a: a, Region: shared[i]}
 	}
 	ctx, cancel := a.e.callCtx()
 	defer cancel()
-	res, err := a.tr.RegisterMemory(ctx, req)
-	errs := make([]error, len(res))
-	for i, r := range res {
-		errs[i] = r.Err
-		if r.Err == nil {
+	errs, err := pluginagent.Register(ctx, a.tr, shared...)
+	for _, r := range shared {
+		if r.ID != 0 {
 			track(a, &a.heldRegions, r.ID)
 		}
 	}
-	a.itemErrs("RegisterMemory", errs, err, len(req))
-	for i, r := range res {
-		out[i].id = r.ID
-	}
+	a.itemErrs("RegisterMemory", errs, err, len(specs))
 	return out
 }
 
@@ -67,8 +57,8 @@ func (a *agent) region(size uint64) *region {
 // write stores b at offset off of the region.
 func (r *region) write(off uint64, b []byte) {
 	r.a.t.Helper()
-	if _, err := r.f.WriteAt(b, int64(r.base+off)); err != nil {
-		r.a.t.Fatalf("write %d bytes at %d of region %d: %v", len(b), off, r.id, err)
+	if _, err := r.File.WriteAt(b, int64(r.Offset+off)); err != nil {
+		r.a.t.Fatalf("write %d bytes at %d of region %d: %v", len(b), off, r.ID, err)
 	}
 }
 
@@ -76,16 +66,14 @@ func (r *region) write(off uint64, b []byte) {
 func (r *region) read(off, n uint64) []byte {
 	r.a.t.Helper()
 	b := make([]byte, n)
-	if _, err := r.f.ReadAt(b, int64(r.base+off)); err != nil {
-		r.a.t.Fatalf("read %d bytes at %d of region %d: %v", n, off, r.id, err)
+	if _, err := r.File.ReadAt(b, int64(r.Offset+off)); err != nil {
+		r.a.t.Fatalf("read %d bytes at %d of region %d: %v", n, off, r.ID, err)
 	}
 	return b
 }
 
 // desc is the descriptor of n bytes at offset off of the region.
-func (r *region) desc(off, n uint64) sdk.Descriptor {
-	return sdk.Descriptor{Region: r.id, Offset: off, Length: n}
-}
+func (r *region) desc(off, n uint64) sdk.Descriptor { return r.Desc(off, n) }
 
 // pattern returns n pseudo-random bytes determined by seed, so that two
 // transfers, or a transfer and a shifted copy of itself, never look alike.

@@ -1,5 +1,5 @@
 // Command custody-bench-ref runs the in-process references of `custody
-// bench --sdk` and `--e2e`: the transport driven directly, two agents in
+// bench sdk` and `bench e2e`: the transport driven directly, two agents in
 // this process. custody starts it with one request (JSON) on its standard
 // input and reads the figures from its standard output; it is a program of
 // its own so that custody links no transport library.

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 
 	"github.com/custody-dev/custody/sdk"
 	"github.com/custody-dev/custody/sdk/plugin"
+	"github.com/custody-dev/custody/sdk/plugin/agent"
 )
 
 func init() {
@@ -43,20 +45,13 @@ func init() {
 // describePlugin launches the transport at path, opens it with params (what
 // a transport promises can depend on them) and returns its Description.
 func describePlugin(ctx context.Context, path string, params map[string]string) (sdk.Description, error) {
-	pl, err := plugin.Launch(ctx, path, plugin.LaunchOptions{})
+	a, err := agent.Open(ctx, agent.Launch(path, plugin.LaunchOptions{}), "describe", params)
 	if err != nil {
-		return sdk.Description{}, err
+		return sdk.Description{}, fmt.Errorf("%s: %w", path, err)
 	}
-	defer pl.Stop()
-	if err := pl.Open(ctx, sdk.OpenRequest{Agent: "describe", Params: params}); err != nil {
-		return sdk.Description{}, fmt.Errorf("open %s: %w", path, err)
-	}
-	d, err := pl.Describe(ctx)
+	d, err := a.Transport.Describe(ctx)
 	if err != nil {
-		return sdk.Description{}, fmt.Errorf("describe %s: %w", path, err)
+		return sdk.Description{}, errors.Join(fmt.Errorf("describe %s: %w", path, err), a.Close(ctx))
 	}
-	if err := pl.Close(ctx); err != nil {
-		return sdk.Description{}, fmt.Errorf("close %s: %w", path, err)
-	}
-	return d, nil
+	return d, a.Close(ctx)
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/custody-dev/custody/sdk"
+	"github.com/custody-dev/custody/sdk/plugin/agent"
 )
 
 // ReferenceProgram is the name of the program that runs the in-process
@@ -106,13 +107,12 @@ func Serve(ctx context.Context, in io.Reader, out io.Writer, transports map[stri
 	var err error
 	switch ref.Kind {
 	case "sdk":
-		start := func(context.Context) (sdk.Transport, func(), error) { return mk(), func() {}, nil }
-		res.SDK, err = MeasureSDK(ctx, start, ref.Params, ref.MinTime)
+		res.SDK, err = MeasureSDK(ctx, agent.InProcess(mk), ref.Params, ref.MinTime)
 	case "pull":
 		if ref.N <= 0 || ref.BlockSize <= 0 || ref.Dir == "" {
 			return fmt.Errorf("pull: n %d, block size %d and dir %q: want n and block size above 0 and a dir", ref.N, ref.BlockSize, ref.Dir)
 		}
-		res.Pulls, err = Pull(ctx, mk, ref.Params, ref.Dir, ref.BlockSize, ref.N, ref.Warmup)
+		res.Pulls, err = Pull(ctx, agent.InProcess(mk), ref.Params, ref.Dir, ref.BlockSize, ref.N, ref.Warmup)
 	default:
 		return fmt.Errorf("kind %q: want sdk or pull", ref.Kind)
 	}

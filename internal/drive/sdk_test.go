@@ -11,6 +11,7 @@ import (
 
 	"github.com/custody-dev/custody/plugins/fake"
 	"github.com/custody-dev/custody/sdk"
+	"github.com/custody-dev/custody/sdk/plugin/agent"
 )
 
 // batches counts the Post calls that carry more than one transfer: the
@@ -32,7 +33,7 @@ func TestMeasureSDKLatencyRunsNoRate(t *testing.T) {
 	params := map[string]string{"dir": t.TempDir(), "fence": "initiated"}
 	for _, tc := range []struct {
 		name    string
-		measure func(context.Context, Start, map[string]string, time.Duration) (SDKResult, error)
+		measure func(context.Context, agent.Start, map[string]string, time.Duration) (SDKResult, error)
 		rate    bool
 	}{{"latency", MeasureSDKLatency, false}, {"both", MeasureSDK, true}} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,14 +1,14 @@
 """Pulls through two custody hosts driven from Python, for comparison with
-``bin/custody bench --e2e`` (cmd/host/bench_e2e.go), which measures the same
+``bin/custody bench e2e`` (internal/bench/e2e.go), which measures the same
 with the Go client.
 
 A pull is ExpectSend of one block on prefill, then Read of it into a block of
 decode (notify_producer), timed from Read until the request's finished report
 arrives on decode's watch_finished; the producer's finished report is awaited
 before the next pull. Both hosts run the fake transport with fence=initiated
-(as bench --e2e's default) in /dev/shm. The run: --warmup pulls, then --pulls
+(as bench e2e's default) in /dev/shm. The run: --warmup pulls, then --pulls
 sequential ones (latency p50/p99 and their rate), then --concurrency pulls
-kept in flight for --duration seconds (pulls per second), as bench --e2e.
+kept in flight for --duration seconds (pulls per second), as bench e2e.
 
     .venv/bin/python python/bench/pull.py [--pulls 200] [--concurrency 64]
 """
@@ -155,14 +155,14 @@ class Bench:
 
 
 def pct(xs: list[float], p: int) -> float:
-    """The p-th percentile of xs (nearest rank, as bench --e2e)."""
+    """The p-th percentile of xs (nearest rank, as bench e2e)."""
     s = sorted(xs)
     i = (len(s) * p + 99) // 100
     return s[max(0, min(len(s) - 1, i - 1))]
 
 
 def us(seconds: float) -> str:
-    """seconds in microseconds, as bench --e2e prints them."""
+    """seconds in microseconds, as bench e2e prints them."""
     return f"{seconds * 1e6:.1f}us"
 
 
@@ -206,7 +206,7 @@ def main() -> None:
         f"Python {sys.version.split()[0]}"
     )
     print(
-        f"method: as bench --e2e: ExpectSend on prefill, Read of one block on decode "
+        f"method: as bench e2e: ExpectSend on prefill, Read of one block on decode "
         f"(notify_producer), timed from Read to decode's watch_finished report; prefill's report "
         f"awaited before the next pull; {a.warmup} warm-up pulls"
     )

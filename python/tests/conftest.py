@@ -7,7 +7,7 @@
 ``custody_pair``
     a :class:`Pair`: a prefill and a decode host with the fake transport in
     a fresh directory, each with a registered pool ``kv`` and a client,
-    decode connected to prefill and prefill to decode (as demo/pair.go).
+    decode connected to prefill and prefill to decode (as internal/cluster/pair.go).
     Both are stopped, and every file they made removed, at teardown.
 ``socket_proxy``
     a factory of :class:`SocketProxy`, a byte-for-byte forwarder in front
@@ -104,7 +104,7 @@ class Host:
         return self.client
 
     def config(self) -> dict[str, object]:
-        """The host's config, as demo/hosts.go writes it (JSON is YAML)."""
+        """The host's config, as internal/cluster/host.go writes it (JSON is YAML)."""
         return {
             "name": self.name,
             "transport": {
@@ -221,7 +221,7 @@ class Pair:
 
     def connect(self, host: Host) -> None:
         """Connects host to the other one (ConnectPeer with its metadata
-        address and pool kv), as demo/pair.go."""
+        address and pool kv), as internal/cluster/pair.go."""
         other = self.prefill if host is self.decode else self.decode
         host.api.connect_peer(other.name, [RemoteRank(other.meta_addr, "kv")], timeout=10)
 

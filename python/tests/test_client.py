@@ -63,7 +63,7 @@ def retry_unavailable(fn: Callable[[], None]) -> None:
         except Unavailable:
             if time.monotonic() > deadline:
                 raise
-        # Pace the retries while the handshake runs (as bench_e2e.go does).
+        # Pace the retries while the handshake runs (as internal/bench/engines.go does).
         threading.Event().wait(0.001)
 
 

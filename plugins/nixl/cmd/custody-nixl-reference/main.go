@@ -37,7 +37,7 @@ import (
 const regionBytes = 64 << 20
 
 // benchPause is the first pause between two status rounds, as custody
-// bench's (pollPause in cmd/host/bench.go).
+// bench's (pollPause in internal/bench/pair.go).
 const benchPause = 50 * time.Microsecond
 
 type paramList map[string]string

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"bytes"
@@ -14,7 +14,7 @@ import (
 	"github.com/custody-dev/custody/internal/testbin"
 )
 
-// TestBenchSDKPrintsGoals runs a short `bench --sdk` against the fake and
+// TestBenchSDKPrintsGoals runs a short `bench sdk` against the fake and
 // checks the lines CI reads: one per way, and the goal lines.
 func TestBenchSDKPrintsGoals(t *testing.T) {
 	if testing.Short() {
@@ -23,8 +23,8 @@ func TestBenchSDKPrintsGoals(t *testing.T) {
 	dir, err := testbin.Build(t.TempDir(), "custody-transport-fake", drive.ReferenceProgram)
 	require.NoError(t, err)
 	var out bytes.Buffer
-	err = runSDKBench(t.Context(), &out, sdkBenchConfig{plugin: filepath.Join(dir, "custody-transport-fake"), reference: filepath.Join(dir, drive.ReferenceProgram),
-		minTime: 20 * time.Millisecond, repeat: 1, idle: 50 * time.Millisecond})
+	err = SDK(t.Context(), &out, SDKConfig{Plugin: filepath.Join(dir, "custody-transport-fake"), Reference: filepath.Join(dir, drive.ReferenceProgram),
+		Rounds: Rounds{MinTime: 20 * time.Millisecond, Repeat: 1}, Idle: 50 * time.Millisecond})
 	require.NoError(t, err, out.String())
 	for _, way := range []string{"in-process", "rings", "grpc"} {
 		assert.Regexp(t, regexp.MustCompile(`(?m)^\s+`+way+`\s+[0-9.]+\s+[0-9.]+\s+[0-9]+$`), out.String())
@@ -33,13 +33,4 @@ func TestBenchSDKPrintsGoals(t *testing.T) {
 		assert.Regexp(t, regexp.MustCompile(`(?m)^goal name=`+g+` met=(yes|no)$`), out.String())
 	}
 	assert.Contains(t, out.String(), "method:", "the output says how it measured")
-}
-
-func TestSDKGoalLine(t *testing.T) {
-	var out bytes.Buffer
-	sdkGoal(&out, "a", 1.5, 2, false)
-	sdkGoal(&out, "b", 2.5, 2, false)
-	sdkGoal(&out, "c", 0.9, 0.8, true)
-	sdkGoal(&out, "d", 0.7, 0.8, true)
-	assert.Equal(t, "goal name=a value=1.500 target=2 met=yes\ngoal name=b value=2.500 target=2 met=no\ngoal name=c value=0.900 target=0.8 met=yes\ngoal name=d value=0.700 target=0.8 met=no\n", out.String())
 }

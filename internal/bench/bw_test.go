@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"bytes"
@@ -36,11 +36,11 @@ func TestBenchPrintsRatios(t *testing.T) {
 	if err != nil {
 		t.Skip("ucx_perftest not installed (Debian ucx-utils)")
 	}
-	t.Setenv("UCX_TLS", "") // runBench sets it from the tls parameter
+	t.Setenv("UCX_TLS", "") // BW sets it from the tls parameter
 	var out bytes.Buffer
-	err = runBench(t.Context(), &out, benchConfig{
-		plugin: buildUCX(t), params: map[string]string{"tls": "tcp"},
-		sizes: []int{4096, 1 << 20}, perftest: perftest, minTime: 10 * time.Millisecond,
+	err = BW(t.Context(), &out, BWConfig{
+		Plugin: buildUCX(t), Params: map[string]string{"tls": "tcp"},
+		Sizes: []int{4096, 1 << 20}, Perftest: perftest, Rounds: Rounds{MinTime: 10 * time.Millisecond},
 	})
 	require.NoError(t, err, out.String())
 	for _, size := range []string{"4096", "1048576"} {

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"bytes"
@@ -14,7 +14,7 @@ import (
 	"github.com/custody-dev/custody/internal/testbin"
 )
 
-// TestBenchRanksPrintsItsGoalLine runs a short --e2e --ranks 2 bench and
+// TestBenchRanksPrintsItsGoalLine runs a short ranks bench and
 // checks the figures and the goal line CI reads.
 func TestBenchRanksPrintsItsGoalLine(t *testing.T) {
 	if testing.Short() {
@@ -23,8 +23,8 @@ func TestBenchRanksPrintsItsGoalLine(t *testing.T) {
 	dir, err := testbin.Build(t.TempDir(), "custody", "custody-transport-fake")
 	require.NoError(t, err)
 	var out bytes.Buffer
-	err = runE2ERanks(t.Context(), &out, e2eConfig{custody: filepath.Join(dir, "custody"), transport: "fake",
-		pulls: 1, concurrency: 4, duration: 200 * time.Millisecond, blockSize: 4 << 10})
+	err = Ranks(t.Context(), &out, HostsConfig{Custody: filepath.Join(dir, "custody"), Transport: "fake",
+		Concurrency: 4, Duration: 200 * time.Millisecond, BlockSize: 4 << 10})
 	require.NoError(t, err, out.String())
 	num := `[0-9]+\.[0-9]us`
 	for _, re := range []string{
@@ -49,7 +49,7 @@ func TestBenchRanksPrintsItsGoalLine(t *testing.T) {
 }
 
 func TestBenchRanksRefusesAnotherTransport(t *testing.T) {
-	err := runE2ERanks(t.Context(), &bytes.Buffer{}, e2eConfig{custody: "unused", transport: "ucx",
-		pulls: 1, concurrency: 1, duration: time.Second, blockSize: 1})
+	err := Ranks(t.Context(), &bytes.Buffer{}, HostsConfig{Custody: "unused", Transport: "ucx",
+		Concurrency: 1, Duration: time.Second, BlockSize: 1})
 	assert.ErrorContains(t, err, `only the fake transport`)
 }

@@ -1,4 +1,4 @@
-package demo
+package cluster
 
 import (
 	"context"
@@ -12,6 +12,11 @@ import (
 	"github.com/custody-dev/custody/client"
 )
 
+// defaultLeaseTTL is a rank set's membership lease: no rank of it is
+// killed, so a short one only risks a rank starved of CPU for that long
+// being counted lost.
+const defaultLeaseTTL = 10 * time.Second
+
 // RankSetOptions configure StartRankSet. Zero values mean the defaults.
 type RankSetOptions struct {
 	// Custody is the custody binary to run hosts with (required).
@@ -20,14 +25,13 @@ type RankSetOptions struct {
 	// coordinated, the etcd's data (required).
 	Dir string
 	// Coordinated makes each engine's two ranks a rank group agreeing
-	// through an etcd embedded in prefill rank 0, as RunRanks starts them;
-	// otherwise each rank is an independent host with no group section.
+	// through an etcd embedded in prefill rank 0, as the ranks demo starts
+	// them; otherwise each rank is an independent host with no group
+	// section.
 	Coordinated bool
 	// Blocks per pool (default 256) of BlockSize bytes (default 16 KiB).
 	Blocks, BlockSize int
-	// LeaseTTL is each rank's membership lease (default 10 s; no rank of a
-	// rank set is killed, so a short one only risks a rank starved of CPU
-	// for that long being counted lost).
+	// LeaseTTL is each rank's membership lease (default 10 s).
 	LeaseTTL time.Duration
 }
 
@@ -48,74 +52,44 @@ func StartRankSet(ctx context.Context, o RankSetOptions) (*RankSet, error) {
 		return nil, errors.New("start rank set: the custody binary and a directory are required")
 	}
 	if o.Blocks == 0 {
-		o.Blocks = 256
+		o.Blocks = defaultBlocks
 	}
 	if o.BlockSize == 0 {
-		o.BlockSize = 16 << 10
+		o.BlockSize = defaultBlockSize
 	}
 	if o.LeaseTTL == 0 {
-		o.LeaseTTL = 10 * time.Second
+		o.LeaseTTL = defaultLeaseTTL
 	}
 	if err := os.MkdirAll(o.Dir, 0o700); err != nil {
 		return nil, err
 	}
 	rs := &RankSet{}
+	var etcd Etcd
 	if o.Coordinated {
-		addr, err := freePort()
-		if err != nil {
+		var err error
+		if etcd, err = NewEtcd("pre", filepath.Join(o.Dir, "etcd")); err != nil {
 			return nil, err
 		}
-		rs.Etcd = addr
+		rs.Etcd = etcd.Addr
 	}
-	spec := func(engine string, rank int) hostSpec {
-		s := hostSpec{name: fmt.Sprintf("%s-%d", engine, rank), dir: o.Dir, custody: o.Custody, transport: "fake",
-			params: map[string]string{"dir": o.Dir}, cap: 2 * time.Minute, policy: "fence",
-			blocks: o.Blocks, blockSize: o.BlockSize, logLevel: "warn"}
-		if !o.Coordinated {
-			if engine == "dec" { // the prefill ranks by name, as a group would find them
-				for _, p := range rs.Prefill {
-					s.peers = append(s.peers, map[string]any{"name": p.Name, "address": p.p.metaAddr})
-				}
+	spec := func(engine string, rank int) Spec {
+		s := Spec{Name: fmt.Sprintf("%s-%d", engine, rank), Dir: o.Dir, Custody: o.Custody, Transport: "fake",
+			Params: map[string]string{"dir": o.Dir}, Cap: fixtureCap, Policy: "fence",
+			Blocks: o.Blocks, BlockSize: o.BlockSize, LogLevel: "warn"}
+		if o.Coordinated {
+			s.Group = etcd.Group(engine, rank, 2, o.LeaseTTL)
+		} else if engine == "dec" { // the prefill ranks by name, as a group would find them
+			for _, p := range rs.Prefill {
+				s.Peers = append(s.Peers, map[string]any{"name": p.Name, "address": p.MetaAddr})
 			}
-			return s
 		}
-		coord := map[string]any{"endpoints": []string{rs.Etcd}}
-		if engine == "pre" && rank == 0 {
-			coord = map[string]any{"embedded": map[string]any{"dir": filepath.Join(o.Dir, "etcd"), "listen": rs.Etcd}}
-		} else if engine == "pre" {
-			coord = map[string]any{"embedded": map[string]any{"listen": rs.Etcd}}
-		}
-		s.group = map[string]any{"engine": engine, "rank": rank, "size": 2, "coordinator": coord,
-			"timeouts": map[string]any{"lease_ttl": o.LeaseTTL.String(), "join": "20s"}}
 		return s
 	}
-	// The ranks of an engine start together: a group's Join waits for all.
-	start := func(engine string) ([]*Host, error) {
-		hs := make([]*Host, 2)
-		errs := make([]error, 2)
-		var wg sync.WaitGroup
-		for r := range hs {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				hp, err := startHost(ctx, spec(engine, r))
-				if err != nil {
-					errs[r] = err
-					return
-				}
-				hs[r] = &Host{Name: hp.name, Client: hp.c, Pool: hp.poolID, Path: hp.pool, p: hp}
-			}()
-		}
-		wg.Wait()
-		return hs, errors.Join(errs...)
-	}
 	var err error
-	rs.Prefill, err = start("pre")
-	if err != nil {
+	if rs.Prefill, err = StartEngine(ctx, spec("pre", 0), spec("pre", 1)); err != nil {
 		return nil, errors.Join(fmt.Errorf("prefill engine: %w", err), rs.Stop())
 	}
-	rs.Decode, err = start("dec")
-	if err != nil {
+	if rs.Decode, err = StartEngine(ctx, spec("dec", 0), spec("dec", 1)); err != nil {
 		return nil, errors.Join(fmt.Errorf("decode engine: %w", err), rs.Stop())
 	}
 	remote := []client.RemoteRank{{Address: "engine:pre", Pool: "kv"}}
@@ -130,6 +104,21 @@ func StartRankSet(ctx context.Context, o RankSetOptions) (*RankSet, error) {
 	return rs, nil
 }
 
+// StartEngine starts the ranks of one engine together, as they must be (a
+// group's Join waits for all): host i from specs[i], nil where it failed,
+// with every failure in the error.
+func StartEngine(ctx context.Context, specs ...Spec) ([]*Host, error) {
+	hs := make([]*Host, len(specs))
+	errs := make([]error, len(specs))
+	var wg sync.WaitGroup
+	for i, s := range specs {
+		wg.Add(1)
+		go func() { defer wg.Done(); hs[i], errs[i] = StartHost(ctx, s) }()
+	}
+	wg.Wait()
+	return hs, errors.Join(errs...)
+}
+
 // Stop ends the hosts, decode first; a host that did not stop cleanly is
 // an error.
 func (rs *RankSet) Stop() error {
@@ -137,12 +126,9 @@ func (rs *RankSet) Stop() error {
 	for _, hs := range [][]*Host{rs.Decode, rs.Prefill} {
 		for i := len(hs) - 1; i >= 0; i-- {
 			if hs[i] != nil {
-				errs = append(errs, hs[i].p.stop())
+				errs = append(errs, hs[i].Stop())
 			}
 		}
 	}
 	return errors.Join(errs...)
 }
-
-// Pid is the host's process id (its transport process is its child).
-func (h *Host) Pid() int { return h.p.cmd.Process.Pid }

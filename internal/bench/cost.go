@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"fmt"
@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/custody-dev/custody/demo"
+	"github.com/custody-dev/custody/internal/cluster"
 )
 
 // procCost is what processes used so far: time on a CPU and context
@@ -92,15 +92,24 @@ func threadsCost(pid int) (procCost, error) {
 	return c, nil
 }
 
-// pairCost is the cost so far of the pair's hosts with their transports,
-// and of this process (the engine side of the bench).
-func pairCost(p *demo.Pair) (hosts, engine procCost, err error) {
-	for _, h := range []*demo.Host{p.Prefill, p.Decode} {
-		c, _, err := treeCost(h.Pid())
+// hostsCost is the cost so far of the hosts and every process below them
+// (their transports), and of the hosts alone.
+func hostsCost(hs []*cluster.Host) (total, own procCost, err error) {
+	for _, h := range hs {
+		t, o, err := treeCost(h.Pid())
 		if err != nil {
 			return procCost{}, procCost{}, fmt.Errorf("%s: cost: %w", h.Name, err)
 		}
-		hosts = hosts.add(c)
+		total, own = total.add(t), own.add(o)
+	}
+	return total, own, nil
+}
+
+// benchCost is the cost so far of the hosts with their transports, and of
+// this process (the engine side of the bench).
+func benchCost(hs []*cluster.Host) (hosts, engine procCost, err error) {
+	if hosts, _, err = hostsCost(hs); err != nil {
+		return procCost{}, procCost{}, err
 	}
 	engine, err = threadsCost(os.Getpid())
 	return hosts, engine, err

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"bytes"
@@ -14,7 +14,7 @@ import (
 	"github.com/custody-dev/custody/internal/testbin"
 )
 
-// TestBenchE2EPrintsItsGoalLine runs a short --e2e bench on the fake and
+// TestBenchE2EPrintsItsGoalLine runs a short e2e bench on the fake and
 // checks the figures and the goal line CI reads.
 func TestBenchE2EPrintsItsGoalLine(t *testing.T) {
 	if testing.Short() {
@@ -23,8 +23,8 @@ func TestBenchE2EPrintsItsGoalLine(t *testing.T) {
 	dir, err := testbin.Build(t.TempDir(), "custody", "custody-transport-fake", drive.ReferenceProgram)
 	require.NoError(t, err)
 	var out bytes.Buffer
-	err = runE2E(t.Context(), &out, e2eConfig{custody: filepath.Join(dir, "custody"), reference: filepath.Join(dir, drive.ReferenceProgram), transport: "fake",
-		pulls: 10, concurrency: 4, duration: 100 * time.Millisecond, blockSize: 16 << 10})
+	err = E2E(t.Context(), &out, E2EConfig{HostsConfig: HostsConfig{Custody: filepath.Join(dir, "custody"), Transport: "fake",
+		Concurrency: 4, Duration: 100 * time.Millisecond, BlockSize: 16 << 10}, Reference: filepath.Join(dir, drive.ReferenceProgram), Pulls: 10})
 	require.NoError(t, err, out.String())
 	num := `[0-9]+\.[0-9]us`
 	for _, re := range []string{
@@ -45,30 +45,30 @@ func TestBenchE2EPrintsItsGoalLine(t *testing.T) {
 // the fake copies as the initiator in the hosts and in the in-process
 // reference alike, and the output says so; a fence given is kept.
 func TestBenchE2EFakeCopiesAsInitiator(t *testing.T) {
-	c := e2eConfig{custody: "custody", transport: "fake", pulls: 1, concurrency: 1, duration: time.Second, blockSize: 1,
-		params: map[string]string{"chunk": "4096"}}
+	c := HostsConfig{Custody: "custody", Transport: "fake", Concurrency: 1, Duration: time.Second, BlockSize: 1,
+		Params: map[string]string{"chunk": "4096"}}
 	assert.Contains(t, c.fakeFence(), "fence=initiated")
-	assert.Equal(t, map[string]string{"chunk": "4096", "fence": "initiated"}, c.params)
+	assert.Equal(t, map[string]string{"chunk": "4096", "fence": "initiated"}, c.Params)
 
-	c = e2eConfig{custody: "custody", transport: "fake", pulls: 1, concurrency: 1, duration: time.Second, blockSize: 1,
-		params: map[string]string{"fence": "incoming"}}
+	c = HostsConfig{Custody: "custody", Transport: "fake", Concurrency: 1, Duration: time.Second, BlockSize: 1,
+		Params: map[string]string{"fence": "incoming"}}
 	assert.Empty(t, c.fakeFence())
-	assert.Equal(t, map[string]string{"fence": "incoming"}, c.params, "a fence given is kept")
+	assert.Equal(t, map[string]string{"fence": "incoming"}, c.Params, "a fence given is kept")
 
-	c = e2eConfig{custody: "custody", transport: "ucx", pulls: 1, concurrency: 1, duration: time.Second, blockSize: 1}
+	c = HostsConfig{Custody: "custody", Transport: "ucx", Concurrency: 1, Duration: time.Second, BlockSize: 1}
 	assert.Empty(t, c.fakeFence())
-	assert.NotContains(t, c.params, "fence", "only the fake has the parameter")
+	assert.NotContains(t, c.Params, "fence", "only the fake has the parameter")
 }
 
 func TestBenchE2ERefusesBadFlags(t *testing.T) {
-	for _, c := range []e2eConfig{
-		{transport: "tcp", pulls: 1, concurrency: 1, duration: time.Second, blockSize: 1},
-		{transport: "fake", pulls: 0, concurrency: 1, duration: time.Second, blockSize: 1},
-		{transport: "fake", pulls: 1, concurrency: 0, duration: time.Second, blockSize: 1},
-		{transport: "fake", pulls: 1, concurrency: 1, duration: 0, blockSize: 1},
-		{transport: "fake", pulls: 1, concurrency: 1, duration: time.Second, blockSize: 0},
-		{transport: "fake", pulls: 1, concurrency: 1, duration: time.Second, blockSize: 1, poll: -time.Millisecond},
+	for _, c := range []E2EConfig{
+		{HostsConfig: HostsConfig{Transport: "tcp", Concurrency: 1, Duration: time.Second, BlockSize: 1}, Pulls: 1},
+		{HostsConfig: HostsConfig{Transport: "fake", Concurrency: 1, Duration: time.Second, BlockSize: 1}, Pulls: 0},
+		{HostsConfig: HostsConfig{Transport: "fake", Concurrency: 0, Duration: time.Second, BlockSize: 1}, Pulls: 1},
+		{HostsConfig: HostsConfig{Transport: "fake", Concurrency: 1, Duration: 0, BlockSize: 1}, Pulls: 1},
+		{HostsConfig: HostsConfig{Transport: "fake", Concurrency: 1, Duration: time.Second, BlockSize: 0}, Pulls: 1},
+		{HostsConfig: HostsConfig{Transport: "fake", Concurrency: 1, Duration: time.Second, BlockSize: 1, Poll: -time.Millisecond}, Pulls: 1},
 	} {
-		assert.Error(t, c.check(), "%+v", c)
+		assert.Error(t, c.Check(), "%+v", c)
 	}
 }

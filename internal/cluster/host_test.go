@@ -1,4 +1,4 @@
-package demo
+package cluster
 
 import (
 	"bufio"
@@ -23,6 +23,15 @@ import (
 // the directory to start it in.
 const envStarter = "CUSTODY_TEST_HOST_STARTER"
 
+// custodyBin is the custody binary, built by TestMain next to the fake
+// transport so that hosts find it.
+var custodyBin string
+
+func TestMain(m *testing.M) {
+	testbin.Main(m, func(dir string) { custodyBin = filepath.Join(dir, "custody") },
+		"custody", "custody-transport-fake")
+}
+
 // TestHostDiesWithItsStarter: a host that the demo (or a bench) started
 // stops when the process that started it dies, however that died, instead
 // of serving on with nobody to stop it. A re-run of this test binary
@@ -31,13 +40,13 @@ const envStarter = "CUSTODY_TEST_HOST_STARTER"
 // and the test fails at its bound.
 func TestHostDiesWithItsStarter(t *testing.T) {
 	if dir := os.Getenv(envStarter); dir != "" {
-		h, err := startHost(context.Background(), hostSpec{name: "orphan", dir: dir, custody: custodyBin, transport: "fake",
-			params: map[string]string{"dir": dir}, cap: time.Second, policy: "fence", blocks: 4, blockSize: 4096, logLevel: "warn"})
+		h, err := StartHost(context.Background(), Spec{Name: "orphan", Dir: dir, Custody: custodyBin, Transport: "fake",
+			Params: map[string]string{"dir": dir}, Cap: time.Second, Policy: "fence", Blocks: 4, BlockSize: 4096, LogLevel: "warn"})
 		if err != nil {
 			fmt.Println("error:", err)
 			os.Exit(1)
 		}
-		fmt.Printf("host-pid %d\n", h.cmd.Process.Pid)
+		fmt.Printf("host-pid %d\n", h.Pid())
 		// Until the test kills this process; should the test end first,
 		// its end of stdin closes and this starter ends with it.
 		_, _ = io.Copy(io.Discard, os.Stdin)
