@@ -61,8 +61,8 @@ func TestRanksDemo(t *testing.T) {
 	assert.Empty(t, s.Leaks)
 }
 
-// The negative control: with the seeds' old behaviour the same checks must
-// find corruption, or they prove nothing.
+// The negative control: with blocks reused before their transfers end, the
+// same checks must find corruption, or they prove nothing.
 func TestDemoUnsafeEagerReleaseIsCaughtCorrupting(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()

@@ -10,7 +10,7 @@
 // that neither host holds anything.
 //
 // The negative control, UnsafeEagerRelease, configures the decode host with
-// the seeds' old behaviour (force-release transfers after a few milliseconds
+// an unsafe escalation (force-release transfers after a few milliseconds
 // and hand their blocks back for reuse): the audit must then find corrupted
 // blocks.
 package demo

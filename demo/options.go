@@ -22,7 +22,7 @@ type Options struct {
 	Seed uint64
 	// UnsafeEagerRelease is the negative control: the decode host releases
 	// handles after a few milliseconds and hands their blocks back for reuse,
-	// as the seeds' old code did.
+	// whether or not their transfers finished.
 	UnsafeEagerRelease bool
 	// Dir keeps the hosts' configs, logs and pools (default: a temporary
 	// directory, removed afterwards).

@@ -78,7 +78,7 @@ func init() {
 	f.IntVar(&o.Requests, "requests", 160, "requests to run")
 	f.IntVar(&o.Concurrency, "concurrency", 8, "requests in flight at once")
 	f.Uint64Var(&o.Seed, "seed", 1, "seed of the request mix and the faults")
-	f.BoolVar(&o.UnsafeEagerRelease, "unsafe-eager-release", false, "negative control: release handles and reuse blocks as the seeds' old code did; the demo must then find corruption")
+	f.BoolVar(&o.UnsafeEagerRelease, "unsafe-eager-release", false, "negative control: release handles and reuse their blocks whether or not their transfers finished; the demo must then find corruption")
 	f.IntVar(&ranks, "ranks", 1, "ranks per engine: 2 runs a prefill and a decode engine of two ranks each, agreeing through an embedded etcd, with rank-level faults")
 	f.StringVar(&o.Dir, "dir", "", "keep configs, logs and pools here (default: a temporary directory)")
 	rootCmd.AddCommand(cmd)
