@@ -67,6 +67,12 @@ class HostProcess:
     address: str = ""
     log: str = ""
     proc: subprocess.Popen[bytes] | None = None
+    # starts counts the processes started (restarts included).
+    starts: int = 0
+
+    def __post_init__(self) -> None:
+        # Paths may come as pathlib.Path; the config is JSON.
+        self.dir, self.binary = os.fspath(self.dir), os.fspath(self.binary)
 
     def config(self) -> dict[str, Any]:
         """The host's config (JSON is YAML)."""
@@ -84,7 +90,10 @@ class HostProcess:
         }
 
     def start(self, timeout_s: float = 30.0) -> HostProcess:
-        """Write the config, start the host and wait until it answers."""
+        """Write the config, start the host and wait until its engine API
+        answers; the same socket and metadata endpoint as before when it
+        ran already."""
+        assert self.proc is None or self.proc.poll() is not None, f"host {self.name} runs"
         os.makedirs(self.dir, exist_ok=True)
         self.socket = self.socket or os.path.join(self.dir, f"{self.name}.sock")
         self.address = self.address or f"127.0.0.1:{free_port()}"
@@ -94,26 +103,35 @@ class HostProcess:
             json.dump(self.config(), f)
         with open(self.log, "ab") as out:
             self.proc = subprocess.Popen(
-                [self.binary, "serve", "--config", cfg], stdout=out, stderr=out
+                [self.binary, "serve", "--config", cfg],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=out,
             )
+        self.starts += 1
         deadline = time.monotonic() + timeout_s
         with Client(self.socket) as c:
             while True:
                 try:
                     c.status(timeout=1.0)
                     return self
-                except CustodyError:
-                    pass
+                except CustodyError as e:
+                    err = e
                 if self.proc.poll() is not None:
                     raise RuntimeError(
-                        f"host {self.name} exited at start with {self.proc.returncode}; see {self.log}"
+                        f"host {self.name} exited at start with {self.proc.returncode}; "
+                        f"see {self.log}:\n{self._log_tail()}"
                     )
                 if time.monotonic() > deadline:
                     self.stop()
                     raise RuntimeError(
-                        f"host {self.name} did not answer within {timeout_s} s; see {self.log}"
+                        f"host {self.name} did not answer within {timeout_s} s ({err}); see {self.log}"
                     )
                 time.sleep(0.02)  # a process coming up: nothing to wait on but its socket
+
+    def _log_tail(self, n: int = 4000) -> str:
+        with open(self.log, errors="replace") as f:
+            return f.read()[-n:]
 
     def kill(self) -> None:
         """SIGKILL the host (its transport dies with it), and remove what it
@@ -134,7 +152,7 @@ class HostProcess:
 
     def stop(self, timeout_s: float = 30.0) -> int | None:
         """SIGTERM the host (it tears down in order) and wait; kill it
-        past the timeout. Returns its exit status."""
+        past the timeout. Returns its exit status (None if it never ran)."""
         if self.proc is None:
             return None
         if self.proc.poll() is None:
@@ -144,4 +162,8 @@ class HostProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        shutil.rmtree(
+            socket_parent(self.state_dir or os.path.join(self.dir, "state"), self.name),
+            ignore_errors=True,
+        )
         return self.proc.returncode

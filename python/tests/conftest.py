@@ -20,24 +20,19 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
-import signal
 import socket
-import subprocess
 import tempfile
 import threading
-import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from custody.client import Client, RemoteRank
-from custody.errors import CustodyError
-from custody.hosts import free_port, socket_parent
+from custody.hosts import HostProcess
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 """The repository's root, found from this file's place in it."""
@@ -56,46 +51,23 @@ def custody_binary() -> Path:
 
 
 @dataclass
-class Host:
-    """One ``custody serve`` process with the fake transport, its files in
-    ``dir``: its config, log, engine socket and pool file ``<name>.kv`` of
-    ``blocks`` blocks of ``block_size`` bytes, registered as pool ``kv``
-    (id ``pool``) through ``client`` once it runs. ``meta_addr`` is its
-    metadata endpoint, what peers connect to; it stays the same across
-    restarts, as does the socket."""
+class Host(HostProcess):
+    """A :class:`custody.hosts.HostProcess` with the fake transport and a
+    pool: its files in ``dir`` (config, log, engine socket, and pool file
+    ``<name>.kv`` of ``blocks`` blocks of ``block_size`` bytes), the pool
+    registered as ``kv`` (id ``pool``) through ``client`` once it runs. Its
+    socket and metadata endpoint (``address``) stay the same across
+    restarts."""
 
-    name: str
-    dir: Path
-    binary: Path
     blocks: int = 64
     block_size: int = 16 << 10
-    params: dict[str, str] = field(default_factory=dict)
-    log_level: str = "warn"
-    meta_addr: str = ""
-    proc: subprocess.Popen[bytes] | None = None
     client: Client | None = None
     pool: int = 0
-    starts: int = 0
-
-    @property
-    def socket(self) -> Path:
-        """The host's engine socket."""
-        return self.dir / f"{self.name}.sock"
 
     @property
     def pool_path(self) -> Path:
         """The host's pool file."""
-        return self.dir / f"{self.name}.kv"
-
-    @property
-    def log_path(self) -> Path:
-        """The file the host's output goes to (appended across restarts)."""
-        return self.dir / f"{self.name}.log"
-
-    @property
-    def state_dir(self) -> Path:
-        """The host's state directory."""
-        return self.dir / "state"
+        return Path(self.dir) / f"{self.name}.kv"
 
     @property
     def api(self) -> Client:
@@ -103,91 +75,25 @@ class Host:
         assert self.client is not None, f"host {self.name} was not started"
         return self.client
 
-    def config(self) -> dict[str, object]:
-        """The host's config, as internal/cluster/host.go writes it (JSON is YAML)."""
-        return {
-            "name": self.name,
-            "transport": {
-                "name": "fake",
-                "params": {"dir": str(self.dir), **self.params},
-                "call_timeout": "5s",
-            },
-            "metadata": {"listen": self.meta_addr},
-            "escalation": {"cap": "2m", "policy": "fence"},
-            "engine": {"socket": str(self.socket)},
-            "log_level": self.log_level,
-            "state_dir": str(self.state_dir),
-        }
-
-    def start(self, *, register: bool = True) -> Host:
+    def start(self, timeout_s: float = START_TIMEOUT, *, register: bool = True) -> Host:
         """Starts the host and waits until its engine API answers; with
         register, registers its pool (made on the first start, kept after)."""
-        assert self.proc is None or self.proc.poll() is not None, f"host {self.name} runs"
-        if not self.meta_addr:
-            self.meta_addr = f"127.0.0.1:{free_port()}"
+        os.makedirs(self.dir, exist_ok=True)
         if not self.pool_path.exists():
             with open(self.pool_path, "wb") as f:
                 f.truncate(self.blocks * self.block_size)
-        cfg = self.dir / f"{self.name}.yaml"
-        cfg.write_text(json.dumps(self.config(), indent=1))
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(
-                [str(self.binary), "serve", "--config", str(cfg)],
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=log,
-            )
-        self.starts += 1
+        super().start(timeout_s)
         if self.client is None:
             self.client = Client(self.socket)
-        self.wait_up()
         if register:
             self.pool = self.api.register_pool(
                 "kv", self.pool_path, 0, self.block_size, self.blocks, timeout=10
             )
         return self
 
-    def wait_up(self, timeout: float = START_TIMEOUT) -> None:
-        """Waits until the host answers status(), failing when it exits or
-        the timeout passes."""
-        assert self.proc is not None
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                self.api.status(timeout=1.0)
-                return
-            except CustodyError as e:
-                err = e
-            # Wait for the process to listen: its exit ends the wait early.
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                code = self.proc.wait(0.02)
-                raise RuntimeError(
-                    f"host {self.name} exited at start with {code}; see {self.log_path}:\n"
-                    + self.log_path.read_text(errors="replace")[-4000:]
-                )
-            if time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"host {self.name} did not answer within {timeout} s: {err}")
-
-    def stop(self, timeout: float = STOP_TIMEOUT) -> int | None:
-        """SIGTERM the host (it tears down in order) and wait; kill it past
-        the timeout. Returns its exit status (None if it never ran). The
-        client stays open: a restarted host answers it again."""
-        if self.proc is None:
-            return None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        shutil.rmtree(socket_parent(str(self.state_dir), self.name), ignore_errors=True)
-        return self.proc.returncode
-
     def close(self) -> int | None:
         """Stops the host and closes its client."""
-        code = self.stop()
+        code = self.stop(STOP_TIMEOUT)
         if self.client is not None:
             self.client.close()
             self.client = None
@@ -223,7 +129,7 @@ class Pair:
         """Connects host to the other one (ConnectPeer with its metadata
         address and pool kv), as internal/cluster/pair.go."""
         other = self.prefill if host is self.decode else self.decode
-        host.api.connect_peer(other.name, [RemoteRank(other.meta_addr, "kv")], timeout=10)
+        host.api.connect_peer(other.name, [RemoteRank(other.address, "kv")], timeout=10)
 
     def stop(self) -> None:
         """Stops both hosts and closes their clients."""
@@ -243,7 +149,14 @@ def start_pair(
     its dir: params) and connects them both ways; stops what it started when
     it fails."""
     hosts = [
-        Host(n, dir, binary, blocks=blocks, block_size=block_size, params=dict(params or {}))
+        Host(
+            n,
+            str(dir),
+            str(binary),
+            params=dict(params or {}),
+            blocks=blocks,
+            block_size=block_size,
+        )
         for n in ("prefill", "decode")
     ]
     pair = Pair(hosts[0], hosts[1], dir)
