@@ -10,6 +10,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/custody-dev/custody/core"
+	"github.com/custody-dev/custody/host/group/ledger"
 )
 
 // A live rank that never reports a request would keep it pending on every
@@ -74,7 +75,7 @@ func decodeExpiry(id core.RequestID, raw []byte, rank int) expiry {
 	var rec expiryRecord
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
-	if len(raw) > maxExpiryRecord || dec.Decode(&rec) != nil || rec.Rank != rank || rec.V != groupProto {
+	if len(raw) > maxExpiryRecord || dec.Decode(&rec) != nil || rec.Rank != rank || rec.V != ledger.Proto {
 		return expiry{rank: rank, reason: fmt.Sprintf("request %q: rank %d ended the wait past its hold cap (malformed expiry record %.80q: %v)", id, rank, raw, ErrMalformed)}
 	}
 	return expiry{rank: rank, reason: fmt.Sprintf("request %q: rank %d waited %s past its hold cap for ranks %v that never reported it", id, rank, rec.Waited, rec.Pending)}
@@ -101,7 +102,7 @@ func (g *Group) Expire(ctx context.Context, ids []core.RequestID, waited time.Du
 	g.reqMu.Lock()
 	defer g.reqMu.Unlock()
 	for _, id := range ids {
-		if err := checkRequestID(id); err != nil {
+		if err := ledger.CheckRequestID(id); err != nil {
 			return fmt.Errorf("group %q rank %d: expire: %w", g.cfg.Engine, g.cfg.Rank, err)
 		}
 		if g.reqs.m[id] == nil {
@@ -179,14 +180,14 @@ func (g *Group) grantExpiryLease(ctx context.Context, waited time.Duration) (cli
 // this rank's view at revision rev, unless one of them wrote states since;
 // it says whether it wrote, and etcd's revision. Called with reqMu held.
 func (g *Group) expireAt(ctx context.Context, id core.RequestID, pending []int, rev int64, waited time.Duration, lease clientv3.LeaseID) (bool, int64, error) {
-	memberKey := g.keys.member(g.cfg.Rank)
+	memberKey := g.keys.Member(g.cfg.Rank)
 	ifs := []clientv3.Cmp{clientv3.Compare(clientv3.LeaseValue(memberKey), "=", g.lease)}
 	for _, p := range pending {
-		ifs = append(ifs, clientv3.Compare(clientv3.ModRevision(g.keys.last(p)), "<", rev+1))
+		ifs = append(ifs, clientv3.Compare(clientv3.ModRevision(g.keys.Last(p)), "<", rev+1))
 	}
-	raw, _ := json.Marshal(expiryRecord{V: groupProto, Rank: g.cfg.Rank, Member: g.member, Pending: pending, Waited: waited.Round(time.Millisecond).String()})
+	raw, _ := json.Marshal(expiryRecord{V: ledger.Proto, Rank: g.cfg.Rank, Member: g.member, Pending: pending, Waited: waited.Round(time.Millisecond).String()})
 	octx, cancel := g.opCtx(ctx)
-	resp, err := g.cli.Txn(octx).If(ifs...).Then(clientv3.OpPut(g.keys.expiry(string(id), g.cfg.Rank), string(raw), clientv3.WithLease(lease))).Else(clientv3.OpGet(memberKey)).Commit()
+	resp, err := g.cli.Txn(octx).If(ifs...).Then(clientv3.OpPut(g.keys.Expiry(string(id), g.cfg.Rank), string(raw), clientv3.WithLease(lease))).Else(clientv3.OpGet(memberKey)).Commit()
 	cancel()
 	g.reqs.writes.Add(1)
 	if err != nil {

@@ -104,7 +104,7 @@ func TestStatesKeyTakenByAnother(t *testing.T) {
 	c := newCluster(t, 2)
 	c.mustJoin()
 	g1 := c.ranks[1]
-	next := g1.keys.batch(1, g1.Member(), g1.ownSeq.Load()+1)
+	next := g1.keys.Record(1, g1.Member(), g1.ownSeq.Load()+1)
 	_, err := c.client().Put(ctxT(t), next, states(1, g1.Member(), Terminal{Request: "f", State: Succeeded}))
 	require.NoError(t, err)
 	report(t, c.ranks[0], "f", Succeeded, "")
@@ -120,7 +120,7 @@ func TestStatesKeyTakenByAnother(t *testing.T) {
 	// However rank 1's view comes to hold that key (its watch may bring it
 	// only after rank 1 allocated it), it reads the record there as a
 	// foreign one: here, after a reload, as when its watch breaks.
-	resp, err := c.client().Get(ctxT(t), g1.keys.base, clientPrefix())
+	resp, err := c.client().Get(ctxT(t), g1.keys.Base, clientPrefix())
 	require.NoError(t, err)
 	g1.resync(resp.Kvs, resp.Header.Revision)
 	for r, g := range c.ranks {
@@ -141,7 +141,7 @@ func TestStatesKeyTakenByAnother(t *testing.T) {
 // under, and the TTL it was granted.
 func (c *cluster) expiryLeaseOf(id string, rank int) (clientv3.LeaseID, int64) {
 	c.t.Helper()
-	resp, err := c.client().Get(ctxT(c.t), c.ranks[0].keys.expiry(id, rank))
+	resp, err := c.client().Get(ctxT(c.t), c.ranks[0].keys.Expiry(id, rank))
 	require.NoError(c.t, err)
 	require.Len(c.t, resp.Kvs, 1, "the expiry of %s by rank %d", id, rank)
 	lease := clientv3.LeaseID(resp.Kvs[0].Lease)
@@ -199,7 +199,7 @@ func TestRule10SilentRankLeavesNothingBehind(t *testing.T) {
 	require.NoError(t, g0.Expire(ctxT(t), []core.RequestID{"x"}, 10*time.Minute))
 	require.Equal(t, TimedOut, resolve(t, g0, "x").State)
 	c.settle()
-	assert.Equal(t, []string{g0.keys.expiry("x", 0)}, c.keysLeft(), "all but the expiry goes")
+	assert.Equal(t, []string{g0.keys.Expiry("x", 0)}, c.keysLeft(), "all but the expiry goes")
 	lease, ttl := c.expiryLeaseOf("x", 0)
 	assert.Equal(t, int64(100*60), ttl, "ten times the wait, past expiryTTL")
 	// The lease ends (as its TTL would): nothing is left, on any rank.
@@ -218,7 +218,7 @@ func TestRule10SilentRankLeavesNothingBehind(t *testing.T) {
 	require.NoError(t, g1.Expire(ctxT(t), []core.RequestID{"x"}, time.Second))
 	assert.Equal(t, TimedOut, resolve(t, g1, "x").State)
 	c.settle()
-	assert.Equal(t, []string{g1.keys.expiry("x", 1)}, c.keysLeft())
+	assert.Equal(t, []string{g1.keys.Expiry("x", 1)}, c.keysLeft())
 	lease, _ = c.expiryLeaseOf("x", 1)
 	_, err = c.client().Revoke(ctxT(t), lease)
 	require.NoError(t, err)

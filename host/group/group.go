@@ -15,6 +15,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.etcd.io/etcd/server/v3/etcdserver/api/v3client"
+
+	"github.com/custody-dev/custody/host/group/ledger"
 )
 
 // Group is one rank's membership in its engine's rank group. Make it with
@@ -24,7 +26,7 @@ import (
 type Group struct {
 	cfg    Config
 	log    hclog.Logger
-	keys   keys
+	keys   ledger.Keys
 	member string
 
 	// Coordinator, nil for a group of size 1.
@@ -78,7 +80,7 @@ func Open(ctx context.Context, cfg Config, log hclog.Logger) (*Group, error) {
 	g := &Group{
 		cfg:     cfg,
 		log:     log.Named("group"),
-		keys:    newKeys(cfg.Engine),
+		keys:    ledger.NewKeys(cfg.Engine),
 		member:  newMemberID(),
 		view:    make([]memberEntry, cfg.Size),
 		joinCh:  make(chan struct{}),

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/custody-dev/custody/host/group/ledger"
 )
 
 // Join publishes this rank's effective mode under its lease and waits,
@@ -28,7 +30,7 @@ func (g *Group) Join(ctx context.Context, mode Mode) error {
 	if err := g.checkOpen(); err != nil {
 		return err
 	}
-	mode = mode.canonical()
+	mode = mode.Canonical()
 	g.mu.Lock()
 	if g.joined || g.mode.Transport != "" {
 		g.mu.Unlock()
@@ -63,11 +65,11 @@ func (g *Group) Join(ctx context.Context, mode Mode) error {
 // rank, in one transaction with a read of all members, so that the record
 // and the read share one revision.
 func (g *Group) publishMember(ctx context.Context, mode Mode) error {
-	raw, err := json.Marshal(memberRecord{Proto: groupProto, Engine: g.cfg.Engine, Rank: g.cfg.Rank, Size: g.cfg.Size, Member: g.member, Mode: mode})
+	raw, err := json.Marshal(memberRecord{Proto: ledger.Proto, Engine: g.cfg.Engine, Rank: g.cfg.Rank, Size: g.cfg.Size, Member: g.member, Mode: mode})
 	if err != nil {
 		return err
 	}
-	key := g.keys.member(g.cfg.Rank)
+	key := g.keys.Member(g.cfg.Rank)
 	octx, cancel := g.opCtx(ctx)
 	defer cancel()
 	resp, err := g.cli.Txn(octx).

@@ -8,11 +8,9 @@ import (
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
-)
 
-// groupProto is the version of the records a group writes. A rank whose
-// records carry another version is refused like a mixed contract.
-const groupProto = 3
+	"github.com/custody-dev/custody/host/group/ledger"
+)
 
 // maxMemberRecord bounds a member record read from etcd.
 const maxMemberRecord = 64 << 10
@@ -57,8 +55,8 @@ func decodeMember(raw []byte, rank int) (memberRecord, error) {
 	if err := json.Unmarshal(raw, &head); err != nil {
 		return rec, fmt.Errorf("rank %d's member record does not decode: %v: %w", rank, err, ErrMalformed)
 	}
-	if head.Proto != groupProto {
-		return rec, fmt.Errorf("rank %d speaks group protocol %d, this rank %d: %w; run the same custody version on every rank", rank, head.Proto, groupProto, ErrMixedContract)
+	if head.Proto != ledger.Proto {
+		return rec, fmt.Errorf("rank %d speaks group protocol %d, this rank %d: %w; run the same custody version on every rank", rank, head.Proto, ledger.Proto, ErrMixedContract)
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
@@ -73,7 +71,7 @@ func decodeMember(raw []byte, rank int) (memberRecord, error) {
 
 // applyMember applies one membership event. Called with g.mu held.
 func (g *Group) applyMember(ev *clientv3.Event) {
-	rank, err := parseRank(strings.TrimPrefix(string(ev.Kv.Key), g.keys.members()), g.cfg.Size)
+	rank, err := ledger.ParseRank(strings.TrimPrefix(string(ev.Kv.Key), g.keys.Members()), g.cfg.Size)
 	if err != nil {
 		g.log.Error("group_bad_member_key", "key", string(ev.Kv.Key), "error", err)
 		return
@@ -119,7 +117,7 @@ func (g *Group) dropMember(rank int, rev int64) {
 func (g *Group) resyncMembers(kvs []*mvccpb.KeyValue, rev int64) {
 	next := make([]memberEntry, g.cfg.Size)
 	for _, kv := range kvs {
-		rank, err := parseRank(strings.TrimPrefix(string(kv.Key), g.keys.members()), g.cfg.Size)
+		rank, err := ledger.ParseRank(strings.TrimPrefix(string(kv.Key), g.keys.Members()), g.cfg.Size)
 		if err != nil {
 			g.log.Error("group_bad_member_key", "key", string(kv.Key), "error", err)
 			continue

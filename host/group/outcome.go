@@ -11,6 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/custody-dev/custody/core"
+	"github.com/custody-dev/custody/host/group/ledger"
 )
 
 // Outcome is a request's union outcome across ranks (rule 10).
@@ -115,7 +116,7 @@ func (g *Group) Stats() Stats {
 }
 
 // Report records this rank's local terminal states and publishes them in
-// one states record (more past maxBatchStates), with the deletion of this
+// one states record (more past ledger.MaxRecordStates), with the deletion of this
 // member's records whose requests every rank's state is in, and of the
 // records the group no longer needs, in one etcd transaction (more only
 // past etcd's operations per transaction). Call it once per round, with
@@ -135,10 +136,10 @@ func (g *Group) Report(ctx context.Context, terminals []Terminal) error {
 	defer g.reqMu.Unlock()
 	seen := map[core.RequestID]State{}
 	for _, t := range terminals {
-		if err := checkRequestID(t.Request); err != nil {
+		if err := ledger.CheckRequestID(t.Request); err != nil {
 			return fmt.Errorf("group %q rank %d: report: %w", g.cfg.Engine, g.cfg.Rank, err)
 		}
-		if _, ok := stateNames[t.State]; !ok {
+		if !t.State.Terminal() {
 			return fmt.Errorf("group %q rank %d: report of request %q: %v is not a terminal state: %w", g.cfg.Engine, g.cfg.Rank, t.Request, t.State, ErrBadArgument)
 		}
 		prev, ok := seen[t.Request]
@@ -155,7 +156,7 @@ func (g *Group) Report(ctx context.Context, terminals []Terminal) error {
 		if g.reqs.m[t.Request] != nil {
 			continue
 		}
-		t.Reason = truncate(t.Reason)
+		t.Reason = ledger.Truncate(t.Reason)
 		r := &request{snap: snap, mine: t, written: g.cfg.Solo()}
 		g.reqs.m[t.Request] = r
 		if !g.cfg.Solo() {
@@ -182,7 +183,7 @@ func (g *Group) newBatch(reqs []*request) *batch {
 	for i, r := range reqs {
 		ts[i] = r.mine
 	}
-	b := &batch{key: g.keys.batch(g.cfg.Rank, g.member, seq), seq: seq, reqs: reqs, value: encodeBatch(g.cfg.Rank, g.member, ts), left: len(reqs)}
+	b := &batch{key: g.keys.Record(g.cfg.Rank, g.member, seq), seq: seq, reqs: reqs, value: ledger.EncodeStates(g.cfg.Rank, g.member, ts), left: len(reqs)}
 	for _, r := range reqs {
 		r.batch = b
 	}
@@ -213,7 +214,7 @@ func (g *Group) flush(ctx context.Context) error {
 		}
 	}
 	for len(loose) > 0 {
-		n := min(len(loose), maxBatchStates)
+		n := min(len(loose), ledger.MaxRecordStates)
 		g.newBatch(loose[:n])
 		loose = loose[n:]
 	}
@@ -233,10 +234,10 @@ func (g *Group) flush(ctx context.Context) error {
 	}
 	for id, r := range g.reqs.m {
 		if r.delExp {
-			dels = append(dels, deletion{clientv3.OpDelete(g.keys.request(string(id)), clientv3.WithPrefix()), func() { r.delExp, r.expDeleted = false, true }})
+			dels = append(dels, deletion{clientv3.OpDelete(g.keys.Request(string(id)), clientv3.WithPrefix()), func() { r.delExp, r.expDeleted = false, true }})
 		}
 	}
-	memberKey := g.keys.member(g.cfg.Rank)
+	memberKey := g.keys.Member(g.cfg.Rank)
 	guard := clientv3.Compare(clientv3.LeaseValue(memberKey), "=", g.lease)
 	maxOps := g.cfg.Coordinator.MaxTxnOps
 	var errs []string
@@ -249,7 +250,7 @@ func (g *Group) flush(ctx context.Context) error {
 		if len(puts) > 0 {
 			b = puts[0]
 			ifs = append(ifs, clientv3.Compare(clientv3.CreateRevision(b.key), "=", 0))
-			thens = append(thens, clientv3.OpPut(b.key, b.value), clientv3.OpPut(g.keys.last(g.cfg.Rank), g.member))
+			thens = append(thens, clientv3.OpPut(b.key, b.value), clientv3.OpPut(g.keys.Last(g.cfg.Rank), g.member))
 			elses = append(elses, clientv3.OpGet(b.key))
 		}
 		n := 0
@@ -396,7 +397,7 @@ func (g *Group) Resolve(ctx context.Context, ids []core.RequestID) ([]Outcome, e
 	g.reqMu.Lock()
 	defer g.reqMu.Unlock()
 	for _, id := range ids {
-		if err := checkRequestID(id); err != nil {
+		if err := ledger.CheckRequestID(id); err != nil {
 			return nil, fmt.Errorf("group %q rank %d: resolve: %w", g.cfg.Engine, g.cfg.Rank, err)
 		}
 		if g.reqs.m[id] == nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/custody-dev/custody/core"
+	"github.com/custody-dev/custody/host/group/ledger"
 )
 
 func report(t *testing.T, g *Group, id string, s State, reason string) {
@@ -153,7 +154,7 @@ func TestRule10FencedWrite(t *testing.T) {
 	c := newCluster(t, 2)
 	c.mustJoin()
 	// Delete rank 1's member key behind its back, keeping its lease alive.
-	_, err := c.client().Delete(ctxT(t), c.ranks[0].keys.member(1))
+	_, err := c.client().Delete(ctxT(t), c.ranks[0].keys.Member(1))
 	require.NoError(t, err)
 	err = c.ranks[1].flushOne(ctxT(t), "late", Succeeded)
 	require.ErrorIs(t, err, ErrSessionLost)
@@ -186,7 +187,7 @@ func TestRule10MalformedPayloads(t *testing.T) {
 	seq := uint64(1000)
 	put := func(t *testing.T, member, value string) {
 		seq++
-		_, err := cli.Put(ctxT(t), c.ranks[0].keys.batch(1, member, seq), value)
+		_, err := cli.Put(ctxT(t), c.ranks[0].keys.Record(1, member, seq), value)
 		require.NoError(t, err)
 	}
 	for i, tc := range []struct {
@@ -198,7 +199,7 @@ func TestRule10MalformedPayloads(t *testing.T) {
 		{"other version", m1, rec(9, 1, m1, `{"id":"%s","state":"succeeded"}`), "version 9"},
 		{"oversized reason", m1, rec(3, 1, m1, `{"id":"%s","state":"succeeded","reason":"`+strings.Repeat("x", MaxReasonLen+1)+`"}`), "over the 512 limit"},
 		{"an id twice", m1, rec(3, 1, m1, `{"id":"%s","state":"succeeded"},{"id":"%s","state":"succeeded"}`), "twice"},
-		{"too many states", m1, rec(3, 1, m1, `{"id":"%s","state":"succeeded"}`+strings.Repeat(`,{"id":"x","state":"succeeded"}`, maxBatchStates)), "over the 128 limit"},
+		{"too many states", m1, rec(3, 1, m1, `{"id":"%s","state":"succeeded"}`+strings.Repeat(`,{"id":"x","state":"succeeded"}`, ledger.MaxRecordStates)), "over the 128 limit"},
 		{"another member", "impostor", states(1, "impostor", Terminal{Request: "%s", State: Succeeded}), "written by member impostor"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -221,7 +222,7 @@ func TestRule10MalformedPayloads(t *testing.T) {
 	}
 	for i, tc := range []struct{ name, value string }{
 		{"not json", "\x00\x01garbage"},
-		{"oversized", rec(3, 1, m1, `{"id":"%s","state":"succeeded","reason":"`+strings.Repeat("x", maxBatchRecord)+`"}`)},
+		{"oversized", rec(3, 1, m1, `{"id":"%s","state":"succeeded","reason":"`+strings.Repeat("x", ledger.MaxRecordBytes)+`"}`)},
 		{"unknown field", `{"v":3,"rank":1,"member":"` + m1 + `","states":[{"id":"%s","state":"succeeded"}],"extra":1}`},
 		{"trailing data", states(1, m1, Terminal{Request: "%s", State: Succeeded}) + `{}`},
 	} {
@@ -346,7 +347,7 @@ func TestOneWritePerRound(t *testing.T) {
 	// Past the states a record holds: several records, one write each,
 	// every state published.
 	var more []Terminal
-	for i := 1000; i < 1000+2*maxBatchStates+10; i++ {
+	for i := 1000; i < 1000+2*ledger.MaxRecordStates+10; i++ {
 		more = append(more, Terminal{Request: core.RequestID(rid(i)), State: Failed})
 	}
 	assert.EqualValues(t, 3, round(c.ranks[0], more))

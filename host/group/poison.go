@@ -1,33 +1,17 @@
 package group
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/url"
 	"sort"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/custody-dev/custody/host/group/ledger"
 )
-
-// maxPoisonRecord bounds a poison record read from etcd.
-const maxPoisonRecord = 4096
-
-// PoisonRecord is a pool poisoned on every rank (rule 11): a block
-// of it could not be proven safe on some rank, so no rank may hand out its
-// blocks again until an operator clears it.
-type PoisonRecord struct {
-	Pool   string    `json:"pool"`
-	Reason string    `json:"reason"`
-	Rank   int       `json:"rank"`
-	Member string    `json:"member"`
-	At     time.Time `json:"at"`
-}
 
 // Poison marks pool poisoned for the whole group, durably: the record has
 // no lease, survives every rank's restart, and is seen by every rank through
@@ -36,13 +20,13 @@ type PoisonRecord struct {
 // rank as soon as Poison is called, even if etcd then fails: a pool is never
 // less poisoned than this rank knows. Call it when core quarantines a block.
 func (g *Group) Poison(ctx context.Context, pool, reason string) error {
-	if err := checkPoolName(pool); err != nil {
+	if err := ledger.CheckPoolName(pool); err != nil {
 		return err
 	}
 	if err := g.checkOpen(); err != nil {
 		return err
 	}
-	rec := PoisonRecord{Pool: pool, Reason: truncate(reason), Rank: g.cfg.Rank, Member: g.member, At: time.Now().UTC()}
+	rec := PoisonRecord{Pool: pool, Reason: ledger.Truncate(reason), Rank: g.cfg.Rank, Member: g.member, At: time.Now().UTC()}
 	g.mu.Lock()
 	if _, ok := g.poison[pool]; !ok {
 		g.poison[pool] = rec
@@ -54,7 +38,7 @@ func (g *Group) Poison(ctx context.Context, pool, reason string) error {
 		return nil
 	}
 	raw, _ := json.Marshal(rec)
-	key := g.keys.poison(pool)
+	key := g.keys.Poison(pool)
 	octx, cancel := g.opCtx(ctx)
 	defer cancel()
 	_, err := g.cli.Txn(octx).
@@ -94,7 +78,7 @@ func (g *Group) IsPoisoned(pool string) (PoisonRecord, bool) {
 // rank's engine restarted). The ranks see it through their watch. It is the
 // only way poison goes away.
 func (g *Group) ClearPoison(ctx context.Context, pool string) error {
-	if err := checkPoolName(pool); err != nil {
+	if err := ledger.CheckPoolName(pool); err != nil {
 		return err
 	}
 	if err := g.checkOpen(); err != nil {
@@ -110,7 +94,7 @@ func (g *Group) ClearPoison(ctx context.Context, pool string) error {
 	}
 	octx, cancel := g.opCtx(ctx)
 	defer cancel()
-	_, err := g.cli.Delete(octx, g.keys.poison(pool))
+	_, err := g.cli.Delete(octx, g.keys.Poison(pool))
 	g.reqs.writes.Add(1)
 	if err != nil {
 		return g.wrap(fmt.Sprintf("clearing the poison of pool %q", pool), err)
@@ -120,11 +104,11 @@ func (g *Group) ClearPoison(ctx context.Context, pool string) error {
 
 // applyPoison applies one poison event. Called with g.mu held.
 func (g *Group) applyPoison(ev *clientv3.Event) {
-	pool := poolOfKey(g.keys, string(ev.Kv.Key))
+	pool := g.keys.PoolOf(string(ev.Kv.Key))
 	if ev.Type == clientv3.EventTypeDelete {
 		delete(g.poison, pool)
 	} else {
-		g.poison[pool] = decodePoison(pool, ev.Kv.Value)
+		g.poison[pool] = ledger.DecodePoison(pool, ev.Kv.Value)
 	}
 	g.notify()
 }
@@ -133,41 +117,9 @@ func (g *Group) applyPoison(ev *clientv3.Event) {
 func (g *Group) resyncPoison(kvs []*mvccpb.KeyValue) {
 	next := map[string]PoisonRecord{}
 	for _, kv := range kvs {
-		pool := poolOfKey(g.keys, string(kv.Key))
-		next[pool] = decodePoison(pool, kv.Value)
+		pool := g.keys.PoolOf(string(kv.Key))
+		next[pool] = ledger.DecodePoison(pool, kv.Value)
 	}
 	g.poison = next
 	g.notify()
-}
-
-// poolOfKey is the pool a poison key names (the key itself if it does not
-// unescape).
-func poolOfKey(k keys, key string) string {
-	pool, err := url.PathUnescape(strings.TrimPrefix(key, k.poisons()))
-	if err != nil {
-		return key
-	}
-	return pool
-}
-
-// decodePoison reads a poison record. A malformed one still poisons its
-// pool: poison fails safe.
-func decodePoison(pool string, raw []byte) PoisonRecord {
-	var rec PoisonRecord
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if len(raw) > maxPoisonRecord {
-		return PoisonRecord{Pool: pool, Rank: -1, Reason: fmt.Sprintf("poison record of %d bytes, over the %d limit (%v); the pool stays poisoned", len(raw), maxPoisonRecord, ErrMalformed)}
-	}
-	if err := dec.Decode(&rec); err != nil || rec.Pool != pool {
-		return PoisonRecord{Pool: pool, Rank: -1, Reason: fmt.Sprintf("malformed poison record (%v, %.80q); the pool stays poisoned", ErrMalformed, raw)}
-	}
-	return rec
-}
-
-func checkPoolName(pool string) error {
-	if pool == "" || len(pool) > maxNameLen || !utf8.ValidString(pool) {
-		return fmt.Errorf("pool name %.40q: want 1-%d bytes of UTF-8: %w", pool, maxNameLen, ErrBadArgument)
-	}
-	return nil
 }

@@ -12,6 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/custody-dev/custody/core"
+	"github.com/custody-dev/custody/host/group/ledger"
 )
 
 // The view is this rank's copy of its engine's keys (members, requests,
@@ -132,7 +133,7 @@ func (v *reqView) drop(id core.RequestID, key string) bool {
 // is malformed. A record that names no request it can be trusted for is
 // logged and changes nothing. Called with rv.mu and g.mu held.
 func (g *Group) applyBatch(key string, rank int, member string, value []byte) bool {
-	entries, err := decodeBatch(value, rank, member)
+	entries, err := ledger.DecodeStates(value, rank, member)
 	if err != nil {
 		g.log.Error("group_malformed_states", "key", fmt.Sprintf("%.200q", key), "requests", len(entries), "error", err)
 	}
@@ -144,8 +145,8 @@ func (g *Group) applyBatch(key string, rank int, member string, value []byte) bo
 	}
 	b := &viewBatch{rank: rank, member: member, ids: make([]core.RequestID, 0, len(entries))}
 	for _, en := range entries {
-		g.rv.put(en.id, key, &viewKey{kind: 's', rank: rank, member: member, state: en.state, reason: en.reason, err: err})
-		b.ids = append(b.ids, en.id)
+		g.rv.put(en.ID, key, &viewKey{kind: 's', rank: rank, member: member, state: en.State, reason: en.Reason, err: err})
+		b.ids = append(b.ids, en.ID)
 	}
 	g.rv.batches[key] = b
 	if g.orphan(b) {
@@ -218,7 +219,7 @@ func (v *reqView) advance(rev int64) {
 // startWatch loads the engine's keys at one revision, then follows them from
 // the next one in a goroutine that stops at Close.
 func (g *Group) startWatch(ctx context.Context) error {
-	resp, err := g.cli.Get(ctx, g.keys.base, clientv3.WithPrefix())
+	resp, err := g.cli.Get(ctx, g.keys.Base, clientv3.WithPrefix())
 	if err != nil {
 		return g.wrap("loading the group's membership, requests and poison", err)
 	}
@@ -236,24 +237,24 @@ func (g *Group) follow(rev int64) {
 	defer g.wg.Done()
 	backoff := 50 * time.Millisecond
 	for g.ctx.Err() == nil {
-		wch := g.cli.Watch(clientv3.WithRequireLeader(g.ctx), g.keys.base, clientv3.WithPrefix(), clientv3.WithRev(rev+1))
+		wch := g.cli.Watch(clientv3.WithRequireLeader(g.ctx), g.keys.Base, clientv3.WithPrefix(), clientv3.WithRev(rev+1))
 		for wr := range wch {
 			if err := wr.Err(); err != nil {
-				g.log.Warn("group_watch_broken", "prefix", g.keys.base, "revision", rev, "error", err)
+				g.log.Warn("group_watch_broken", "prefix", g.keys.Base, "revision", rev, "error", err)
 				break
 			}
 			rev = g.applyWatch(wr, rev)
 		}
 		for g.ctx.Err() == nil {
 			ctx, cancel := g.opCtx(g.ctx)
-			resp, err := g.cli.Get(ctx, g.keys.base, clientv3.WithPrefix())
+			resp, err := g.cli.Get(ctx, g.keys.Base, clientv3.WithPrefix())
 			cancel()
 			if err == nil {
 				rev = resp.Header.Revision
 				g.resync(resp.Kvs, rev)
 				break
 			}
-			g.log.Warn("group_watch_resync_failed", "prefix", g.keys.base, "error", err)
+			g.log.Warn("group_watch_resync_failed", "prefix", g.keys.Base, "error", err)
 			t := time.NewTimer(backoff)
 			select {
 			case <-t.C:
@@ -296,8 +297,8 @@ func (g *Group) applyWatch(wr clientv3.WatchResponse, rev int64) int64 {
 func (g *Group) applyEvent(ev *clientv3.Event) bool {
 	key := string(ev.Kv.Key)
 	switch {
-	case strings.HasPrefix(key, g.keys.batches()):
-		rank, member, seq, err := parseBatchKey(key[len(g.keys.batches()):], g.cfg.Size)
+	case strings.HasPrefix(key, g.keys.Records()):
+		rank, member, seq, err := ledger.ParseRecordKey(key[len(g.keys.Records()):], g.cfg.Size)
 		if err != nil {
 			g.log.Error("group_malformed_key", "key", fmt.Sprintf("%.200q", key), "error", err)
 			return false
@@ -313,14 +314,14 @@ func (g *Group) applyEvent(ev *clientv3.Event) bool {
 			return false
 		}
 		return g.applyBatch(key, rank, member, ev.Kv.Value)
-	case strings.HasPrefix(key, g.keys.members()):
+	case strings.HasPrefix(key, g.keys.Members()):
 		g.applyMember(ev)
 		g.reorphan()
 		g.rv.allDirty = true
 		return true
-	case strings.HasPrefix(key, g.keys.poisons()):
+	case strings.HasPrefix(key, g.keys.Poisons()):
 		g.applyPoison(ev)
-	case strings.HasPrefix(key, g.keys.requests()):
+	case strings.HasPrefix(key, g.keys.Requests()):
 		id, rest, err := g.parseViewKey(key)
 		if err != nil {
 			g.log.Error("group_malformed_key", "key", fmt.Sprintf("%.200q", key), "error", err)
@@ -329,7 +330,7 @@ func (g *Group) applyEvent(ev *clientv3.Event) bool {
 		if ev.Type == clientv3.EventTypeDelete {
 			return g.rv.drop(id, key)
 		}
-		rank, err := parseRequestKey(rest, g.cfg.Size)
+		rank, err := ledger.ParseRequestKey(rest, g.cfg.Size)
 		if err != nil {
 			g.log.Error("group_malformed_key", "request", id, "key", fmt.Sprintf("%.200q", key), "error", err)
 			return false
@@ -345,7 +346,7 @@ func (g *Group) applyEvent(ev *clientv3.Event) bool {
 // parseViewKey splits a request key into its id and the part after
 // req/<id>/.
 func (g *Group) parseViewKey(key string) (core.RequestID, string, error) {
-	esc, rest, ok := strings.Cut(strings.TrimPrefix(key, g.keys.requests()), "/")
+	esc, rest, ok := strings.Cut(strings.TrimPrefix(key, g.keys.Requests()), "/")
 	if !ok {
 		return "", "", fmt.Errorf("no key below the request id")
 	}
@@ -366,11 +367,11 @@ func (g *Group) resync(kvs []*mvccpb.KeyValue, rev int64) {
 	for _, kv := range kvs {
 		key := string(kv.Key)
 		switch {
-		case strings.HasPrefix(key, g.keys.members()):
+		case strings.HasPrefix(key, g.keys.Members()):
 			members = append(members, kv)
-		case strings.HasPrefix(key, g.keys.poisons()):
+		case strings.HasPrefix(key, g.keys.Poisons()):
 			poison = append(poison, kv)
-		case strings.HasPrefix(key, g.keys.batches()), strings.HasPrefix(key, g.keys.requests()):
+		case strings.HasPrefix(key, g.keys.Records()), strings.HasPrefix(key, g.keys.Requests()):
 			g.applyEvent(&clientv3.Event{Type: clientv3.EventTypePut, Kv: kv})
 		}
 	}
@@ -405,7 +406,7 @@ func (g *Group) Sync(ctx context.Context) error {
 		return nil
 	}
 	octx, cancel := g.opCtx(ctx)
-	resp, err := g.cli.Get(octx, g.keys.base, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	resp, err := g.cli.Get(octx, g.keys.Base, clientv3.WithPrefix(), clientv3.WithCountOnly())
 	cancel()
 	g.reqs.reads.Add(1)
 	if err != nil {
