@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/custody-dev/custody/core"
+	"github.com/custody-dev/custody/host/group/ledger"
 )
 
 // TestBadMemberRecordsFailJoin: a rank whose member record is malformed or
@@ -20,7 +21,7 @@ import (
 func TestBadMemberRecordsFailJoin(t *testing.T) {
 	for _, tc := range []struct{ name, value, want string }{
 		{"malformed", `{"proto":3,"rank":1,`, "rank 1's member record does not decode"},
-		{"oversized", `{"proto":3,"pad":"` + strings.Repeat("x", maxMemberRecord) + `"}`, "over the 65536 limit"},
+		{"oversized", `{"proto":3,"pad":"` + strings.Repeat("x", ledger.MaxMemberRecord) + `"}`, "over the 65536 limit"},
 		{"names another rank", `{"proto":3,"engine":"e1","rank":0,"size":2,"member":"impostor","mode":{}}`, "rank 1's member record names rank 0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

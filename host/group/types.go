@@ -13,6 +13,10 @@ type (
 	State = ledger.State
 	// Terminal is one request's local terminal state on this rank.
 	Terminal = ledger.Terminal
+	// Outcome is a request's union outcome across ranks (rule 10).
+	Outcome = ledger.Outcome
+	// LostRank is a rank whose membership key went away (rule 10).
+	LostRank = ledger.LostRank
 	// PoisonRecord is a pool poisoned on every rank (rule 11).
 	PoisonRecord = ledger.PoisonRecord
 	// Mode is a rank's effective mode (rule 9).

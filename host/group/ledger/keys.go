@@ -5,6 +5,8 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+
+	"github.com/custody-dev/custody/core"
 )
 
 // The key layout. Every key an engine's group writes lives under
@@ -95,9 +97,9 @@ func ParseRank(s string, n int) (int, error) {
 	return r, nil
 }
 
-// ParseRequestKey reads the rank of the part of a request key after
+// parseRequestKey reads the rank of the part of a request key after
 // req/<id>/: only expiries (t/<rank>) live there.
-func ParseRequestKey(rest string, n int) (rank int, err error) {
+func parseRequestKey(rest string, n int) (rank int, err error) {
 	k, r, ok := strings.Cut(rest, "/")
 	if !ok || k != "t" {
 		return 0, fmt.Errorf("unexpected key suffix %.80q", rest)
@@ -124,4 +126,18 @@ func ParseRecordKey(rest string, n int) (rank int, member string, seq uint64, er
 		return 0, "", 0, fmt.Errorf("states key %.120q: %.30q is not a sequence number", rest, parts[2])
 	}
 	return rank, member, seq, nil
+}
+
+// parseRequestID splits a request key into its id and the part after
+// req/<id>/.
+func (k Keys) parseRequestID(key string) (core.RequestID, string, error) {
+	esc, rest, ok := strings.Cut(strings.TrimPrefix(key, k.Requests()), "/")
+	if !ok {
+		return "", "", fmt.Errorf("no key below the request id")
+	}
+	id, err := url.PathUnescape(esc)
+	if err != nil {
+		return "", "", fmt.Errorf("request id %.80q is not path-escaped: %w", esc, err)
+	}
+	return core.RequestID(id), rest, nil
 }
