@@ -59,15 +59,22 @@ type record struct {
 	written, due bool
 }
 
-// newRecord allocates a states record of this member for reqs.
+// newRecord allocates a states record of this member for reqs. A request
+// may be resolved already (its states moved to a new key after an expiry
+// resolved it): the record counts only those still to resolve, and is due
+// at once when none is.
 func (l *Ledger) newRecord(reqs []*request) *record {
 	b := &l.book
 	b.seq++
 	ts := make([]Terminal, len(reqs))
+	left := 0
 	for i, r := range reqs {
 		ts[i] = r.mine
+		if !r.phase.resolved() {
+			left++
+		}
 	}
-	rec := &record{key: l.keys.Record(l.cfg.Rank, l.cfg.Member, b.seq), seq: b.seq, reqs: reqs, value: EncodeStates(l.cfg.Rank, l.cfg.Member, ts), left: len(reqs)}
+	rec := &record{key: l.keys.Record(l.cfg.Rank, l.cfg.Member, b.seq), seq: b.seq, reqs: reqs, value: EncodeStates(l.cfg.Rank, l.cfg.Member, ts), left: left, due: left == 0}
 	for _, r := range reqs {
 		r.rec = rec
 	}
