@@ -59,9 +59,6 @@ func New(cfg Config, log Logger) *Ledger {
 // once, before the first event.
 func (l *Ledger) SetLease(lease int64) { l.lease = lease }
 
-// Keys is the key layout of the ledger's engine.
-func (l *Ledger) Keys() Keys { return l.keys }
-
 // Rev is the revision up to which the ledger holds every event of the
 // engine's prefix.
 func (l *Ledger) Rev() int64 { return l.view.rev }
