@@ -3,8 +3,6 @@ package host
 import (
 	"context"
 	"errors"
-	"fmt"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,8 +40,6 @@ type rankSync struct {
 	log     hclog.Logger
 	metrics *Metrics
 	out     *outbox
-	holdCap time.Duration
-	self    int
 	// publishEvery paces the writes of terminal states (publishEvery).
 	publishEvery time.Duration
 
@@ -55,8 +51,9 @@ type rankSync struct {
 	lost     error             // this rank's membership is gone
 	kick     chan struct{}
 
-	// held is the sync goroutine's own: requests reported and not resolved.
-	held map[core.RequestID]*heldReq
+	// book is the sync goroutine's own: the requests reported and not
+	// resolved, and what to do about them.
+	book rankBook
 
 	// Counters, for Status, metrics and the benchmark.
 	unionFailed atomic.Uint64 // failed here only because another rank failed
@@ -67,30 +64,6 @@ type rankSync struct {
 
 	cancel context.CancelFunc
 	done   chan struct{}
-}
-
-// heldReq is one request finished on this rank and not yet resolved.
-type heldReq struct {
-	id        core.RequestID
-	sending   bool
-	receiving bool
-	state     group.State
-	failure   *core.Failure
-	// invalid and quarantined are this rank's own, as core reported them
-	// with the failure; blocks are every block of the request, reported
-	// invalid when the request succeeded here and fails in the union.
-	invalid, quarantined []core.BlockRef
-	blocks               []core.BlockRef
-	// op and bytes are the request's, for the metrics of its union
-	// outcome (counted once, when it is reported).
-	op       string
-	bytes    uint64
-	at       time.Time
-	accepted bool
-	// capAt is when this rank ends its wait for the other ranks (at plus
-	// the hold cap; later when an expiry failed; zero once one was
-	// written, and the watch brings the outcome).
-	capAt time.Time
 }
 
 // collectEvery bounds how long the deletion of this rank's states records
@@ -120,10 +93,11 @@ var publishEvery = 20 * time.Millisecond // a var for tests
 
 func newRankSync(h *Host) *rankSync {
 	return &rankSync{
-		g: h.group, log: h.log.Named("ranks"), metrics: h.metrics, out: &h.rep, holdCap: h.cfg.Escalation.Cap, self: h.group.Rank(),
+		g: h.group, log: h.log.Named("ranks"), metrics: h.metrics, out: &h.rep,
 		publishEvery: publishEvery,
 		toPoison:     map[string]string{}, poisoned: map[string]string{},
-		kick: make(chan struct{}, 1), held: map[core.RequestID]*heldReq{},
+		kick: make(chan struct{}, 1),
+		book: rankBook{holdCap: h.cfg.Escalation.Cap, self: h.group.Rank(), held: map[core.RequestID]*heldReq{}},
 	}
 }
 
@@ -163,84 +137,6 @@ func (r *rankSync) hold(reqs []*heldReq, busy bool) {
 	r.wake()
 }
 
-// poison marks pool poisoned on this rank at once and publishes it to the
-// group from the sync goroutine (owner).
-func (r *rankSync) poison(pool, reason string) {
-	r.mu.Lock()
-	if _, ok := r.poisoned[pool]; !ok {
-		r.poisoned[pool] = reason
-		r.toPoison[pool] = reason
-	}
-	r.mu.Unlock()
-	r.wake()
-}
-
-// admit refuses a new request on a poisoned pool, or while this rank is no
-// longer a member of its group.
-func (r *rankSync) admit(id core.RequestID, pools []string) error {
-	if len(id) > group.MaxRequestIDLen {
-		return fmt.Errorf("request id of %d bytes: a rank of a group takes at most %d", len(id), group.MaxRequestIDLen)
-	}
-	r.mu.Lock()
-	lost := r.lost
-	r.mu.Unlock()
-	if lost != nil {
-		return fmt.Errorf("request %q: %w: %w", id, ErrClosed, lost)
-	}
-	for _, p := range pools {
-		if why, ok := r.isPoisoned(p); ok {
-			return fmt.Errorf("request %q: pool %q: %w on every rank of the group (%s); its blocks are never handed out again until an operator clears the poison and the engines restart", id, p, ErrPoisoned, why)
-		}
-	}
-	return nil
-}
-
-func (r *rankSync) isPoisoned(pool string) (string, bool) {
-	r.mu.Lock()
-	why, ok := r.poisoned[pool]
-	r.mu.Unlock()
-	if ok {
-		return why, true
-	}
-	if rec, ok := r.g.IsPoisoned(pool); ok {
-		return r.stick(rec), true
-	}
-	return "", false
-}
-
-// stick records a pool the group poisoned as poisoned on this rank until
-// restart (rule 11: poison is sticky, even once an operator cleared the
-// record), and returns the reason kept.
-func (r *rankSync) stick(rec group.PoisonRecord) string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	why, ok := r.poisoned[rec.Pool]
-	if !ok {
-		why = fmt.Sprintf("rank %d: %s", rec.Rank, rec.Reason)
-		r.poisoned[rec.Pool] = why
-	}
-	return why
-}
-
-// Poisoned lists the pools poisoned on this rank: its own and every rank's.
-func (r *rankSync) Poisoned() []string {
-	for _, rec := range r.g.Poisoned() {
-		r.stick(rec)
-	}
-	set := map[string]bool{}
-	r.mu.Lock()
-	for p := range r.poisoned {
-		set[p] = true
-	}
-	r.mu.Unlock()
-	out := make([]string, 0, len(set))
-	for p := range set {
-		out = append(out, p)
-	}
-	sort.Strings(out)
-	return out
-}
-
 // run is the sync goroutine. It makes no etcd read: the group's watch
 // wakes it (Changed) when another rank's state, ack or loss arrives, the
 // owner (kick) when requests finish here; a timer only for the hold cap of
@@ -266,7 +162,7 @@ func (r *rankSync) run(ctx context.Context) {
 				wait = d
 			}
 		}
-		if d, ok := r.nextHoldCap(now); ok {
+		if d, ok := r.book.nextHoldCap(now); ok {
 			at(d)
 		}
 		if r.g.Stats().Unwritten > 0 {
@@ -305,26 +201,12 @@ func (r *rankSync) run(ctx context.Context) {
 	}
 }
 
-// nextHoldCap is how long until the first held request passes the hold
-// cap (0 if one has), if any is held.
-func (r *rankSync) nextHoldCap(now time.Time) (time.Duration, bool) {
-	first := time.Time{}
-	for _, hr := range r.held {
-		if hr.accepted && !hr.capAt.IsZero() && (first.IsZero() || hr.capAt.Before(first)) {
-			first = hr.capAt
-		}
-	}
-	if first.IsZero() {
-		return 0, false
-	}
-	return max(first.Sub(now), 0), true
-}
-
 // step publishes poison and new terminal states (with the deletions due,
-// in one write), resolves what is held from the group's
-// watched view and reports what resolved. With no new state it writes only
-// when flush is set; new states wait for publish (publishEvery). It
-// resolves when resolve is set or it wrote. It says whether it wrote.
+// in one write), resolves what is held from the group's watched view and
+// reports what resolved. With no new state it writes only when flush is
+// set; new states wait for publish (publishEvery). It resolves when
+// resolve is set or it wrote. It says whether it wrote. Every decision is
+// the book's (ranks_book.go); step makes the group calls between them.
 func (r *rankSync) step(ctx context.Context, flush, publish, resolve bool) bool {
 	r.mu.Lock()
 	var in []*heldReq
@@ -336,33 +218,9 @@ func (r *rankSync) step(ctx context.Context, flush, publish, resolve bool) bool 
 	r.toPoison = map[string]string{}
 	r.mu.Unlock()
 
-	// Poison is sticky on a running rank (rule 11).
-	for _, rec := range r.g.Poisoned() {
-		r.stick(rec)
-	}
-	for pool, why := range poison {
-		if err := r.g.Poison(ctx, pool, why); err != nil {
-			r.log.Error("publishing poison failed; retrying", "failure_type", "group_poison_failed", "pool", pool, "error", err.Error())
-			r.mu.Lock()
-			r.toPoison[pool] = why
-			r.mu.Unlock()
-		}
-	}
-	var terms []group.Terminal
-	var fresh []*heldReq
+	r.publishPoison(ctx, poison)
 	var rd core.Ready
-	for _, hr := range in {
-		if r.held[hr.id] != nil {
-			// The engine issued the id again before the first resolved:
-			// the group cannot tell the two apart; fail the second here.
-			hr.emitLocal(&rd, r.metrics, fmt.Errorf("request %q: issued again before its earlier use resolved on every rank: request ids must be unique: %w", hr.id, group.ErrAlreadyReported))
-			continue
-		}
-		hr.capAt = hr.at.Add(r.holdCap)
-		r.held[hr.id] = hr
-		fresh = append(fresh, hr)
-		terms = append(terms, hr.terminal())
-	}
+	fresh, terms := r.book.admit(in, &rd, r.metrics)
 	var err error
 	wrote := len(terms) > 0 || flush
 	if wrote {
@@ -371,9 +229,7 @@ func (r *rankSync) step(ctx context.Context, flush, publish, resolve bool) bool 
 	switch {
 	case err == nil || errors.Is(err, group.ErrCoordinator) || errors.Is(err, group.ErrMalformed):
 		// Accepted (published now, or with the next Report).
-		for _, hr := range fresh {
-			hr.accepted = true
-		}
+		r.book.accept(fresh...)
 		if err != nil {
 			r.log.Warn("reporting terminal states to the group", "failure_type", "group_report_failed", "error", err.Error())
 		}
@@ -386,24 +242,17 @@ func (r *rankSync) step(ctx context.Context, flush, publish, resolve bool) bool 
 		// Refused whole: find the ones refused, one at a time.
 		for _, hr := range fresh {
 			if err := r.g.Report(ctx, []group.Terminal{hr.terminal()}); err != nil && !errors.Is(err, group.ErrCoordinator) {
-				delete(r.held, hr.id)
-				hr.emitLocal(&rd, r.metrics, fmt.Errorf("request %q: the group refused its state: %w", hr.id, err))
+				r.book.refuse(hr, err, &rd, r.metrics)
 				continue
 			}
-			hr.accepted = true
+			r.book.accept(hr)
 		}
 	}
 	if !resolve && !wrote && len(poison) == 0 {
 		r.out.add(rd)
 		return wrote
 	}
-	var ids []core.RequestID
-	for id, hr := range r.held {
-		if hr.accepted {
-			ids = append(ids, id)
-		}
-	}
-	outs, err := r.g.Resolve(ctx, ids)
+	outs, err := r.g.Resolve(ctx, r.book.accepted())
 	switch {
 	case errors.Is(err, group.ErrSessionLost), errors.Is(err, group.ErrClosed):
 		r.failAll(&rd, err)
@@ -411,34 +260,13 @@ func (r *rankSync) step(ctx context.Context, flush, publish, resolve bool) bool 
 		r.log.Warn("resolving requests with the group", "failure_type", "group_resolve_failed", "error", err.Error())
 	default:
 		now := time.Now()
-		var late []core.RequestID
-		waited := time.Duration(0)
-		for _, o := range outs {
-			hr := r.held[o.Request]
-			if !o.Resolved {
-				if !hr.capAt.IsZero() && !now.Before(hr.capAt) {
-					late = append(late, o.Request)
-					waited = max(waited, now.Sub(hr.at))
-				}
-				continue
-			}
-			delete(r.held, o.Request)
-			r.resolved.Add(1)
-			r.waitNanos.Add(int64(now.Sub(hr.at)))
-			hr.emit(&rd, r.metrics, o, r.self)
-			if o.State != group.Succeeded && hr.state == group.Succeeded {
-				r.unionFailed.Add(1)
-			}
-		}
+		late, waited, s := r.book.resolved(outs, now, &rd, r.metrics)
+		r.resolved.Add(s.resolved)
+		r.waitNanos.Add(int64(s.waited))
+		r.unionFailed.Add(s.unionFailed)
 		if len(late) > 0 {
 			err := r.g.Expire(ctx, late, waited)
-			for _, id := range late {
-				if err != nil {
-					r.held[id].capAt = now.Add(collectEvery) // try again
-				} else {
-					r.held[id].capAt = time.Time{} // the watch brings the outcome
-				}
-			}
+			r.book.expired(late, err == nil, now)
 			if err != nil {
 				r.log.Warn("expiring requests past the hold cap", "failure_type", "group_expire_failed", "error", err.Error())
 			} else {
@@ -447,7 +275,7 @@ func (r *rankSync) step(ctx context.Context, flush, publish, resolve bool) bool 
 		}
 	}
 	r.out.add(rd)
-	r.pending.Store(int64(len(r.held)))
+	r.pending.Store(int64(len(r.book.held)))
 	r.metrics.PoisonedPools.Set(float64(len(r.Poisoned())))
 	return wrote
 }
@@ -462,63 +290,7 @@ func (r *rankSync) failAll(rd *core.Ready, err error) {
 	}
 	r.mu.Unlock()
 	r.log.Error("this rank left its group: failing every held request; restart the host", "failure_type", "group_session_lost", "error", err.Error())
-	for id, hr := range r.held {
-		delete(r.held, id)
-		hr.emitLocal(rd, r.metrics, fmt.Errorf("request %q: %w", id, err))
-	}
-}
-
-// terminal is the request's local terminal state: a failure past the hold
-// cap or a lease is a timeout, and a timeout wins in the union.
-func (hr *heldReq) terminal() group.Terminal {
-	t := group.Terminal{Request: hr.id, State: hr.state}
-	if hr.failure != nil && hr.failure.Reason != nil {
-		t.Reason = hr.failure.Reason.Error()
-	}
-	return t
-}
-
-// emit adds the request's union outcome to rd, and counts it in m: as it
-// finished here when every rank succeeded; else failed, with this rank's
-// own invalid blocks (all its blocks, for a receive that succeeded here).
-func (hr *heldReq) emit(rd *core.Ready, m *Metrics, o group.Outcome, self int) {
-	if o.State == group.Succeeded {
-		if hr.sending {
-			rd.FinishedSending = append(rd.FinishedSending, hr.id)
-		} else {
-			rd.FinishedReceiving = append(rd.FinishedReceiving, hr.id)
-		}
-		m.countRequest("ok", hr.op, hr.bytes)
-		return
-	}
-	if hr.failure != nil {
-		f := *hr.failure
-		if o.Rank != self {
-			f.Reason = fmt.Errorf("%w (and %s on rank %d: %s)", f.Reason, o.State, o.Rank, o.Reason)
-		}
-		rd.Failed = append(rd.Failed, f)
-		rd.InvalidBlocks = append(rd.InvalidBlocks, hr.invalid...)
-		rd.Quarantined = append(rd.Quarantined, hr.quarantined...)
-		m.countRequest("failed", hr.op, hr.bytes)
-		return
-	}
-	hr.emitLocal(rd, m, fmt.Errorf("request %q %s on rank %d (%s): %w", hr.id, o.State, o.Rank, o.Reason, ErrUnionFailed))
-}
-
-// emitLocal fails the request on this rank with err, and counts it in m:
-// its own failure's blocks as core reported them, or, for a receive that
-// succeeded here, every block of it as invalid.
-func (hr *heldReq) emitLocal(rd *core.Ready, m *Metrics, err error) {
-	rd.Failed = append(rd.Failed, core.Failure{Request: hr.id, Sending: hr.sending, Reason: err})
-	m.countRequest("failed", hr.op, hr.bytes)
-	if hr.failure != nil {
-		rd.InvalidBlocks = append(rd.InvalidBlocks, hr.invalid...)
-		rd.Quarantined = append(rd.Quarantined, hr.quarantined...)
-		return
-	}
-	if hr.receiving {
-		rd.InvalidBlocks = append(rd.InvalidBlocks, hr.blocks...)
-	}
+	r.book.failAll(rd, r.metrics, err)
 }
 
 // groupStatus is Status's view of the group (owner goroutine).

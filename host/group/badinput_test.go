@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/custody-dev/custody/core"
+	"github.com/custody-dev/custody/host/group/ledger"
 )
 
 // TestBadMemberRecordsFailJoin: a rank whose member record is malformed or
@@ -20,12 +21,12 @@ import (
 func TestBadMemberRecordsFailJoin(t *testing.T) {
 	for _, tc := range []struct{ name, value, want string }{
 		{"malformed", `{"proto":3,"rank":1,`, "rank 1's member record does not decode"},
-		{"oversized", `{"proto":3,"pad":"` + strings.Repeat("x", maxMemberRecord) + `"}`, "over the 65536 limit"},
+		{"oversized", `{"proto":3,"pad":"` + strings.Repeat("x", ledger.MaxMemberRecord) + `"}`, "over the 65536 limit"},
 		{"names another rank", `{"proto":3,"engine":"e1","rank":0,"size":2,"member":"impostor","mode":{}}`, "rank 1's member record names rank 0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := newCluster(t, 2)
-			_, err := c.client().Put(ctxT(t), c.ranks[0].keys.member(1), tc.value)
+			_, err := c.client().Put(ctxT(t), c.ranks[0].keys.Member(1), tc.value)
 			require.NoError(t, err)
 			err = c.ranks[0].Join(ctxT(t), testMode())
 			require.ErrorIs(t, err, ErrMalformed)
@@ -48,18 +49,18 @@ func TestForeignRequestKeysChangeNothing(t *testing.T) {
 	m1 := c.ranks[1].Member()
 	real := states(1, m1, Terminal{Request: "real", State: Succeeded})
 	for key, value := range map[string]string{
-		g0.keys.batch(1, m1, 1000):            states(1, m1, Terminal{Request: "ghost", State: Succeeded}), // an id rank 0 never reported
-		g0.keys.batches() + "7/" + m1 + "/1":  real,                                                        // no rank of the group
-		g0.keys.batches() + "01/" + m1 + "/1": real,                                                        // no canonical rank
-		g0.keys.batches() + "1/" + m1 + "/01": real,                                                        // no canonical sequence number
-		g0.keys.batches() + "1/" + m1 + "/0":  real,
-		g0.keys.batches() + "1/" + m1:         real, // no sequence number
-		g0.keys.batches() + "1/%zz/1":         real, // no path-escaped member
-		g0.keys.requests() + "%zz/t/1":        real, // no path-escaped id
-		g0.keys.requests() + "no-kind":        real,
-		g0.keys.request("real") + "x/1":       real, // no kind of key
-		g0.keys.request("real") + "s/1":       real, // a state key of group protocol 2
-		g0.keys.request("real") + "t/rank-1":  real, // no rank
+		g0.keys.Record(1, m1, 1000):           states(1, m1, Terminal{Request: "ghost", State: Succeeded}), // an id rank 0 never reported
+		g0.keys.Records() + "7/" + m1 + "/1":  real,                                                        // no rank of the group
+		g0.keys.Records() + "01/" + m1 + "/1": real,                                                        // no canonical rank
+		g0.keys.Records() + "1/" + m1 + "/01": real,                                                        // no canonical sequence number
+		g0.keys.Records() + "1/" + m1 + "/0":  real,
+		g0.keys.Records() + "1/" + m1:         real, // no sequence number
+		g0.keys.Records() + "1/%zz/1":         real, // no path-escaped member
+		g0.keys.Requests() + "%zz/t/1":        real, // no path-escaped id
+		g0.keys.Requests() + "no-kind":        real,
+		g0.keys.Request("real") + "x/1":       real, // no kind of key
+		g0.keys.Request("real") + "s/1":       real, // a state key of group protocol 2
+		g0.keys.Request("real") + "t/rank-1":  real, // no rank
 	} {
 		_, err := cli.Put(ctxT(t), key, value)
 		require.NoError(t, err)
@@ -83,7 +84,7 @@ func TestMalformedExpiryFailsSafe(t *testing.T) {
 	c := newCluster(t, 2)
 	c.mustJoin()
 	report(t, c.ranks[0], "x", Succeeded, "")
-	_, err := c.client().Put(ctxT(t), c.ranks[0].keys.expiry("x", 1), "\x00garbage")
+	_, err := c.client().Put(ctxT(t), c.ranks[0].keys.Expiry("x", 1), "\x00garbage")
 	require.NoError(t, err)
 	o := resolve(t, c.ranks[0], "x")
 	require.True(t, o.Resolved)

@@ -10,11 +10,17 @@
 // requests is in or expired (by the lowest live rank once its writer is
 // lost); the expiries of requests a rank stopped waiting for, each under a
 // lease that ends it should a rank it names never report; and each
-// poisoned pool,
-// durably (keys.go). Each rank follows the engine's keys with one
-// watch and resolves requests from what it saw, reading no etcd per round. Peer addresses live
-// under /custody/peers/<name>. A group of size 1 has no coordinator and
-// every call is a local passthrough.
+// poisoned pool, durably (package ledger, keys.go). Each rank follows the
+// engine's keys with one watch and resolves requests from what it saw,
+// reading no etcd per round. Peer addresses live under
+// /custody/peers/<name>. A group of size 1 has no coordinator and every
+// call is a local passthrough.
+//
+// Every decision of the group (the union, expiry, the collection of
+// records, poison, the join's agreement) is package ledger's, a machine
+// with no etcd, no clock, no lock and no goroutine: this package feeds it
+// the watch's events, runs the transactions it plans, hands it their
+// answers, and serialises the calls.
 //
 // # The host's obligations
 //

@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/custody-dev/custody/host/group/ledger"
 )
 
 // EngineRankName is the directory name under which a host publishes itself
@@ -30,7 +32,7 @@ func (g *Group) LookupEngine(ctx context.Context, engine string) ([]PeerAddress,
 	if g.cfg.Solo() {
 		return nil, fmt.Errorf("engine %q: %w: a group of size 1 has no coordinator; configure the peer's addresses statically", engine, ErrPeerNotFound)
 	}
-	prefix := peerKey(engine + "#")
+	prefix := ledger.PeerKey(engine + "#")
 	octx, cancel := g.opCtx(ctx)
 	defer cancel()
 	resp, err := g.cli.Get(octx, prefix, clientv3.WithPrefix(), clientv3.WithLimit(MaxSize+1))
@@ -40,7 +42,7 @@ func (g *Group) LookupEngine(ctx context.Context, engine string) ([]PeerAddress,
 	size := -1
 	var byRank map[int]string
 	for _, kv := range resp.Kvs {
-		name, err := url.PathUnescape(strings.TrimPrefix(string(kv.Key), peersPrefix))
+		name, err := url.PathUnescape(strings.TrimPrefix(string(kv.Key), ledger.PeersPrefix))
 		if err != nil {
 			continue
 		}
@@ -49,7 +51,7 @@ func (g *Group) LookupEngine(ctx context.Context, engine string) ([]PeerAddress,
 		if !ok || err != nil || n < 1 || n > MaxSize {
 			return nil, fmt.Errorf("engine %q: directory entry %.80q does not name rank/size: %w", engine, name, ErrMalformed)
 		}
-		r, err := parseRank(rs, n)
+		r, err := ledger.ParseRank(rs, n)
 		if err != nil {
 			return nil, fmt.Errorf("engine %q: directory entry %.80q: %v: %w", engine, name, err, ErrMalformed)
 		}

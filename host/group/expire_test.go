@@ -9,6 +9,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/custody-dev/custody/core"
+	"github.com/custody-dev/custody/host/group/ledger"
 )
 
 // TestRule10HoldCapExpiresARankThatNeverReports: a live rank that never
@@ -67,14 +68,14 @@ func TestRule10ExpiryRacedByAReport(t *testing.T) {
 	report(t, g0, "x", Succeeded, "")
 	report(t, g0, "z", Succeeded, "")
 	require.Equal(t, []int{1}, resolve(t, g0, "x").Pending)
-	g0.rv.mu.Lock()
-	seen := g0.rv.rev
-	g0.rv.mu.Unlock()
+	g0.mu.Lock()
+	seen := g0.l.Rev()
+	g0.mu.Unlock()
 	report(t, c.ranks[1], "x", Succeeded, "")
 	// Rank 0 expires x as of the view in which rank 1 had not reported it.
-	g0.reqMu.Lock()
+	g0.callMu.Lock()
 	wrote, _, err := g0.expireAt(ctxT(t), "x", []int{1}, seen, time.Second, clientv3.NoLease)
-	g0.reqMu.Unlock()
+	g0.callMu.Unlock()
 	require.NoError(t, err)
 	assert.False(t, wrote, "an expiry landed after the pending rank's state")
 	for r, g := range c.ranks {
@@ -84,9 +85,9 @@ func TestRule10ExpiryRacedByAReport(t *testing.T) {
 	}
 	// z: rank 1 wrote since the view rank 0 had, but not z; Expire looks
 	// again and expires it.
-	g0.reqMu.Lock()
+	g0.callMu.Lock()
 	wrote, _, err = g0.expireAt(ctxT(t), "z", []int{1}, seen, time.Second, clientv3.NoLease)
-	g0.reqMu.Unlock()
+	g0.callMu.Unlock()
 	require.NoError(t, err)
 	require.False(t, wrote)
 	require.NoError(t, g0.Expire(ctxT(t), []core.RequestID{"z"}, time.Second))
@@ -104,7 +105,9 @@ func TestStatesKeyTakenByAnother(t *testing.T) {
 	c := newCluster(t, 2)
 	c.mustJoin()
 	g1 := c.ranks[1]
-	next := g1.keys.batch(1, g1.Member(), g1.ownSeq.Load()+1)
+	g1.mu.Lock()
+	next := g1.keys.Record(1, g1.Member(), g1.l.LastSeq()+1)
+	g1.mu.Unlock()
 	_, err := c.client().Put(ctxT(t), next, states(1, g1.Member(), Terminal{Request: "f", State: Succeeded}))
 	require.NoError(t, err)
 	report(t, c.ranks[0], "f", Succeeded, "")
@@ -113,14 +116,14 @@ func TestStatesKeyTakenByAnother(t *testing.T) {
 	assert.Contains(t, err.Error(), next)
 	assert.Contains(t, err.Error(), `"f"`)
 	assert.Equal(t, Failed, c.published(1)["f"], "rank 1's own state was not published")
-	g1.rv.mu.Lock()
-	_, seen := g1.rv.batches[next]
-	g1.rv.mu.Unlock()
+	g1.mu.Lock()
+	seen := g1.l.HoldsRecord(next)
+	g1.mu.Unlock()
 	assert.True(t, seen, "rank 1's view does not hold the record under its key once Report found it")
 	// However rank 1's view comes to hold that key (its watch may bring it
 	// only after rank 1 allocated it), it reads the record there as a
 	// foreign one: here, after a reload, as when its watch breaks.
-	resp, err := c.client().Get(ctxT(t), g1.keys.base, clientPrefix())
+	resp, err := c.client().Get(ctxT(t), g1.keys.Base, clientPrefix())
 	require.NoError(t, err)
 	g1.resync(resp.Kvs, resp.Header.Revision)
 	for r, g := range c.ranks {
@@ -141,7 +144,7 @@ func TestStatesKeyTakenByAnother(t *testing.T) {
 // under, and the TTL it was granted.
 func (c *cluster) expiryLeaseOf(id string, rank int) (clientv3.LeaseID, int64) {
 	c.t.Helper()
-	resp, err := c.client().Get(ctxT(c.t), c.ranks[0].keys.expiry(id, rank))
+	resp, err := c.client().Get(ctxT(c.t), c.ranks[0].keys.Expiry(id, rank))
 	require.NoError(c.t, err)
 	require.Len(c.t, resp.Kvs, 1, "the expiry of %s by rank %d", id, rank)
 	lease := clientv3.LeaseID(resp.Kvs[0].Lease)
@@ -153,7 +156,7 @@ func (c *cluster) expiryLeaseOf(id string, rank int) (clientv3.LeaseID, int64) {
 
 // TestRule10LateRankFindsTheExpiry: once a request expired, no rank keeps
 // its states record for it, but the expiry stays, under a lease of at
-// least expiryTTL: the silent rank that reports late finds it and
+// least ledger.ExpiryTTL: the silent rank that reports late finds it and
 // resolves the request the same; once its state is in, the expiry goes
 // and both ranks forget the request.
 func TestRule10LateRankFindsTheExpiry(t *testing.T) {
@@ -167,7 +170,7 @@ func TestRule10LateRankFindsTheExpiry(t *testing.T) {
 	c.settle()
 	assert.NotContains(t, c.published(0), core.RequestID("x"), "rank 0 kept its record of an expired request")
 	_, ttl := c.expiryLeaseOf("x", 0)
-	assert.Equal(t, int64(expiryTTL/time.Second), ttl)
+	assert.Equal(t, int64(ledger.ExpiryTTL/time.Second), ttl)
 	report(t, g1, "x", Succeeded, "")
 	o := resolve(t, g1, "x")
 	require.True(t, o.Resolved, "rank 1 found the expiry gone: %+v", o)
@@ -199,9 +202,9 @@ func TestRule10SilentRankLeavesNothingBehind(t *testing.T) {
 	require.NoError(t, g0.Expire(ctxT(t), []core.RequestID{"x"}, 10*time.Minute))
 	require.Equal(t, TimedOut, resolve(t, g0, "x").State)
 	c.settle()
-	assert.Equal(t, []string{g0.keys.expiry("x", 0)}, c.keysLeft(), "all but the expiry goes")
+	assert.Equal(t, []string{g0.keys.Expiry("x", 0)}, c.keysLeft(), "all but the expiry goes")
 	lease, ttl := c.expiryLeaseOf("x", 0)
-	assert.Equal(t, int64(100*60), ttl, "ten times the wait, past expiryTTL")
+	assert.Equal(t, int64(100*60), ttl, "ten times the wait, past ledger.ExpiryTTL")
 	// The lease ends (as its TTL would): nothing is left, on any rank.
 	_, err := c.client().Revoke(ctxT(t), lease)
 	require.NoError(t, err)
@@ -218,7 +221,7 @@ func TestRule10SilentRankLeavesNothingBehind(t *testing.T) {
 	require.NoError(t, g1.Expire(ctxT(t), []core.RequestID{"x"}, time.Second))
 	assert.Equal(t, TimedOut, resolve(t, g1, "x").State)
 	c.settle()
-	assert.Equal(t, []string{g1.keys.expiry("x", 1)}, c.keysLeft())
+	assert.Equal(t, []string{g1.keys.Expiry("x", 1)}, c.keysLeft())
 	lease, _ = c.expiryLeaseOf("x", 1)
 	_, err = c.client().Revoke(ctxT(t), lease)
 	require.NoError(t, err)

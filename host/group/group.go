@@ -15,6 +15,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.etcd.io/etcd/server/v3/etcdserver/api/v3client"
+
+	"github.com/custody-dev/custody/host/group/ledger"
 )
 
 // Group is one rank's membership in its engine's rank group. Make it with
@@ -24,7 +26,7 @@ import (
 type Group struct {
 	cfg    Config
 	log    hclog.Logger
-	keys   keys
+	keys   ledger.Keys
 	member string
 
 	// Coordinator, nil for a group of size 1.
@@ -37,30 +39,27 @@ type Group struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	mu       sync.Mutex
-	closed   bool
-	view     []memberEntry
-	lost     []LostRank
-	selfLost bool
-	joinSnap []memberEntry
+	// callMu serialises the calls that plan writes from the ledger and
+	// run them (Report, Resolve, Expire) and Stats: it is held across
+	// their etcd calls, so that a plan stays whole until its answers are
+	// in. mu guards the ledger and what follows, and is never held across
+	// an etcd call or a wait: the watch feeds the ledger meanwhile. Lock
+	// order: callMu, then mu.
+	callMu sync.Mutex
+	mu     sync.Mutex
+	l      *ledger.Ledger
+	closed bool
+	peers  map[string]PeerAddress // size 1 only
+	// joinCh is closed once the ledger has seen every rank present
+	// (joinSeen); moved is closed, and replaced, whenever the view's
+	// revision advances.
 	joinCh   chan struct{}
-	joined   bool
-	mode     Mode
-	poison   map[string]PoisonRecord
-	peers    map[string]PeerAddress // size 1 only
+	joinSeen bool
+	moved    chan struct{}
 	changed  chan struct{}
 
-	// Lock order: reqMu, then rv.mu, then mu.
-	reqMu sync.Mutex
-	reqs  requests
-	rv    reqView
-	// ownSeq is the last sequence number of a states record this member
-	// allocated (its view decodes none of them, but those in taken).
-	ownSeq atomic.Uint64
-	// taken holds the sequence numbers this member allocated whose key
-	// another writer took first: the view decodes what lies there as a
-	// foreign record. Under mu; never shrinks (one entry per key taken).
-	taken map[uint64]struct{}
+	// writes and reads count etcd transactions, for Stats.
+	writes, reads atomic.Uint64
 }
 
 // Open connects this rank to its group's coordinator (starting the embedded
@@ -78,16 +77,14 @@ func Open(ctx context.Context, cfg Config, log hclog.Logger) (*Group, error) {
 	g := &Group{
 		cfg:     cfg,
 		log:     log.Named("group"),
-		keys:    newKeys(cfg.Engine),
+		keys:    ledger.NewKeys(cfg.Engine),
 		member:  newMemberID(),
-		view:    make([]memberEntry, cfg.Size),
 		joinCh:  make(chan struct{}),
-		poison:  map[string]PoisonRecord{},
+		moved:   make(chan struct{}),
 		peers:   map[string]PeerAddress{},
 		changed: make(chan struct{}, 1),
-		reqs:    newRequests(),
-		rv:      newReqView(),
 	}
+	g.l = ledger.New(ledger.Config{Engine: cfg.Engine, Rank: cfg.Rank, Size: cfg.Size, Member: g.member}, g.log)
 	g.ctx, g.cancel = context.WithCancel(context.Background())
 	if cfg.Solo() {
 		return g, nil
@@ -133,6 +130,9 @@ func (g *Group) connect(ctx context.Context) error {
 		return g.wrap(fmt.Sprintf("granting rank %d's membership lease", g.cfg.Rank), err)
 	}
 	g.lease = lease.ID
+	g.mu.Lock()
+	g.l.SetLease(int64(lease.ID))
+	g.mu.Unlock()
 	keep, err := cli.KeepAlive(g.ctx, lease.ID)
 	if err != nil {
 		return g.wrap("keeping the membership lease alive", err)
@@ -153,7 +153,7 @@ func (g *Group) keepAlive(ch <-chan *clientv3.LeaseKeepAliveResponse) {
 		g.log.Error("group_lease_lost", "engine", g.cfg.Engine, "rank", g.cfg.Rank,
 			"error", "keep-alives stopped: etcd unreachable past the lease TTL or the lease was revoked")
 		g.mu.Lock()
-		g.selfLost = true
+		g.l.LoseSelf()
 		g.mu.Unlock()
 		g.notify()
 	}
@@ -196,7 +196,7 @@ func (g *Group) Err() error {
 	switch {
 	case g.closed:
 		return ErrClosed
-	case g.selfLost:
+	case g.l.SelfLost():
 		return fmt.Errorf("group %q rank %d: %w: fail every request and restart the host", g.cfg.Engine, g.cfg.Rank, ErrSessionLost)
 	}
 	return nil

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/custody-dev/custody/core"
+	"github.com/custody-dev/custody/host/group/ledger"
 	"github.com/custody-dev/custody/sdk"
 )
 
@@ -161,16 +162,16 @@ func clientPrefix() clientv3.OpOption { return clientv3.WithPrefix() }
 func (c *cluster) published(rank int) map[core.RequestID]State {
 	c.t.Helper()
 	g := c.ranks[0]
-	resp, err := c.client().Get(ctxT(c.t), g.keys.batches()+strconv.Itoa(rank)+"/", clientv3.WithPrefix())
+	resp, err := c.client().Get(ctxT(c.t), g.keys.Records()+strconv.Itoa(rank)+"/", clientv3.WithPrefix())
 	require.NoError(c.t, err)
 	out := map[core.RequestID]State{}
 	for _, kv := range resp.Kvs {
-		_, member, _, err := parseBatchKey(strings.TrimPrefix(string(kv.Key), g.keys.batches()), c.size)
+		_, member, _, err := ledger.ParseRecordKey(strings.TrimPrefix(string(kv.Key), g.keys.Records()), c.size)
 		require.NoError(c.t, err)
-		entries, err := decodeBatch(kv.Value, rank, member)
+		entries, err := ledger.DecodeStates(kv.Value, rank, member)
 		require.NoError(c.t, err)
 		for _, e := range entries {
-			out[e.id] = e.state
+			out[e.ID] = e.State
 		}
 	}
 	return out
@@ -195,7 +196,7 @@ func (c *cluster) keysLeft() []string {
 	c.t.Helper()
 	var left []string
 	g := c.ranks[0]
-	for _, prefix := range []string{g.keys.requests(), g.keys.batches()} {
+	for _, prefix := range []string{g.keys.Requests(), g.keys.Records()} {
 		resp, err := c.client().Get(ctxT(c.t), prefix, clientPrefix())
 		require.NoError(c.t, err)
 		for _, kv := range resp.Kvs {
@@ -206,4 +207,6 @@ func (c *cluster) keysLeft() []string {
 }
 
 // states is a states record's value as rank's member would write it.
-func states(rank int, member string, ts ...Terminal) string { return encodeBatch(rank, member, ts) }
+func states(rank int, member string, ts ...Terminal) string {
+	return ledger.EncodeStates(rank, member, ts)
+}

@@ -53,7 +53,7 @@ func TestRule9StartupConsensus(t *testing.T) {
 		} {
 			m := testMode()
 			tc.change(&m)
-			d := Diff(testMode().canonical(), m.canonical())
+			d := Diff(testMode().Canonical(), m.Canonical())
 			require.Len(t, d, 1, tc.field)
 			assert.Equal(t, tc.field, d[0].Field)
 		}
@@ -70,7 +70,7 @@ func TestRule9StartupConsensus(t *testing.T) {
 	t.Run("mixed group protocol", func(t *testing.T) {
 		c := newCluster(t, 2)
 		// Rank 1 is a custody of another version: its record says so.
-		_, err := c.client().Put(ctxT(t), c.ranks[0].keys.member(1), `{"proto":9,"rank":1,"member":"future"}`)
+		_, err := c.client().Put(ctxT(t), c.ranks[0].keys.Member(1), `{"proto":9,"rank":1,"member":"future"}`)
 		require.NoError(t, err)
 		err = c.ranks[0].Join(ctxT(t), testMode())
 		require.ErrorIs(t, err, ErrMixedContract)
@@ -149,5 +149,5 @@ func TestModeEncodingDeterministic(t *testing.T) {
 	eb, err := b.Encode()
 	require.NoError(t, err)
 	assert.Equal(t, string(ea), string(eb))
-	assert.Empty(t, Diff(a.canonical(), b.canonical()))
+	assert.Empty(t, Diff(a.Canonical(), b.Canonical()))
 }

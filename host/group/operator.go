@@ -9,6 +9,8 @@ import (
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/custody-dev/custody/host/group/ledger"
 )
 
 // ErrNotPoisoned: ClearPoisonAt named a pool that is not poisoned.
@@ -19,7 +21,7 @@ var ErrNotPoisoned = errors.New("pool not poisoned")
 // Close it after use.
 type Operator struct {
 	engine   string
-	keys     keys
+	keys     ledger.Keys
 	cli      *clientv3.Client
 	endpoint string
 	op       time.Duration
@@ -54,7 +56,7 @@ func Dial(engine string, cc CoordinatorConfig, timeout time.Duration) (*Operator
 	if err != nil {
 		return nil, err
 	}
-	return &Operator{engine: engine, keys: newKeys(engine), cli: cli, endpoint: strings.Join(endpoints, ","), op: timeout}, nil
+	return &Operator{engine: engine, keys: ledger.NewKeys(engine), cli: cli, endpoint: strings.Join(endpoints, ","), op: timeout}, nil
 }
 
 // Close closes the connection.
@@ -71,7 +73,7 @@ func (o *Operator) wrap(what string, err error) error {
 func (o *Operator) Poisoned(ctx context.Context) ([]PoisonRecord, error) {
 	ctx, cancel := context.WithTimeout(ctx, o.op)
 	defer cancel()
-	resp, err := o.cli.Get(ctx, o.keys.poisons(), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
+	resp, err := o.cli.Get(ctx, o.keys.Poisons(), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
 	if err != nil {
 		return nil, o.wrap("listing poisoned pools", err)
 	}
@@ -84,16 +86,16 @@ func (o *Operator) Poisoned(ctx context.Context) ([]PoisonRecord, error) {
 // record removed; a pool that is not poisoned is ErrNotPoisoned, naming
 // the pools that are, and changes nothing.
 func (o *Operator) ClearPoison(ctx context.Context, pool string) (PoisonRecord, error) {
-	if err := checkPoolName(pool); err != nil {
+	if err := ledger.CheckPoolName(pool); err != nil {
 		return PoisonRecord{}, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, o.op)
 	defer cancel()
-	key := o.keys.poison(pool)
+	key := o.keys.Poison(pool)
 	resp, err := o.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(key), ">", 0)).
 		Then(clientv3.OpGet(key), clientv3.OpDelete(key)).
-		Else(clientv3.OpGet(o.keys.poisons(), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))).
+		Else(clientv3.OpGet(o.keys.Poisons(), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))).
 		Commit()
 	if err != nil {
 		return PoisonRecord{}, o.wrap(fmt.Sprintf("clearing the poison of pool %q", pool), err)
@@ -106,14 +108,14 @@ func (o *Operator) ClearPoison(ctx context.Context, pool string) (PoisonRecord, 
 		}
 		return PoisonRecord{}, fmt.Errorf("engine %q: pool %q: %w; poisoned pools: %v", o.engine, pool, ErrNotPoisoned, names)
 	}
-	return decodePoison(pool, kvs[0].Value), nil
+	return ledger.DecodePoison(pool, kvs[0].Value), nil
 }
 
 func (o *Operator) records(kvs []*mvccpb.KeyValue) []PoisonRecord {
 	out := make([]PoisonRecord, 0, len(kvs))
 	for _, kv := range kvs {
-		pool := poolOfKey(o.keys, string(kv.Key))
-		out = append(out, decodePoison(pool, kv.Value))
+		pool := o.keys.PoolOf(string(kv.Key))
+		out = append(out, ledger.DecodePoison(pool, kv.Value))
 	}
 	return out
 }

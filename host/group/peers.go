@@ -9,6 +9,8 @@ import (
 	"net"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/custody-dev/custody/host/group/ledger"
 )
 
 // maxPeerRecord bounds a peer record read from etcd.
@@ -29,12 +31,12 @@ type PeerAddress struct {
 
 func (p PeerAddress) validate() error {
 	switch {
-	case p.Name == "" || len(p.Name) > maxNameLen:
-		return fmt.Errorf("peer name %.40q: want 1-%d bytes: %w", p.Name, maxNameLen, ErrBadArgument)
+	case p.Name == "" || len(p.Name) > ledger.MaxNameLen:
+		return fmt.Errorf("peer name %.40q: want 1-%d bytes: %w", p.Name, ledger.MaxNameLen, ErrBadArgument)
 	case !validHostPort(p.MetadataAddr):
 		return fmt.Errorf("peer %q: metadata address %.80q: want host:port: %w", p.Name, p.MetadataAddr, ErrBadArgument)
-	case len(p.Host) > maxNameLen:
-		return fmt.Errorf("peer %q: host name of %d bytes: want at most %d: %w", p.Name, len(p.Host), maxNameLen, ErrBadArgument)
+	case len(p.Host) > ledger.MaxNameLen:
+		return fmt.Errorf("peer %q: host name of %d bytes: want at most %d: %w", p.Name, len(p.Host), ledger.MaxNameLen, ErrBadArgument)
 	case !validCompat(p.Compat):
 		return fmt.Errorf("peer %q: compatibility hash %.80q: want 64 hex digits: %w", p.Name, p.Compat, ErrBadArgument)
 	}
@@ -68,7 +70,7 @@ func (g *Group) Publish(ctx context.Context, p PeerAddress) error {
 		return nil
 	}
 	raw, _ := json.Marshal(p)
-	key := peerKey(p.Name)
+	key := ledger.PeerKey(p.Name)
 	octx, cancel := g.opCtx(ctx)
 	defer cancel()
 	resp, err := g.cli.Txn(octx).
@@ -99,8 +101,8 @@ func (g *Group) Publish(ctx context.Context, p PeerAddress) error {
 // Lookup finds a published peer by name. A record that fails validation is
 // an error (ErrMalformed), never an address to dial.
 func (g *Group) Lookup(ctx context.Context, name string) (PeerAddress, error) {
-	if name == "" || len(name) > maxNameLen {
-		return PeerAddress{}, fmt.Errorf("peer name %.40q: want 1-%d bytes: %w", name, maxNameLen, ErrBadArgument)
+	if name == "" || len(name) > ledger.MaxNameLen {
+		return PeerAddress{}, fmt.Errorf("peer name %.40q: want 1-%d bytes: %w", name, ledger.MaxNameLen, ErrBadArgument)
 	}
 	if err := g.checkOpen(); err != nil {
 		return PeerAddress{}, err
@@ -116,7 +118,7 @@ func (g *Group) Lookup(ctx context.Context, name string) (PeerAddress, error) {
 	}
 	octx, cancel := g.opCtx(ctx)
 	defer cancel()
-	resp, err := g.cli.Get(octx, peerKey(name))
+	resp, err := g.cli.Get(octx, ledger.PeerKey(name))
 	if err != nil {
 		return PeerAddress{}, g.wrap(fmt.Sprintf("looking up peer %q", name), err)
 	}

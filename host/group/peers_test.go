@@ -7,6 +7,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/custody-dev/custody/host/group/ledger"
 )
 
 var compat = strings.Repeat("ab", 32)
@@ -35,7 +37,7 @@ func TestPeerDirectory(t *testing.T) {
 	require.ErrorIs(t, c.ranks[0].Publish(ctxT(t), PeerAddress{Name: "x", MetadataAddr: "nohost", Compat: compat}), ErrBadArgument)
 	require.ErrorIs(t, c.ranks[0].Publish(ctxT(t), PeerAddress{Name: "x", MetadataAddr: "h:1", Compat: "zz"}), ErrBadArgument)
 
-	_, err = c.client().Put(ctxT(t), peerKey("bad"), `{"name":"bad","metadata_addr":"/etc/passwd","compat":"`+compat+`"}`)
+	_, err = c.client().Put(ctxT(t), ledger.PeerKey("bad"), `{"name":"bad","metadata_addr":"/etc/passwd","compat":"`+compat+`"}`)
 	require.NoError(t, err)
 	_, err = c.ranks[0].Lookup(ctxT(t), "bad")
 	require.ErrorIs(t, err, ErrMalformed)

@@ -62,7 +62,7 @@ func TestRule11PoisonSticky(t *testing.T) {
 func TestPoisonFailsSafe(t *testing.T) {
 	c := newCluster(t, 2)
 	c.mustJoin()
-	_, err := c.client().Put(ctxT(t), c.ranks[0].keys.poison("kv"), "not json")
+	_, err := c.client().Put(ctxT(t), c.ranks[0].keys.Poison("kv"), "not json")
 	require.NoError(t, err)
 	g := c.ranks[0]
 	waitFor(t, g, "malformed poison seen", func() bool { _, ok := g.IsPoisoned("kv"); return ok })

@@ -1,4 +1,4 @@
-package group
+package ledger
 
 import (
 	"encoding/json"
@@ -56,17 +56,14 @@ type PoolMode struct {
 // maxPools bounds a Mode so that its encoding stays small.
 const maxPools = 256
 
-// maxNameLen bounds transport and pool names.
-const maxNameLen = 128
-
 // Validate refuses a Mode no rank could run, naming the field.
 func (m Mode) Validate() error {
 	var errs []error
 	bad := func(field, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("mode: %s: %s", field, fmt.Sprintf(format, args...)))
 	}
-	if m.Transport == "" || len(m.Transport) > maxNameLen {
-		bad("transport", "%q: want 1-%d bytes", m.Transport, maxNameLen)
+	if m.Transport == "" || len(m.Transport) > MaxNameLen {
+		bad("transport", "%q: want 1-%d bytes", m.Transport, MaxNameLen)
 	}
 	if m.ContractMajor == 0 {
 		bad("contract_major", "must be set (this build speaks %d)", sdk.ContractMajor)
@@ -78,8 +75,8 @@ func (m Mode) Validate() error {
 	for i, p := range m.Pools {
 		f := fmt.Sprintf("pools[%d]", i)
 		switch {
-		case p.Name == "" || len(p.Name) > maxNameLen:
-			bad(f+".name", "%q: want 1-%d bytes", p.Name, maxNameLen)
+		case p.Name == "" || len(p.Name) > MaxNameLen:
+			bad(f+".name", "%q: want 1-%d bytes", p.Name, MaxNameLen)
 		case seen[p.Name]:
 			bad(f+".name", "pool %q is listed twice", p.Name)
 		}
@@ -97,9 +94,9 @@ func (m Mode) Validate() error {
 	return errors.Join(errs...)
 }
 
-// canonical returns m with its pools sorted by name, so that equal modes
+// Canonical returns m with its pools sorted by name, so that equal modes
 // encode to equal bytes whatever order the configuration listed them in.
-func (m Mode) canonical() Mode {
+func (m Mode) Canonical() Mode {
 	pools := append([]PoolMode(nil), m.Pools...)
 	sort.Slice(pools, func(i, j int) bool { return pools[i].Name < pools[j].Name })
 	m.Pools = pools
@@ -109,7 +106,7 @@ func (m Mode) canonical() Mode {
 // Encode is m's deterministic encoding: JSON of the canonical form (struct
 // fields in declaration order, pools sorted by name).
 func (m Mode) Encode() ([]byte, error) {
-	return json.Marshal(m.canonical())
+	return json.Marshal(m.Canonical())
 }
 
 // Difference is one field on which a rank's mode differs from the
