@@ -34,6 +34,7 @@ var layers = []layer{
 	{prefix: "sdk", allow: nil},
 	{prefix: "core", allow: []string{"sdk"}},
 	{prefix: "conformance", allow: []string{"sdk"}, thirdParty: []string{"*"}},
+	{prefix: "host/group/ledger", allow: []string{"core", "sdk"}},
 	{prefix: "host/group", allow: []string{"core", "sdk"}, thirdParty: []string{"*"}},
 	{prefix: "host", allow: []string{"api", "core", "sdk"}, thirdParty: []string{"*"}},
 	{prefix: "plugins", allow: []string{"sdk", "internal/ucxtls"}, thirdParty: []string{"*"}},
