@@ -81,14 +81,10 @@ const collectEvery = 50 * time.Millisecond
 // publishEvery, and the group costs one etcd write per rank per
 // publishEvery instead of one per round (rounds that finish a request or
 // two each, on a prefill rank where each consumer's notification ends its
-// own). Under bench --e2e --ranks 2 at 64 in flight, 10 ms took a prefill
-// rank from about 270 writes per second to about 75, and the coordinated
-// set's CPU per pull from about +40 % over the independent set to about
-// +15 %; 5 ms left about 130 writes per second and +20 %. Most of what is
-// left is etcd's per-transaction work in the process that embeds it (raft,
-// WAL, gRPC, apply; see CUSTODY_CPU_PROFILE_DIR): 20 ms halves it again
-// (0.08-0.09 etcd writes per pull per rank at 10 ms, 0.04-0.06 at 20 ms),
-// for at most 20 ms more before a state is published under load.
+// own). Each write costs etcd a transaction (raft, WAL, apply, a watch
+// event for every rank), which dominates what a group costs per pull
+// (custody bench ranks measures it); 20 ms bounds the wait a state adds
+// under load, while a lone request waits for nothing.
 var publishEvery = 20 * time.Millisecond // a var for tests
 
 func newRankSync(h *Host) *rankSync {

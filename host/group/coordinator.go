@@ -29,11 +29,11 @@ const (
 
 // embeddedGCPercent is the garbage collector's target in a process that
 // runs the embedded etcd, unless GOGC is set: etcd's write path (raft,
-// WAL, apply, watch events for every rank) allocates per key written. Under
-// bench --e2e --ranks 2, profiled with CUSTODY_CPU_PROFILE_DIR, the
-// collector's background marking took about 9 % of that process's CPU at
-// Go's default of 100, and about 2 % at 400. The live heap of a host and
-// its etcd is tens of MiB, so the heap grows by a few times that between
+// WAL, apply, watch events for every rank) allocates per key written, so
+// at Go's default of 100 the collector's background marking takes a
+// noticeable share of that process's CPU (custody bench ranks, with
+// CUSTODY_CPU_PROFILE_DIR, shows it). The live heap of a host and its etcd
+// is tens of MiB, so the heap grows by a few times that between
 // collections.
 const embeddedGCPercent = 400
 
