@@ -32,6 +32,10 @@ func (c *Core) Close(now time.Time) error {
 		for _, name := range sortedKeys(c.waiting) {
 			c.failWaiting(name, fmt.Errorf("core closing: %w", ErrPeerRemoved))
 		}
+		c.closing = true
+		if err := c.unreported(); err != nil {
+			return err
+		}
 		c.closed = true
 		return nil
 	}
@@ -82,6 +86,9 @@ func (c *Core) Close(now time.Time) error {
 		c.releasePools()
 		return fmt.Errorf("core: close epoch %d: releasing the pools' dlists and registrations: %w; call Close again once the Work is done", c.epoch, ErrHeld)
 	}
+	if err := c.unreported(); err != nil {
+		return err
+	}
 	c.emit(Work{Kind: WorkClose}, func(_ Result, err error) {
 		switch {
 		case err == errWorkFenced:
@@ -92,6 +99,17 @@ func (c *Core) Close(now time.Time) error {
 		}
 	})
 	return fmt.Errorf("core: close epoch %d: closing the transport: %w; call Close again once the Work is done", c.epoch, ErrHeld)
+}
+
+// unreported holds Close while a request is not reported yet (rule 16): a
+// send whose consumers may still read its blocks (the fence does not cover
+// incoming transfers) waits for its lease, which Poll expires; a request
+// failed by Close itself is reported by the next Ready.
+func (c *Core) unreported() error {
+	if n := c.reqs.len(); n > 0 {
+		return fmt.Errorf("core: close epoch %d: %d requests not reported yet (sends wait for their lease where the fence does not cover incoming transfers): %w; take Ready, keep calling Poll and call Close again", c.epoch, n, ErrHeld)
+	}
+	return nil
 }
 
 // poolsHeld reports whether a pool's dlist or registration, or a stray

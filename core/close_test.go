@@ -13,7 +13,8 @@ import (
 // Rule 12 with docs/fencing.md, scripted: a send that Close ends keeps its blocks
 // while a consumer may still read them: until Close deregistered its pool
 // where the fence covers incoming transfers (a failed deregistration keeps
-// them), else until its lease.
+// them), else until its lease; Close returns nil only once it is reported
+// (rule 16).
 func TestCloseHandsBackSendBlocksOnlyOnceDeregistered(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
@@ -32,15 +33,17 @@ func TestCloseHandsBackSendBlocksOnlyOnceDeregistered(t *testing.T) {
 			assert.Zero(t, s.seen["s"], "reported while its pool is registered: %+v", rd)
 			assert.Equal(t, OwnerTransfer, s.c.Owner(sb), "handed back while a consumer may read it")
 
-			require.NoError(t, s.closeCore())
-			assert.True(t, s.d.held().Zero(), "left held: %+v", s.d.held())
-			rd = s.poll()
 			if tc.scope == sdk.FenceInitiated {
+				require.ErrorIs(t, s.closeCore(), ErrHeld, "closed with the send not reported")
+				s.poll()
 				assert.Zero(t, s.seen["s"], "reported before its lease where the fence does not stop readers")
 				assert.Equal(t, OwnerTransfer, s.c.Owner(sb))
 				s.now = s.now.Add(time.Hour)
-				rd = s.poll()
 			}
+			rd = s.poll()
+			require.NoError(t, s.closeCore())
+			assert.True(t, s.d.held().Zero(), "left held: %+v", s.d.held())
+			rd = mergeReady(rd, s.poll())
 			assert.Equal(t, []RequestID{"s"}, failedIDs(rd))
 			assert.Equal(t, OwnerEngine, s.c.Owner(sb))
 		})

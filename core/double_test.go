@@ -601,8 +601,10 @@ func openSrig(t *testing.T, cfg Config, mod func(d *double)) *srig {
 
 // shutdown closes the Core, polling while Close is refused: each transfer
 // still running on a live transport ends DONE meanwhile, as every transfer
-// does in the end (a stall of the fake ends at its time). Close must then
-// succeed, and every live transport must hold nothing and be closed.
+// does in the end (a stall of the fake ends at its time), and the clock
+// reaches the next lease (a send or receive Close failed waits for its
+// lease to be reported). Close must then succeed, and every live transport
+// must hold nothing and be closed.
 func (s *srig) shutdown() {
 	s.t.Helper()
 	for range maxWorkSteps {
@@ -618,6 +620,9 @@ func (s *srig) shutdown() {
 					d.set(h, sdk.StateDone, nil)
 				}
 			}
+		}
+		if at := s.c.next().At; at.After(s.now) {
+			s.now = at
 		}
 		s.poll()
 	}

@@ -39,7 +39,7 @@ var idTypes = map[reflect.Type]bool{
 var skipFields = map[reflect.Type]map[string]bool{
 	reflect.TypeFor[Core]():   {"nextWork": true, "inBuf": true, "xBuf": true, "out": true},
 	reflect.TypeFor[double](): {"next": true, "calls": true, "faults": true, "sent": true, "carried": true, "rides": true, "desc": true},
-	reflect.TypeFor[world]():  {"cfg": true, "log": true, "violation": true, "c": true, "ds": true},
+	reflect.TypeFor[world]():  {"cfg": true, "log": true, "violation": true, "c": true, "ds": true, "quiet": true},
 }
 
 func (w *world) hash() uint64 {

@@ -10,19 +10,24 @@ import (
 // against the world's ground truth (what each double really holds and
 // what each handle really touches), never against core's own records.
 
-// checkWork checks Work as core hands it out: no id of a fenced epoch
-// (rule 14), no Release of a handle still running (rule 1), no Unload,
-// ReleaseDescriptors or Deregister of what a handle or dlist still uses,
-// and Close last (rule 12).
+// checkWork checks Work as core hands it out: no fenced epoch, and no id
+// its epoch did not issue (rule 14), no Release of a handle still running
+// (rule 1), no Unload, ReleaseDescriptors or Deregister of what a handle
+// (force-released ones too) or dlist still uses (rules 7 and 12), no
+// written or consumed notification early or after a failure (rule 4), and
+// Close last (rule 12).
 func (w *world) checkWork(wk Work) {
 	if w.dead[wk.Epoch] || wk.Epoch != w.epoch {
 		w.fail("rule 14: work %d (%v) is for epoch %d, fenced or not attached (attached: %d)", wk.ID, wk.Kind, wk.Epoch, w.epoch)
 		return
 	}
+	w.checkIDs(wk)
 	d := w.ds[wk.Epoch]
+	// A handle force-released by escalation (its blocks quarantined) still
+	// uses what it used: the transport holds it until a fence.
 	uses := func(pred func(p *wpost) bool) sdk.HandleID {
 		for _, h := range d.live() {
-			if p := w.touch[wk.Epoch][h]; p != nil && !p.orphan && pred(p) && !w.quarantined(p.blocks) {
+			if p := w.touch[wk.Epoch][h]; p != nil && !p.orphan && pred(p) {
 				return h
 			}
 		}
@@ -61,6 +66,8 @@ func (w *world) checkWork(wk Work) {
 				}
 			}
 		}
+	case WorkSendNotifications:
+		w.checkNotes(wk)
 	case WorkClose:
 		if h := uses(func(*wpost) bool { return true }); h != 0 {
 			w.fail("rule 12: work %d closes the transport while handle %d is held", wk.ID, h)
@@ -70,6 +77,104 @@ func (w *world) checkWork(wk Work) {
 		if !w.orphans[wk.Epoch] && (len(d.dlists) > 0 || len(d.peers) > 0) {
 			w.fail("rule 12: work %d closes the transport with %d dlists and %d peers held", wk.ID, len(d.dlists), len(d.peers))
 		}
+	}
+}
+
+// checkNotes checks the notifications of wk (rule 4 and core's doc): a
+// push's written notification only once every part of it is DONE and
+// released, never after a failure; a receive's consumed notification only
+// once every producer said written, never after a failure.
+func (w *world) checkNotes(wk Work) {
+	for _, n := range wk.Notes {
+		id, _, written := parseWritten(n.Message)
+		if !written {
+			var ok bool
+			if id, _, ok = parseConsumed(n.Message); !ok {
+				continue
+			}
+		}
+		r := w.issued[id]
+		if r == nil {
+			continue
+		}
+		switch {
+		case written && r.kind == "write", !written && r.kind == "read":
+			if r.mustFail || r.done < len(r.blocks) || w.touches(r) != 0 {
+				w.fail("rule 4: work %d notifies %q of %s %q with %d of its %d parts done (bound to fail: %v, a handle unreleased: %v)", wk.ID, n.Message, r.kind, id, r.done, len(r.blocks), r.mustFail, w.touches(r) != 0)
+			}
+		case !written && r.kind == "recv":
+			if r.mustFail || len(r.notified) < w.cfg.ranks {
+				w.fail("rule 4: work %d notifies %q of receive %q with %d of its %d producers' written notifications (bound to fail: %v)", wk.ID, n.Message, id, len(r.notified), w.cfg.ranks, r.mustFail)
+			}
+		}
+	}
+}
+
+// touches is a handle of a live transport over r's blocks, or 0.
+func (w *world) touches(r *wreq) sdk.HandleID {
+	for e, d := range w.ds {
+		if w.dead[e] {
+			continue
+		}
+		for _, h := range d.live() {
+			if p := w.touch[e][h]; p != nil && slices.ContainsFunc(p.blocks, func(b BlockRef) bool { return slices.Contains(r.blocks, b) }) {
+				return h
+			}
+		}
+	}
+	return 0
+}
+
+// checkIDs checks that every id wk names was issued by its epoch's
+// transport (rule 14): a handle, dlist, peer or region of an earlier
+// epoch, or one never issued, is a stale id sent to the wrong process.
+func (w *world) checkIDs(wk Work) {
+	e := wk.Epoch
+	stale := func(what string, id uint64) {
+		w.fail("rule 14: work %d (%v) for epoch %d names %s %d, which that epoch never issued", wk.ID, wk.Kind, e, what, id)
+	}
+	for _, h := range wk.Handles {
+		if w.touch[e][h] == nil {
+			stale("handle", uint64(h))
+		}
+	}
+	dlist := func(l sdk.DlistID) {
+		if _, ok := w.dlists[e][l]; !ok {
+			stale("dlist", uint64(l))
+		}
+	}
+	peer := func(p sdk.PeerID) {
+		if _, ok := w.peerIDs[e][p]; !ok {
+			stale("peer", uint64(p))
+		}
+	}
+	region := func(r sdk.RegionID) {
+		if _, ok := w.regions[e][r]; !ok {
+			stale("region", uint64(r))
+		}
+	}
+	for _, p := range wk.Posts {
+		dlist(p.Local)
+		dlist(p.Remote)
+	}
+	for _, l := range wk.DlistIDs {
+		dlist(l)
+	}
+	for _, p := range wk.PeerIDs {
+		peer(p)
+	}
+	for _, n := range wk.Notes {
+		peer(n.Peer)
+	}
+	for _, l := range wk.Dlists {
+		if l.Peer != 0 {
+			peer(l.Peer)
+		} else if len(l.Descriptors) > 0 {
+			region(l.Descriptors[0].Region)
+		}
+	}
+	for _, r := range wk.RegionIDs {
+		region(r)
 	}
 }
 
@@ -87,8 +192,10 @@ func (w *world) quarantined(blocks []BlockRef) bool {
 // checkReports checks a Ready's reports: each request once (rule 16), only
 // once no handle of a live transport may touch its blocks and every such
 // handle is released (rules 1–3), never a success for a request a transfer
-// of failed, and a failed receive's blocks invalid or quarantined in the
-// same report (rule 3).
+// of failed or whose peer was removed or Core closed first, a failed
+// receive's blocks invalid or quarantined in the same report (rule 3), and
+// a send finished only once its consumers notified or its lease ran out, a
+// receive only once its producers notified (rule 4).
 func (w *world) checkReports(rd Ready) {
 	invalid := map[BlockRef]bool{}
 	for _, b := range rd.InvalidBlocks {
@@ -105,11 +212,13 @@ func (w *world) checkReports(rd Ready) {
 			return
 		}
 		r.reported = true
-		line := "finished " + string(id)
-		if !ok {
-			line = "failed " + string(id) + ": " + failCode(f.Reason)
+		if !w.quiet {
+			line := "finished " + string(id)
+			if !ok {
+				line = "failed " + string(id) + ": " + failCode(f.Reason)
+			}
+			w.log = append(w.log, line)
 		}
-		w.log = append(w.log, line)
 		var quar []BlockRef
 		if f != nil {
 			quar = f.Quarantined
@@ -135,6 +244,12 @@ func (w *world) checkReports(rd Ready) {
 		}
 		if ok && (r.kind == "read" || r.kind == "write") && r.done < len(r.blocks) {
 			w.fail("rule 3: request %q reported finished with %d of its %d transfers done", id, r.done, len(r.blocks))
+		}
+		// Rule 4: a send is done when its consumers say so or its lease
+		// is over; a receive only when its producers say so (its lease
+		// running out fails it).
+		if ok && r.kind != "read" && len(r.notified) < w.cfg.ranks && (r.kind == "recv" || w.now.Before(r.at.Add(w.cfg.lease))) {
+			w.fail("rule 4: %s %q reported finished with %d of its %d peers' notifications, at +%v (lease %v)", r.kind, id, len(r.notified), w.cfg.ranks, w.now.Sub(r.at), w.cfg.lease)
 		}
 		if f != nil && (r.kind == "read" || r.kind == "recv") {
 			got := append(slices.Clone(f.Invalid), f.Quarantined...)
@@ -180,6 +295,24 @@ func (w *world) checkOwners() {
 	if w.orphans[w.epoch] && !w.dead[w.epoch] && !w.c.fenceWant[w.epoch] {
 		w.fail("unknown outcome: a call to epoch %d that timed out created what core cannot name, and no fence of it is asked for", w.epoch)
 	}
+	// First the running handles: a block one touches that is the
+	// engine's or free is the worst case, whoever else should hold it.
+	for e, d := range w.ds {
+		if w.dead[e] {
+			continue
+		}
+		for _, h := range d.live() {
+			p := w.touch[e][h]
+			if p == nil || d.handles[h].Terminal() {
+				continue
+			}
+			for _, b := range p.blocks {
+				if o := w.c.Owner(b); o == OwnerEngine || o == OwnerFree {
+					w.fail("rule 1: block %v is %v while handle %d/%d over it is %v", b, o, e, h, d.handles[h])
+				}
+			}
+		}
+	}
 	holder := map[BlockRef]RequestID{}
 	for _, id := range w.order {
 		r := w.issued[id]
@@ -204,22 +337,6 @@ func (w *world) checkOwners() {
 			}
 		}
 	}
-	for e, d := range w.ds {
-		if w.dead[e] {
-			continue
-		}
-		for _, h := range d.live() {
-			p := w.touch[e][h]
-			if p == nil || d.handles[h].Terminal() {
-				continue
-			}
-			for _, b := range p.blocks {
-				if o := w.c.Owner(b); o == OwnerEngine || o == OwnerFree {
-					w.fail("rule 1: block %v is %v while handle %d/%d over it is %v", b, o, e, h, d.handles[h])
-				}
-			}
-		}
-	}
 }
 
 // checkHolds checks after a round that no running handle of a live
@@ -241,6 +358,108 @@ func (w *world) checkHolds() {
 			if !w.now.Before(p.at.Add(w.cfg.holdCap)) {
 				w.fail("rule 8: handle %d/%d, posted at +%v, still runs at +%v past the cap %v without escalation", e, h, p.at.Sub(exploreT0), w.now.Sub(exploreT0), w.cfg.holdCap)
 			}
+		}
+	}
+}
+
+// checkNatives checks after a step that every native resource the live
+// transport holds is listed by core: a registration or local dlist of a
+// pool (or a stray registration), a peer or dlist of a connected or
+// retired peer or of the handshake journal, a handle live or
+// force-released; or is named by Work still outstanding, whose result
+// core is waiting for (rules 5 and 16: every native acquired is released,
+// or still held and listed). What a call that timed out created is no
+// one's to list: its epoch's fence ends it (checkOwners).
+func (w *world) checkNatives() {
+	e := w.epoch
+	d := w.ds[e]
+	if d == nil || w.dead[e] || w.orphans[e] || w.c.epoch != e {
+		return
+	}
+	c := w.c
+	peers := map[sdk.PeerID]bool{}
+	dlists := map[sdk.DlistID]bool{}
+	regions := map[sdk.RegionID]bool{}
+	for _, p := range c.pools {
+		if p.epoch == e {
+			regions[p.region], dlists[p.local] = true, true
+		}
+	}
+	for _, s := range c.strayRg {
+		if s.epoch == e {
+			regions[s.region] = true
+		}
+	}
+	record := func(p *peer) {
+		if p.epoch != e {
+			return
+		}
+		for _, r := range p.ranks {
+			peers[r.id], peers[r.notify], dlists[r.dlist] = true, true, true
+		}
+	}
+	for _, p := range c.peers {
+		record(p)
+	}
+	for _, p := range c.retired {
+		record(p)
+	}
+	for _, j := range c.journal {
+		for _, en := range j {
+			if en.epoch == e {
+				peers[en.peer], dlists[en.list] = true, true
+			}
+		}
+	}
+	for _, wk := range w.out {
+		if wk.Epoch != e {
+			continue
+		}
+		for _, p := range wk.PeerIDs {
+			peers[p] = true
+		}
+		for _, l := range wk.DlistIDs {
+			dlists[l] = true
+		}
+		for _, r := range wk.RegionIDs {
+			regions[r] = true
+		}
+		for _, l := range wk.Dlists {
+			if l.Peer == 0 && len(l.Descriptors) > 0 {
+				regions[l.Descriptors[0].Region] = true // a pool's registration, its dlist under way
+			}
+		}
+	}
+	for id := range d.peers {
+		if !peers[id] {
+			w.fail("rule 16: peer %d of epoch %d is loaded, but core lists it nowhere", id, e)
+		}
+	}
+	for id := range d.dlists {
+		if !dlists[id] {
+			w.fail("rule 16: dlist %d of epoch %d is prepared, but core lists it nowhere", id, e)
+		}
+	}
+	for id := range d.regions {
+		if !regions[id] {
+			w.fail("rule 16: region %d of epoch %d is registered, but core lists it nowhere", id, e)
+		}
+	}
+	for _, h := range d.live() {
+		ref := Ref{e, h}
+		if x := c.live.get(h); (x == nil || x.ref != ref) && c.leaked[ref] == nil {
+			w.fail("rule 16: handle %d of epoch %d is held by the transport, but core lists it nowhere", h, e)
+		}
+	}
+}
+
+// checkClosed checks, once Close returned nil and its last Ready was
+// taken, that every request core accepted was reported (rule 16: exactly
+// one report each, and a closed Core owes none any more).
+func (w *world) checkClosed() {
+	for _, id := range w.order {
+		if r := w.issued[id]; !r.reported {
+			w.fail("rule 16: request %q was accepted and never reported: Close returned nil with it %v", id, w.c.Owner(r.blocks[0]))
 		}
 	}
 }

@@ -3,6 +3,7 @@ package core
 import (
 	"flag"
 	"fmt"
+	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
@@ -16,7 +17,9 @@ import (
 // commands, the result of every outstanding Work (the double's answer, a
 // whole-call failure with each code, a failure of one item, a timeout
 // after the call took effect), a transfer ending DONE or FAILED,
-// notifications, rounds, the clock reaching the next deadline, and a fence
+// notifications, rounds (poll; round, whose queries the double answers at
+// once, so that what a round leads to is one input away), the clock
+// reaching the next deadline core or the world knows of, and a fence
 // (the transport killed, then a new one attached). A state seen before
 // (stateHasher) is not expanded again. The first violation found is
 // printed as an async testdata script, the shortest such sequence, since
@@ -124,12 +127,17 @@ func (n *node) path() []string {
 	return p
 }
 
-// explore searches cfg breadth first to its depth.
+// explore searches cfg breadth first to its depth. A state of the last
+// depth is checked but not hashed: it is expanded no further, so whether
+// it was seen before changes nothing (states counts the states expanded,
+// steps every input applied, replays included).
 func explore(t testing.TB, cfg exploreConfig) exploreResult {
+	defer debug.SetGCPercent(debug.SetGCPercent(400)) // replays make short-lived garbage
 	var res exploreResult
 	replay := func(path []string) *world {
 		w, err := newWorld(cfg)
 		require.NoError(t, err)
+		w.quiet = true
 		for _, in := range path {
 			_, err := w.step(in)
 			require.NoError(t, err, "replaying %q", in)
@@ -146,9 +154,12 @@ func explore(t testing.TB, cfg exploreConfig) exploreResult {
 		var next []*node
 		for _, n := range frontier {
 			path := n.path()
-			inputs := replay(path).inputs()
-			for _, in := range inputs {
-				w := replay(path)
+			w := replay(path)
+			inputs := w.inputs()
+			for i, in := range inputs {
+				if i > 0 {
+					w = replay(path)
+				}
 				if _, err := w.step(in); err != nil {
 					t.Fatalf("input %q after %v: %v", in, path, err)
 				}
@@ -157,6 +168,9 @@ func explore(t testing.TB, cfg exploreConfig) exploreResult {
 					res.violation, res.why = append(path, in), w.violation
 					res.states = len(seen)
 					return res
+				}
+				if d == cfg.depth {
+					continue
 				}
 				h := w.hash()
 				if seen[h] {
@@ -233,8 +247,17 @@ func (w *world) inputs() []string {
 			}
 		}
 	}
-	in = append(in, "poll")
-	if at := w.c.next().At; !at.IsZero() && at.After(w.now) {
+	in = append(in, "poll", "round")
+	// The clock moves to the earliest deadline core or the world knows of
+	// (in a correct core the world's are never earlier than core's).
+	at := w.c.next().At
+	if !at.After(w.now) {
+		at = time.Time{}
+	}
+	if wat := w.deadline(); !wat.IsZero() && (at.IsZero() || wat.Before(at)) {
+		at = wat
+	}
+	if !at.IsZero() {
 		in = append(in, fmt.Sprintf("tick d=%v", at.Sub(w.now)))
 	}
 	switch {

@@ -45,6 +45,9 @@ type world struct {
 	orphans map[Epoch]bool
 	// violation is the first invariant broken, "" while none is.
 	violation string
+	// quiet: the explorer's replays keep no log and render nothing (a
+	// script is rendered from a fresh world, see script).
+	quiet bool
 }
 
 // wreq is one accepted request: its kind, peer and blocks.
@@ -57,9 +60,11 @@ type wreq struct {
 	// notified: the notifications the explorer delivered for it.
 	notified map[string]bool
 	// done counts its handles that ended DONE; mustFail: one of them
-	// failed, was canceled, or died with its transport while running.
+	// failed, was canceled, or died with its transport while running, or
+	// its peer was removed or the Core closed before it was reported.
 	done     int
 	mustFail bool
+	at       time.Time // when it was issued: a send's or receive's lease counts from here
 }
 
 // wpost is one posted handle: the blocks it touches, its dlists, and when
@@ -133,7 +138,9 @@ func (w *world) collect(rd Ready) {
 	for _, wk := range rd.Work {
 		w.checkWork(wk)
 		w.out = append(w.out, wk)
-		w.log = append(w.log, fmt.Sprintf("work %d %s", wk.ID, describeWork(wk)))
+		if !w.quiet {
+			w.log = append(w.log, fmt.Sprintf("work %d %s", wk.ID, describeWork(wk)))
+		}
 	}
 	w.checkReports(rd)
 }
@@ -156,7 +163,9 @@ func (w *world) drain() {
 func (w *world) deliver(i int, whole error, k int, itemErr error, applied ...bool) {
 	wk := w.out[i]
 	w.out = slices.Delete(w.out, i, i+1)
-	w.log = append(w.log, fmt.Sprintf("done %d", wk.ID))
+	if !w.quiet {
+		w.log = append(w.log, fmt.Sprintf("done %d", wk.ID))
+	}
 	d := w.ds[wk.Epoch]
 	if d == nil || w.dead[wk.Epoch] {
 		w.c.Done(wk.ID, Result{}, sdk.Errorf(sdk.CodePluginShutdown, "epoch %d is dead", wk.Epoch))
@@ -265,6 +274,45 @@ func (w *world) retain(match func(p *wpost) bool) {
 	}
 }
 
+// mustFail marks the unreported requests that match as bound to fail.
+func (w *world) mustFail(match func(r *wreq) bool) {
+	for _, id := range w.order {
+		if r := w.issued[id]; !r.reported && match(r) {
+			r.mustFail = true
+		}
+	}
+}
+
+// deadline is the earliest deadline the world knows of after now, zero
+// when none: a running handle's hold cap (as checkHolds measures it) or
+// an unreported send's or receive's lease. The explorer ticks to it as
+// well as to core's own Next.At, so that a deadline core forgot is
+// reached all the same.
+func (w *world) deadline() time.Time {
+	var at time.Time
+	earliest := func(t time.Time) {
+		if t.After(w.now) && (at.IsZero() || t.Before(at)) {
+			at = t
+		}
+	}
+	for e, d := range w.ds {
+		if w.dead[e] || w.c.fenceWant[e] || w.cfg.holdCap <= 0 {
+			continue
+		}
+		for _, h := range d.live() {
+			if p := w.touch[e][h]; p != nil && !d.handles[h].Terminal() && !w.quarantined(p.blocks) {
+				earliest(p.at.Add(w.cfg.holdCap))
+			}
+		}
+	}
+	for _, id := range w.order {
+		if r := w.issued[id]; !r.reported && r.kind != "read" {
+			earliest(r.at.Add(w.cfg.lease))
+		}
+	}
+	return at
+}
+
 // holderOf is the unreported request that holds blocks, or nil.
 func (w *world) holderOf(blocks []BlockRef) *wreq {
 	for _, id := range w.order {
@@ -321,6 +369,8 @@ func (w *world) step(line string) (string, error) {
 		errOut = w.c.RemovePeer(w.now, a["peer"])
 		if errOut == nil {
 			w.retain(func(p *wpost) bool { return w.peerIDs[w.epoch][w.dlists[w.epoch][p.remote].peer] == a["peer"] })
+			// Its requests fail (RemovePeer), whatever their handles do.
+			w.mustFail(func(r *wreq) bool { return r.peer == a["peer"] })
 		}
 		w.collect(w.c.Ready())
 	case "read", "write", "send", "recv":
@@ -340,9 +390,9 @@ func (w *world) step(line string) (string, error) {
 		}
 		var whole, itemErr error
 		k := -1
-		if c, ok := codes[a["whole"]]; ok {
+		if c, ok := exploreCode(a["whole"]); ok {
 			whole = sdk.Errorf(c, "explore: injected %s", a["whole"])
-		} else if c, ok := codes[a["code"]]; ok {
+		} else if c, ok := exploreCode(a["code"]); ok {
 			k, _ = strconv.Atoi(a["item"])
 			itemErr = sdk.Errorf(c, "explore: injected %s", a["code"])
 		}
@@ -374,9 +424,26 @@ func (w *world) step(line string) (string, error) {
 		}
 		r.notified[a["from"]] = true
 		w.ds[w.epoch].inbox = append(w.ds[w.epoch].inbox, sdk.Notification{From: a["from"], Message: msg})
-	case "poll":
+	case "poll", "round":
+		before := len(w.out)
 		w.collect(w.c.Poll(w.now))
 		w.checkHolds()
+		if f[0] == "round" {
+			// A whole round: the queries it handed out (Notifications,
+			// Events, Poll) answered as the double answers them; what
+			// follows (a Release) stays outstanding.
+			var ids []WorkID
+			for _, wk := range w.out[before:] {
+				if wk.Kind == WorkNotifications || wk.Kind == WorkEvents || wk.Kind == WorkPoll {
+					ids = append(ids, wk.ID)
+				}
+			}
+			for _, id := range ids {
+				if i := slices.IndexFunc(w.out, func(x Work) bool { return x.ID == id }); i >= 0 {
+					w.deliver(i, nil, -1, nil)
+				}
+			}
+		}
 	case "tick":
 		d, err := time.ParseDuration(a["d"])
 		if err != nil {
@@ -403,11 +470,20 @@ func (w *world) step(line string) (string, error) {
 		if errOut == nil {
 			w.closed = true
 		}
+		// Every request not reported yet fails: the engine is going away.
+		w.mustFail(func(*wreq) bool { return true })
 		w.collect(w.c.Ready())
+		if errOut == nil {
+			w.checkClosed()
+		}
 	default:
 		return "", fmt.Errorf("unknown input %q", f[0])
 	}
 	w.checkOwners()
+	w.checkNatives()
+	if w.quiet {
+		return "", nil
+	}
 	return w.render(logged, errOut), nil
 }
 
@@ -417,7 +493,7 @@ func (w *world) issue(kind string, id RequestID, peer string, notify bool) error
 	w.next++
 	ranks := w.cfg.ranks
 	pool := w.pools[(w.next-1)%len(w.pools)]
-	r := &wreq{id: id, kind: kind, peer: peer, notified: map[string]bool{}}
+	r := &wreq{id: id, kind: kind, peer: peer, notified: map[string]bool{}, at: w.now}
 	var err error
 	var parts []Part
 	alloc := func(p PoolID, n int) ([]uint32, bool) {
@@ -472,6 +548,16 @@ func (w *world) issue(kind string, id RequestID, peer string, notify bool) error
 	w.order = append(w.order, id)
 	w.collect(w.c.Ready())
 	return nil
+}
+
+// exploreCode is the code a script names: those of codes, and CANCELED
+// (allCodes offers it), which codes lacks.
+func exploreCode(name string) (sdk.Code, bool) {
+	if name == "CANCELED" {
+		return sdk.CodeCanceled, true
+	}
+	c, ok := codes[name]
+	return c, ok
 }
 
 // render is what a step did since log entry logged: the Work it handed

@@ -259,7 +259,13 @@ func (c *Core) ExpectSend(now time.Time, spec SendSpec) error {
 	return nil
 }
 
+// checkID refuses a request the Core could never report: one of an id
+// still in flight, or any once Close began (no peer connects any more, so
+// a request waiting for one would wait for good).
 func (c *Core) checkID(id RequestID) error {
+	if c.closing || c.closed {
+		return errors.New("the Core is closing; no request is taken any more")
+	}
 	if id == "" {
 		return errors.New("request id is empty")
 	}

@@ -64,7 +64,10 @@ func newProducer(t *testing.T, r *rig, o rigOpts) *rig {
 				t.Errorf("producer Close still refused: %v", err)
 				return
 			}
-			p.poll()
+			// A write Close failed is reported at its lease (rule 16).
+			if at := p.poll().Next.At; at.After(p.now) {
+				p.now = at
+			}
 			time.Sleep(time.Millisecond) // pacing of the poll loop, not synchronisation
 		}
 		res, err := tr.Resources(p.ctx)
