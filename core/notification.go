@@ -81,3 +81,21 @@ func parseNote(msg []byte, prefix string) (RequestID, Token, bool) {
 	}
 	return RequestID(s[len(prefix)+tokenDigits+1:]), Token(t), true
 }
+
+// NotifyConsumed sends the consumed notification for request id, with the
+// token of the producer's Write, to every
+// rank of a connected peer: what a push consumer does once it holds the
+// bytes a producer wrote. The send is Work in the next Ready; a rank it
+// fails for is a "consumed_notification_failed" Alert.
+func (c *Core) NotifyConsumed(name string, id RequestID, token Token) error {
+	p := c.peers[name]
+	if p == nil || !c.attached {
+		return fmt.Errorf("core: notify peer %q of request %q: peer not connected", name, id)
+	}
+	ranks := make([]int, len(p.ranks))
+	for i := range ranks {
+		ranks[i] = i
+	}
+	c.notify(p, ranks, ConsumedMessage(id, token), "consumed_notification_failed", id)
+	return nil
+}
