@@ -98,7 +98,7 @@ mutate:
 	GOFLAGS="-count=1 -short -vet=off -ldflags=-w" $(GOBIN_TOOLS)/gremlins unleash --timeout-coefficient 15 ./core
 
 # explore runs core's explorer (core/explore_test.go) at its larger bound:
-# every configuration two inputs deeper than in make test, with every
+# every configuration one input deeper than in make test, with every
 # failure code the contract allows. It takes hours; -explore.depth=N
 # (EXPLORE_FLAGS) overrides the depth.
 EXPLORE_FLAGS ?=

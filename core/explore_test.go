@@ -72,7 +72,7 @@ func exploreConfigs(large bool) []exploreConfig {
 	cfgs := []exploreConfig{pull, pull1, push, quar}
 	for i := range cfgs {
 		if large {
-			cfgs[i].depth += 2
+			cfgs[i].depth++
 			cfgs[i].wholeCodes, cfgs[i].itemCodes = allCodes, allCodes
 			cfgs[i].maxStates = 50_000_000
 		}
