@@ -103,7 +103,7 @@ mutate:
 # (EXPLORE_FLAGS) overrides the depth.
 EXPLORE_FLAGS ?=
 explore:
-	$(GO) test -count=1 -run '^TestExplore$$' -explore.large $(EXPLORE_FLAGS) -timeout 0 -v ./core
+	$(GO) test -count=1 -timeout 0 -v ./core -run '^TestExplore$$' -explore.large $(EXPLORE_FLAGS)
 
 # proto regenerates the checked-in gRPC code from $(PROTO): Go, and the
 # Python package's engine API stubs (grpcio-tools, pinned in
