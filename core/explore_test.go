@@ -205,6 +205,13 @@ func (w *world) inputs() []string {
 		}
 		for k := range min(2, items(wk)) {
 			for _, c := range w.cfg.itemCodes {
+				// An item's NOT_FOUND on a release says the resource is gone
+				// (the contract), so core takes it as released: the double
+				// answers it where that is true, and injecting it where the
+				// resource lives would be a transport breaking the contract.
+				if c == "NOT_FOUND" && releases(wk.Kind) {
+					continue
+				}
 				in = append(in, fmt.Sprintf("run w=%d item=%d code=%s", wk.ID, k, c))
 			}
 		}
@@ -280,6 +287,15 @@ func mutates(k WorkKind) bool {
 		return false
 	}
 	return true
+}
+
+// releases reports whether a call of kind releases what its items name.
+func releases(k WorkKind) bool {
+	switch k {
+	case WorkRelease, WorkReleaseDescriptors, WorkUnloadPeers, WorkDeregisterMemory:
+		return true
+	}
+	return false
 }
 
 // items is how many items a Work's call carries.
