@@ -61,6 +61,16 @@ func (a args) int(k string, def int) int {
 	return n
 }
 
+func (a args) bool(k string) bool {
+	v, ok := a.get(k)
+	if !ok {
+		return false
+	}
+	b, err := strconv.ParseBool(v)
+	require.NoError(a.t, err, "line %d", a.line)
+	return b
+}
+
 func (a args) dur(k string, def time.Duration) time.Duration {
 	v, ok := a.get(k)
 	if !ok {

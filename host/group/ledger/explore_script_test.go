@@ -1,0 +1,46 @@
+package ledger
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/custody-dev/custody/core"
+)
+
+// runExploreScript runs a script whose first command is "new size=N
+// explore=true requests=a,b": the explorer's world, whose counterexamples
+// are such scripts. Every invariant the explorer checks is checked after
+// every command as well, so a counterexample copied in fails until the
+// rule holds again.
+func runExploreScript(t *testing.T, path string, cases []scriptCase) {
+	a := parseArgs(t, cases[0])
+	cfg := exploreConfig{size: a.int("size", 2)}
+	for _, id := range strings.Split(a.str("requests"), ",") {
+		cfg.requests = append(cfg.requests, core.RequestID(id))
+	}
+	w := newWorld(t, cfg)
+	var b strings.Builder
+	broken := ""
+	for i, c := range cases {
+		got := w.render()
+		if i > 0 {
+			got = w.step(c.cmd)
+		}
+		if w.violation != "" && broken == "" {
+			broken = fmt.Sprintf("%s:%d: %s: invariant broken: %s", path, c.line, c.cmd, w.violation)
+		}
+		if *rewrite {
+			fmt.Fprintf(&b, "%s\n----\n%s\n\n", c.cmd, got)
+			continue
+		}
+		require.Equal(t, c.expected, got, "%s:%d: %s", path, c.line, c.cmd)
+		require.Empty(t, broken)
+	}
+	if *rewrite {
+		rewriteScript(t, path, cases, b.String())
+	}
+	require.Empty(t, broken)
+}
