@@ -228,8 +228,8 @@ func (g *rig) join(a args) []string {
 
 // expire runs an Expire of ids by rank r after waiting waited, as package
 // group's does: a lease granted for the first expiry it writes (revoked if
-// none is), and up to three looks per request, the rank's watch catching
-// up between them.
+// none is, and no transaction failed), and up to three looks per request,
+// the rank's watch catching up between them.
 func (g *rig) expire(r *srank, ids []core.RequestID, waited time.Duration) []string {
 	if err := r.l.CheckExpire(ids); err != nil {
 		return []string{renderErr(err)}
@@ -257,10 +257,11 @@ func (g *rig) expire(r *srank, ids []core.RequestID, waited time.Duration) []str
 			x := g.exec(r, r.l.ExpiryTxn(id, pending, rev, waited, lease))
 			out = append(out, x.lines...)
 			if x.err != nil {
+				used = true // it may have run: the lease is kept, as group's Expire does
 				return append(out, "error: "+x.err.Error())
 			}
 			wrote, at, err := r.l.ExpiryWritten(id, pending, waited, x.res)
-			used = used || wrote
+			used = used || wrote || err != nil
 			if err != nil {
 				return append(out, renderErr(err))
 			}
