@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -27,7 +28,9 @@ func parseArgs(t *testing.T, c scriptCase) args {
 	a.cmd = f[0]
 	for _, w := range f[1:] {
 		k, v, ok := strings.Cut(w, "=")
-		require.True(t, ok, "line %d: argument %q is not k=v", c.line, w)
+		if !ok { // (require.True walks the stack even when it holds)
+			require.Fail(t, fmt.Sprintf("line %d: argument %q is not k=v", c.line, w))
+		}
 		a.kvs = append(a.kvs, [2]string{k, v})
 	}
 	if hasRaw {

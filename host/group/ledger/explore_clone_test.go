@@ -5,6 +5,7 @@ import (
 	"maps"
 	"reflect"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unsafe"
@@ -57,24 +58,70 @@ var (
 		reflect.TypeFor[Outcome]():        true,
 		reflect.TypeFor[exploreConfig]():  true,
 	}
-	deepCache sync.Map // reflect.Type -> []int
+	// types holds the facts of every type met so far (typeInfo): read
+	// without a lock, replaced whole under typesMu when a type is new.
+	types   atomic.Pointer[map[reflect.Type]*typeFacts]
+	typesMu sync.Mutex
 )
 
-// deepFields lists the fields of struct type t that a shallow copy does
-// not copy well: those holding pointers, maps, slices or interfaces.
-func deepFields(t reflect.Type) []int {
-	if d, ok := deepCache.Load(t); ok {
-		return d.([]int)
-	}
-	var d []int
-	for i := range t.NumField() {
-		if ft := t.Field(i).Type; !shared[ft] && !flat(ft) {
-			d = append(d, i)
+// typeFacts is what the clone and the hash need of a type, worked out
+// once per type.
+type typeFacts struct {
+	flat bool
+	// deep: the fields of a struct that a shallow copy does not copy
+	// well (holding pointers, maps, slices or interfaces); kinds: how the
+	// hash reads each field.
+	deep  []int
+	kinds []fieldKind
+}
+
+// typeInfo is the facts of t.
+func typeInfo(t reflect.Type) *typeFacts {
+	if m := types.Load(); m != nil {
+		if f := (*m)[t]; f != nil {
+			return f
 		}
 	}
-	deepCache.Store(t, d)
-	return d
+	typesMu.Lock()
+	defer typesMu.Unlock()
+	next := map[reflect.Type]*typeFacts{}
+	if m := types.Load(); m != nil {
+		maps.Copy(next, *m)
+	}
+	learnType(next, t)
+	types.Store(&next)
+	return next[t]
 }
+
+// learnType records in m the facts of t and of every type it holds.
+func learnType(m map[reflect.Type]*typeFacts, t reflect.Type) {
+	if m[t] != nil {
+		return
+	}
+	f := &typeFacts{flat: flat(t)}
+	m[t] = f
+	switch t.Kind() {
+	case reflect.Pointer, reflect.Slice, reflect.Array:
+		learnType(m, t.Elem())
+	case reflect.Map:
+		learnType(m, t.Key())
+		learnType(m, t.Elem())
+	case reflect.Struct:
+		f.kinds = make([]fieldKind, t.NumField())
+		for i := range t.NumField() {
+			ft := t.Field(i).Type
+			f.kinds[i] = fieldKinds[t][t.Field(i).Name]
+			if !shared[ft] && !flat(ft) {
+				f.deep = append(f.deep, i)
+			}
+			learnType(m, ft)
+		}
+	}
+}
+
+// deepFields lists the fields of struct type t that a shallow copy does
+// not copy well.
+func deepFields(t reflect.Type) []int { return typeInfo(t).deep }
 
 // open makes a field readable and settable whatever its export.
 func open(v reflect.Value) reflect.Value {
@@ -118,7 +165,7 @@ func (c *cloner) copy(dst, src reflect.Value) {
 			return
 		}
 		n := reflect.MakeSlice(t, src.Len(), src.Len())
-		if flat(t.Elem()) {
+		if typeInfo(t.Elem()).flat {
 			reflect.Copy(n, src)
 		} else {
 			for i := range src.Len() {
@@ -139,7 +186,7 @@ func (c *cloner) copy(dst, src reflect.Value) {
 			return
 		}
 		n := reflect.MakeMapWithSize(t, src.Len())
-		flatV := flat(t.Elem())
+		flatV := typeInfo(t.Elem()).flat
 		it := src.MapRange()
 		for it.Next() {
 			if flatV {

@@ -2,12 +2,12 @@ package ledger
 
 import (
 	"cmp"
+	"encoding/binary"
 	"fmt"
 	"hash/maphash"
 	"reflect"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 )
 
@@ -25,7 +25,7 @@ import (
 // in the history. Continuations (the done funcs of a Flush's deletions)
 // cannot be read; the deletions' operations are hashed instead.
 type stateHasher struct {
-	h      maphash.Hash
+	buf    []byte           // what the walk wrote, hashed at its end
 	revs   map[int64]uint64 // revision -> its rank among them (0 stays 0)
 	leases map[int64]uint64
 	seen   map[uintptr]uint64 // pointers already walked, by first-visit order
@@ -59,20 +59,8 @@ var fieldKinds = map[reflect.Type]map[string]fieldKind{
 	reflect.TypeFor[time.Time]():   {"loc": skipField},
 }
 
-var kindCache sync.Map // reflect.Type -> []fieldKind
-
 // structKinds is the kind of each field of struct type t.
-func structKinds(t reflect.Type) []fieldKind {
-	if k, ok := kindCache.Load(t); ok {
-		return k.([]fieldKind)
-	}
-	k := make([]fieldKind, t.NumField())
-	for i := range k {
-		k[i] = fieldKinds[t][t.Field(i).Name]
-	}
-	kindCache.Store(t, k)
-	return k
-}
+func structKinds(t reflect.Type) []fieldKind { return typeInfo(t).kinds }
 
 func (w *world) hash() uint64 {
 	s := &stateHasher{revs: map[int64]uint64{}, leases: map[int64]uint64{0: 0}}
@@ -80,9 +68,9 @@ func (w *world) hash() uint64 {
 	for i, r := range revs {
 		s.revs[r] = uint64(i)
 	}
-	s.h.SetSeed(hashSeed)
+	s.buf = make([]byte, 0, 4096)
 	w.walkState(s)
-	return s.h.Sum64()
+	return maphash.Bytes(hashSeed, s.buf)
 }
 
 // revisions lists, in order, every revision the state holds (every field
@@ -131,17 +119,11 @@ func (w *world) walkState(s *stateHasher) {
 	s.walk(reflect.ValueOf(w).Elem())
 }
 
-func (s *stateHasher) u64(x uint64) {
-	var b [8]byte
-	for i := range b {
-		b[i] = byte(x >> (8 * i))
-	}
-	s.h.Write(b[:])
-}
+func (s *stateHasher) u64(x uint64) { s.buf = binary.LittleEndian.AppendUint64(s.buf, x) }
 
 func (s *stateHasher) str(x string) {
 	s.u64(uint64(len(x)))
-	s.h.WriteString(x)
+	s.buf = append(s.buf, x...)
 }
 
 func (s *stateHasher) rev(r int64) {
