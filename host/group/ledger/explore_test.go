@@ -3,6 +3,7 @@ package ledger
 import (
 	"flag"
 	"fmt"
+	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
@@ -45,15 +46,19 @@ type exploreConfig struct {
 	together bool
 	// faults offers every transaction and expiry refused and with its
 	// answer lost, and every write's answer after the rank's watch.
-	faults  bool
-	expire  bool
-	losses  int  // lease losses per run
-	restart bool // a rank whose lease ended restarts as a new member
-	reload  bool // a watch breaks: the rank reads the prefix whole
-	pools   []string
-	clear   bool // an operator clears a poisoned pool
-	quiesce bool
-	depth   int
+	faults bool
+	expire bool
+	// impatient offers a drain whose hosts expire what they wait for
+	// first (quiesce impatient=true); partial a resolve of each awaited
+	// request alone (package group's Outcome).
+	impatient, partial bool
+	losses             int  // lease losses per run
+	restart            bool // a rank whose lease ended restarts as a new member
+	reload             bool // a watch breaks: the rank reads the prefix whole
+	pools              []string
+	clear              bool // an operator clears a poisoned pool
+	quiesce            bool
+	depth              int
 	// maxStates stops a configuration that outgrows its bound.
 	maxStates int
 }
@@ -69,8 +74,8 @@ func exploreConfigs(large bool) []exploreConfig {
 	cfgs := []exploreConfig{
 		{name: "1 rank", size: 1, requests: ab, states: allStates, together: true, pools: []string{"kv"}, quiesce: true, depth: 8},
 		{name: "2 ranks, union", size: 2, requests: ab, states: allStates, together: true, expire: true, quiesce: true, depth: 6},
-		{name: "2 ranks, faults", size: 2, requests: ab, states: []State{Succeeded, TimedOut}, faults: true, expire: true, quiesce: true, depth: 5},
-		{name: "2 ranks, loss and poison", size: 2, requests: ab, states: []State{Succeeded, Failed}, expire: true, losses: 1, restart: true, reload: true,
+		{name: "2 ranks, faults", size: 2, requests: ab, states: []State{Succeeded, TimedOut}, faults: true, expire: true, impatient: true, partial: true, quiesce: true, depth: 5},
+		{name: "2 ranks, loss and poison", size: 2, requests: ab, states: []State{Succeeded, Failed}, expire: true, impatient: true, partial: true, losses: 1, restart: true, reload: true,
 			pools: []string{"kv"}, clear: true, quiesce: true, depth: 5},
 	}
 	for i := range cfgs {
@@ -97,6 +102,10 @@ func TestExplore(t *testing.T) {
 	case raceEnabled:
 		t.Skip("the explorer runs on one goroutine; it runs in the test run without the race detector")
 	}
+	// Its heap stays small (the seen states' hashes, the frontier's
+	// paths) while it allocates a copy of the world per step: collect
+	// less often.
+	defer debug.SetGCPercent(debug.SetGCPercent(800))
 	for _, cfg := range exploreConfigs(*exploreLarge) {
 		t.Run(cfg.name, func(t *testing.T) {
 			start := time.Now()
@@ -169,7 +178,7 @@ func explore(t *testing.T, cfg exploreConfig) exploreResult {
 					res.states = len(seen)
 					return res
 				}
-				if in == "quiesce" {
+				if strings.HasPrefix(in, "quiesce") {
 					res.drains++
 					continue
 				}
@@ -240,6 +249,12 @@ func (w *world) inputs() []string {
 				add("flush r=%d step=true", n)
 			}
 			in = append(in, w.resolveLine(n))
+			if ids := sortedKeys(p.awaited); len(ids) > 1 && w.cfg.partial {
+				// One at a time, as package group's Outcome does.
+				for _, id := range ids {
+					add("resolve r=%d ids=%s", n, id)
+				}
+			}
 			if w.cfg.expire && !w.solo() {
 				for _, id := range sortedKeys(l.book.reqs) {
 					if l.book.reqs[id].phase.resolved() {
@@ -288,6 +303,9 @@ func (w *world) inputs() []string {
 	}
 	if w.cfg.quiesce {
 		in = append(in, "quiesce")
+		if w.cfg.impatient {
+			in = append(in, "quiesce impatient=true")
+		}
 	}
 	return in
 }

@@ -33,6 +33,8 @@ type world struct {
 	lost map[string]bool
 	// expired are the requests an expiry was written for.
 	expired map[core.RequestID]bool
+	// records are the requests each states record in etcd holds.
+	records map[string][]core.RequestID
 	// decided is the first union resolved of each request, by a rank
 	// that did not know itself lost (agreement, rule 10).
 	decided map[core.RequestID]decision
@@ -81,7 +83,7 @@ func newProc(member string, fresh bool) *proc {
 func newWorld(t *testing.T, cfg exploreConfig) *world {
 	g := newRig(t, scriptCase{cmd: fmt.Sprintf("new size=%d", cfg.size)})
 	w := &world{cfg: cfg, g: g, members: make([]string, cfg.size), lost: map[string]bool{},
-		expired: map[core.RequestID]bool{}, decided: map[core.RequestID]decision{}}
+		expired: map[core.RequestID]bool{}, records: map[string][]core.RequestID{}, decided: map[core.RequestID]decision{}}
 	for _, r := range g.ranks {
 		w.procs = append(w.procs, newProc(r.member, true))
 		w.landed = append(w.landed, map[core.RequestID]map[string]State{})
@@ -115,7 +117,7 @@ func (w *world) exec(line string) []string {
 	}
 	var out []string
 	if a.cmd == "quiesce" {
-		return w.quiesce()
+		return w.quiesce(a.bool("impatient"))
 	}
 	out = strings.Split(w.g.run(scriptCase{cmd: line}), "\n")
 	w.fold()
@@ -185,13 +187,20 @@ func (w *world) fold() {
 			if err == nil {
 				w.members[rank] = rec.Member
 			}
-		case strings.HasPrefix(ev.Key, k.Records()) && !ev.Delete:
+		case strings.HasPrefix(ev.Key, k.Records()):
 			rank, member, _, err := ParseRecordKey(strings.TrimPrefix(ev.Key, k.Records()), w.cfg.size)
 			if err != nil {
 				continue
 			}
+			if ev.Delete {
+				w.retired(ev.Key, rank, member)
+				delete(w.records, ev.Key)
+				continue
+			}
 			entries, _ := DecodeStates(ev.Value, rank, member)
+			w.records[ev.Key] = nil
 			for _, e := range entries {
+				w.records[ev.Key] = append(w.records[ev.Key], e.ID)
 				m := w.landed[rank][e.ID]
 				if m == nil {
 					m = map[string]State{}
@@ -208,6 +217,30 @@ func (w *world) fold() {
 		}
 	}
 	w.logged = len(w.g.s.log)
+}
+
+// retired checks the deletion of a states record of rank's member by its
+// writer (rule 10, retirement is unanimous): every rank's state of each
+// request in it is in etcd, or the rank is lost, or an expiry of the
+// request was written, as the writer's own view could show it when it
+// resolved them. (An orphan's deletion, by another rank, waits on no one.)
+func (w *world) retired(key string, rank int, member string) {
+	p := w.procs[rank]
+	if p.member != member {
+		return
+	}
+	for _, id := range w.records[key] {
+		snap := p.snaps[id]
+		if snap == nil || w.expired[id] {
+			continue
+		}
+		for j, m := range snap {
+			if len(w.landed[j][id]) == 0 && m != "" && !w.lost[m] {
+				w.fail("rule 10: r%d (%s) deleted its states record %s while rank %d (member %s) had written no state of %q, was not lost, and no expiry was written", rank, member, w.g.rel(key), j, m, id)
+				return
+			}
+		}
+	}
 }
 
 // learnPoison updates what p must hold poisoned from what its watch
@@ -282,14 +315,18 @@ func (w *world) returned(n int) {
 // configured requests it has not (Succeeded: a fresh process only),
 // writes what it owes, catches its watch up and resolves, until nothing
 // changes; then every rank expires what it still waits for, and on again.
-// At rest, nothing may be left (checkQuiet). Each step is checked as any
-// input is.
-func (w *world) quiesce() []string {
+// Impatient hosts expire what they wait for first (their hold cap has
+// passed). At rest, nothing may be left (checkQuiet). Each step is
+// checked as any input is.
+func (w *world) quiesce(impatient bool) []string {
 	var out []string
 	run := func(line string) bool {
 		out = append(out, "> "+line)
 		out = append(out, w.exec(line)...)
 		return w.violation == ""
+	}
+	if impatient && !w.expireAll(run) {
+		return out
 	}
 	var path []uint64
 	for round := 0; ; round++ {
@@ -311,21 +348,10 @@ func (w *world) quiesce() []string {
 		if w.hash() != h {
 			continue
 		}
-		expired := false
-		for n, r := range w.g.ranks {
-			if w.solo() || !r.l.Joined() || r.l.SelfLost() {
-				continue
-			}
-			for _, id := range sortedKeys(r.l.book.reqs) {
-				if !r.l.book.reqs[id].phase.resolved() {
-					if !run(fmt.Sprintf("expire r=%d ids=%s", n, id)) {
-						return out
-					}
-					expired = true
-				}
-			}
+		if !w.expireAll(run) {
+			return out
 		}
-		if !expired {
+		if w.hash() == h {
 			w.checkQuiet()
 			break
 		}
@@ -339,6 +365,21 @@ func (w *world) quiesce() []string {
 }
 
 const maxQuiesceRounds = 12
+
+// expireAll has every rank expire what it still waits for.
+func (w *world) expireAll(run func(string) bool) bool {
+	for n, r := range w.g.ranks {
+		if w.solo() || !r.l.Joined() || r.l.SelfLost() || r.plan != nil {
+			continue
+		}
+		for _, id := range sortedKeys(r.l.book.reqs) {
+			if !r.l.book.reqs[id].phase.resolved() && !run(fmt.Sprintf("expire r=%d ids=%s", n, id)) {
+				return false
+			}
+		}
+	}
+	return true
+}
 
 // settle is one round of rank n's host at quiescence.
 func (w *world) settle(n int, run func(string) bool) bool {
