@@ -30,7 +30,7 @@ build: deps
 
 test: build lint
 	CUSTODY_BIN=$(BIN) $(GO) test -race -count=1 -timeout 20m ./...
-	set -o pipefail; $(GO) test -count=1 -run '^TestExplore$$' -v ./core | grep -vE '^=== (RUN|PAUSE|CONT)'
+	set -o pipefail; $(GO) test -count=1 -run '^TestExplore$$' -v ./core ./host/group/ledger | grep -vE '^=== (RUN|PAUSE|CONT)'
 	@$(MAKE) --no-print-directory test-python
 
 # test-python makes .venv (scripts/python.sh: the custody package, its test
@@ -99,11 +99,13 @@ mutate:
 
 # explore runs core's explorer (core/explore_test.go) at its larger bound:
 # every configuration two inputs deeper than in make test, with every
-# failure code the contract allows. It takes hours; -explore.depth=N
-# (EXPLORE_FLAGS) overrides the depth.
+# failure code the contract allows; then the rank ledger's
+# (host/group/ledger/explore_test.go): one input deeper, every terminal
+# state. It takes hours; -explore.depth=N (EXPLORE_FLAGS) overrides the
+# depth.
 EXPLORE_FLAGS ?=
 explore:
-	$(GO) test -count=1 -run '^TestExplore$$' -explore.large $(EXPLORE_FLAGS) -timeout 0 -v ./core
+	$(GO) test -count=1 -run '^TestExplore$$' -explore.large $(EXPLORE_FLAGS) -timeout 0 -v ./core ./host/group/ledger
 
 # proto regenerates the checked-in gRPC code from $(PROTO): Go, and the
 # Python package's engine API stubs (grpcio-tools, pinned in

@@ -21,14 +21,16 @@ import (
 // write answered, refused, run with its answer lost, or answered after
 // the rank's watch delivered what it brought; a rank's watch delivering
 // its next response (or all of them), or breaking (a reload of the prefix
-// whole); a rank resolving what its host awaits; a rank expiring a request
-// past its hold cap (answered, refused, answer lost); a rank's lease
-// ending, and its host restarting as a new member; a rank poisoning a
-// pool, an operator clearing it; and a drain to rest (quiesce), after
-// which nothing may be left. A state seen before (stateHasher) is not
-// expanded again. The first violation found is printed as a testdata
-// script, the shortest such sequence, since the search is breadth first:
-// copied into testdata it fails until the rule is kept again.
+// whole); a rank resolving what its host awaits (all of it, or one request
+// at a time); a rank expiring a request past its hold cap (answered,
+// refused, answer lost); a rank's lease ending, and its host restarting as
+// a new member; a rank poisoning a pool, an operator clearing it; and a
+// drain to rest (quiesce; impatient=true: every host first expires what it
+// waits for), after which nothing may be left. A state seen before
+// (stateHasher) is not expanded again. The first violation found is
+// printed as a testdata script, the shortest such sequence, since the
+// search is breadth first: copied into testdata it fails until the rule
+// is kept again (testdata/pending holds those of defects not fixed yet).
 var (
 	exploreLarge = flag.Bool("explore.large", false, "explore the larger bound instead of the CI bound")
 	exploreDepth = flag.Int("explore.depth", 0, "override every configuration's depth")
