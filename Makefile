@@ -30,7 +30,7 @@ build: deps
 
 test: build lint
 	CUSTODY_BIN=$(BIN) $(GO) test -race -count=1 -timeout 20m ./...
-	set -o pipefail; $(GO) test -count=1 -run '^TestExplore$$' -v ./core | grep -vE '^=== (RUN|PAUSE|CONT)'
+	set -o pipefail; $(GO) test -count=1 -run '^TestExplore$$' -v ./core ./host/group/ledger | grep -vE '^=== (RUN|PAUSE|CONT)'
 	@$(MAKE) --no-print-directory test-python
 
 # test-python makes .venv (scripts/python.sh: the custody package, its test
@@ -99,11 +99,15 @@ mutate:
 
 # explore runs core's explorer (core/explore_test.go) at its larger bound:
 # every configuration one input deeper than in make test, with every
-# failure code the contract allows. It takes hours; -explore.depth=N
-# (EXPLORE_FLAGS) overrides the depth.
+# failure code the contract allows; then the rank ledger's
+# (host/group/ledger/explore_test.go): one input deeper, every terminal
+# state. It takes hours; -explore.depth=N (EXPLORE_FLAGS) overrides the
+# depth. The explorers' flags go after the packages, where go test hands
+# them to the test binaries.
 EXPLORE_FLAGS ?=
 explore:
 	$(GO) test -count=1 -timeout 0 -v ./core -run '^TestExplore$$' -explore.large $(EXPLORE_FLAGS)
+	$(GO) test -count=1 -timeout 0 -v ./host/group/ledger -run '^TestExplore$$' -explore.large $(EXPLORE_FLAGS)
 
 # proto regenerates the checked-in gRPC code from $(PROTO): Go, and the
 # Python package's engine API stubs (grpcio-tools, pinned in

@@ -61,7 +61,11 @@ func (g *Group) Expire(ctx context.Context, ids []core.RequestID, waited time.Du
 				}
 			}
 			wrote, at, err := g.expireAt(ctx, id, pending, rev, waited, lease)
-			used = used || wrote
+			// An error may hide an expiry written (the transaction ran,
+			// its answer was lost): its lease is kept then, to its TTL,
+			// since revoking it would delete what some rank may have
+			// resolved from already (ledger doc, obligation 5).
+			used = used || wrote || err != nil
 			if err != nil || wrote {
 				if err != nil {
 					return err

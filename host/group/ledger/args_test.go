@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -27,7 +28,9 @@ func parseArgs(t *testing.T, c scriptCase) args {
 	a.cmd = f[0]
 	for _, w := range f[1:] {
 		k, v, ok := strings.Cut(w, "=")
-		require.True(t, ok, "line %d: argument %q is not k=v", c.line, w)
+		if !ok { // (require.True walks the stack even when it holds)
+			require.Fail(t, fmt.Sprintf("line %d: argument %q is not k=v", c.line, w))
+		}
 		a.kvs = append(a.kvs, [2]string{k, v})
 	}
 	if hasRaw {
@@ -59,6 +62,16 @@ func (a args) int(k string, def int) int {
 	n, err := strconv.Atoi(v)
 	require.NoError(a.t, err, "line %d", a.line)
 	return n
+}
+
+func (a args) bool(k string) bool {
+	v, ok := a.get(k)
+	if !ok {
+		return false
+	}
+	b, err := strconv.ParseBool(v)
+	require.NoError(a.t, err, "line %d", a.line)
+	return b
 }
 
 func (a args) dur(k string, def time.Duration) time.Duration {

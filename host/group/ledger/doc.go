@@ -33,7 +33,9 @@
 //  5. To expire a request: ExpiryDue; if due, run ExpiryTxn under a lease
 //     whose TTL is ExpiryTTLFor(waited) and hand the answer to
 //     ExpiryWritten; if it was not written, wait until Rev reaches the
-//     revision it returned, and ask again.
+//     revision it returned, and ask again. A lease that holds no expiry
+//     may be revoked, but not once a transaction under it failed: it may
+//     have run, and its expiry goes only with the lease's TTL.
 //  6. Poison and ClearPoison: run the transaction each returns.
 //
 // # The phases of a request

@@ -40,18 +40,26 @@ import (
 func (l *Ledger) CheckExpire(ids []core.RequestID) error { return l.checkReported("expire", ids) }
 
 // ExpiryDue folds request id (reported) as the view holds it now and, if
-// it is still pending, says which ranks it waits for and the revision up
-// to which the view holds every write: the expiry is written only if none
-// of them wrote since.
+// it is still pending on other ranks, says which ranks it waits for (this
+// rank never: its own state is its to write) and the revision up to which
+// the view holds every write: the expiry is written only if none of them
+// wrote since.
 func (l *Ledger) ExpiryDue(id core.RequestID) (pending []int, rev int64, due bool) {
 	r := l.book.reqs[id]
 	if !r.phase.resolved() {
 		l.fold(r, l.view.reqs[id], l.Members())
 	}
-	if r.phase.resolved() || len(r.last.Pending) == 0 {
+	for _, p := range r.last.Pending {
+		// This rank's own state is its to write (the next Flush), not to
+		// expire: it may be in etcd already, its answer lost.
+		if p != l.cfg.Rank {
+			pending = append(pending, p)
+		}
+	}
+	if r.phase.resolved() || len(pending) == 0 {
 		return nil, 0, false
 	}
-	return r.last.Pending, l.view.rev, true
+	return pending, l.view.rev, true
 }
 
 // ExpiryTxn is the transaction that writes the expiry of id, under lease,

@@ -11,8 +11,9 @@ import (
 // lease, survives every rank's restart and is seen by every rank through
 // its watch (and by a rank opened later, in its first Reload). The first
 // record wins. A pool counts as poisoned on this rank as soon as this rank
-// poisons it, whether or not the write then lands: a pool is never less
-// poisoned than this rank knows. Only an operator clears it.
+// poisons it, whether or not the write then lands, and a Reload keeps it
+// so: a pool is never less poisoned than this rank knows. Only an
+// operator clears it.
 
 // Poison marks pool (a valid name) poisoned at once, unless it is
 // already, and returns the transaction that publishes the record (at is
@@ -79,12 +80,22 @@ func (l *Ledger) applyPoison(ev Event) {
 	}
 }
 
-// reloadPoison replaces the poison set with kvs.
+// reloadPoison replaces the poison set with kvs, but for the pools this
+// member poisoned itself: they stay poisoned, whether or not their record
+// landed (a pool is never less poisoned than this rank knows). An
+// operator's clear of such a record while the watch was broken is seen
+// at this member's restart (as running ranks keep refusing a cleared
+// pool, docs/ranks.md).
 func (l *Ledger) reloadPoison(kvs []KV) {
 	next := map[string]PoisonRecord{}
 	for _, kv := range kvs {
 		pool := l.keys.PoolOf(kv.Key)
 		next[pool] = DecodePoison(pool, kv.Value)
+	}
+	for pool, rec := range l.poison {
+		if _, ok := next[pool]; !ok && rec.Rank == l.cfg.Rank && rec.Member == l.cfg.Member {
+			next[pool] = rec
+		}
 	}
 	l.poison = next
 }

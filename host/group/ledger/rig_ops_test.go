@@ -62,32 +62,43 @@ func (g *rig) flush(r *srank) []string {
 
 // deliver hands rank r every event its watch has not delivered yet, one
 // response per revision, then a progress notice at the store's revision.
-func (g *rig) deliver(r *srank) []string {
-	var evs []Event
-	for _, ev := range g.s.log[r.seen:] {
-		if strings.HasPrefix(ev.Key, g.keys.Base) {
-			evs = append(evs, ev)
+func (g *rig) deliver(r *srank) []string { return g.deliverUpTo(r, 0) }
+
+// deliverUpTo is deliver of at most n responses (n == 0: all of them);
+// the progress notice comes once the watch has caught up.
+func (g *rig) deliverUpTo(r *srank, n int) []string {
+	log, base := g.s.log, g.keys.Base
+	skip := func(i int) int {
+		for i < len(log) && !strings.HasPrefix(log[i].Key, base) {
+			i++
 		}
+		return i
 	}
-	r.seen = len(g.s.log)
 	var seen []string
 	changed := false
-	for len(evs) > 0 {
-		n := 1
-		for n < len(evs) && evs[n].Rev == evs[0].Rev {
-			n++
+	i := skip(r.seen)
+	for k := 0; i < len(log) && (n == 0 || k < n); k++ {
+		var evs []Event
+		j := i
+		for ; j < len(log) && log[j].Rev == log[i].Rev; j++ {
+			if strings.HasPrefix(log[j].Key, base) {
+				evs = append(evs, log[j])
+			}
 		}
-		changed = r.l.Apply(evs[:n]) || changed
-		for _, ev := range evs[:n] {
+		changed = r.l.Apply(evs) || changed
+		for _, ev := range evs {
 			what := "put "
 			if ev.Delete {
 				what = "del "
 			}
 			seen = append(seen, what+g.rel(ev.Key))
 		}
-		evs = evs[n:]
+		i = skip(j)
 	}
-	r.l.Progress(g.s.rev)
+	r.seen = i
+	if i == len(log) {
+		r.l.Progress(g.s.rev)
+	}
 	if len(seen) == 0 {
 		return []string{fmt.Sprintf("r%d watch: nothing new (rev %d)", r.n, r.l.Rev())}
 	}
@@ -98,12 +109,77 @@ func (g *rig) deliver(r *srank) []string {
 	return []string{fmt.Sprintf("r%d watch: %s%s", r.n, strings.Join(seen, ", "), note)}
 }
 
+// pendingResponses counts the watch responses rank r has yet to deliver.
+func (g *rig) pendingResponses(r *srank) int {
+	n, last := 0, int64(-1)
+	for _, ev := range g.s.log[r.seen:] {
+		if strings.HasPrefix(ev.Key, g.keys.Base) && ev.Rev != last {
+			n, last = n+1, ev.Rev
+		}
+	}
+	return n
+}
+
+// plan opens rank r's next write, as package group's Report does, for txn
+// commands to run one transaction at a time (a group of size 1 writes
+// nothing).
+func (g *rig) plan(r *srank) []string {
+	require.Nil(g.t, r.plan, "r%d: a write is open already", r.n)
+	if r.l.solo() {
+		return nil
+	}
+	f := r.l.Flush(g.s.maxOps)
+	if _, ok := f.Next(); !ok {
+		return []string{fmt.Sprintf("r%d write: nothing to write", r.n)}
+	}
+	r.plan = f
+	return []string{fmt.Sprintf("r%d write: open", r.n)}
+}
+
+// txn runs the next transaction of rank r's open write, failing it as
+// fail says (refused, unanswered); with watch, the rank's watch delivers
+// what is pending between the transaction and its answer. The write ends
+// at its first error or once it has nothing left.
+func (g *rig) txn(r *srank, fail string, watch bool) []string {
+	f := r.plan
+	require.NotNil(g.t, f, "r%d: no write is open", r.n)
+	t, ok := f.Next()
+	require.True(g.t, ok, "r%d: the open write has nothing left", r.n)
+	r.fail = fail
+	x := g.exec(r, t)
+	out := x.lines
+	if x.err != nil {
+		r.plan = nil
+		return append(out, "error: "+t.What+": "+x.err.Error())
+	}
+	if watch {
+		out = append(out, g.deliver(r)...)
+	}
+	if _, err := f.Done(x.res); err != nil {
+		r.plan = nil
+		return append(out, renderErr(err))
+	}
+	if _, ok := f.Next(); !ok {
+		r.plan = nil
+		if err := f.Err(); err != nil {
+			out = append(out, renderErr(err))
+		}
+		out = append(out, fmt.Sprintf("r%d write: done", r.n))
+	}
+	return out
+}
+
 // join joins rank r= (or every rank not yet joining) with the test mode,
 // changed as the script says (blocks=, block_size=, transport=,
-// contract=), delivers every watch, and agrees where a rank saw all.
+// contract=), delivers every watch (with own=true, the joining rank's
+// only), and agrees where a rank saw all.
 func (g *rig) join(a args) []string {
 	var out []string
 	targets := g.targets(a)
+	watched := g.ranks
+	if a.bool("own") {
+		watched = targets
+	}
 	for _, r := range targets {
 		if r.l.Mode().Transport != "" {
 			continue
@@ -130,10 +206,10 @@ func (g *rig) join(a args) []string {
 			out = append(out, fmt.Sprintf("r%d: %s", r.n, renderErr(err)))
 		}
 	}
-	for _, r := range g.ranks {
+	for _, r := range watched {
 		g.deliver(r)
 	}
-	for _, r := range g.ranks {
+	for _, r := range watched {
 		switch {
 		case r.l.Joined() || r.refused || r.l.Mode().Transport == "":
 		case !r.l.JoinReady():
@@ -152,8 +228,8 @@ func (g *rig) join(a args) []string {
 
 // expire runs an Expire of ids by rank r after waiting waited, as package
 // group's does: a lease granted for the first expiry it writes (revoked if
-// none is), and up to three looks per request, the rank's watch catching
-// up between them.
+// none is, and no transaction failed), and up to three looks per request,
+// the rank's watch catching up between them.
 func (g *rig) expire(r *srank, ids []core.RequestID, waited time.Duration) []string {
 	if err := r.l.CheckExpire(ids); err != nil {
 		return []string{renderErr(err)}
@@ -181,10 +257,11 @@ func (g *rig) expire(r *srank, ids []core.RequestID, waited time.Duration) []str
 			x := g.exec(r, r.l.ExpiryTxn(id, pending, rev, waited, lease))
 			out = append(out, x.lines...)
 			if x.err != nil {
+				used = true // it may have run: the lease is kept, as group's Expire does
 				return append(out, "error: "+x.err.Error())
 			}
 			wrote, at, err := r.l.ExpiryWritten(id, pending, waited, x.res)
-			used = used || wrote
+			used = used || wrote || err != nil
 			if err != nil {
 				return append(out, renderErr(err))
 			}

@@ -37,6 +37,12 @@ type srank struct {
 	fail string
 	// refused: the rank's join was refused.
 	refused bool
+	// plan is the write a report or flush with step=true left open: its
+	// transactions run one per txn command (nil while none is open).
+	plan *Flush
+	// outs and err are what the last resolve returned.
+	outs []Outcome
+	err  error
 }
 
 // logger collects a rank's log records above debug, for the output.
@@ -80,7 +86,7 @@ func (g *rig) open(r *srank, size int) {
 	r.l = New(Config{Engine: engine, Rank: r.n, Size: size, Member: r.member}, logger{r})
 	r.l.SetLease(r.lease)
 	r.l.Reload(g.s.get(g.keys.Base, true), g.s.rev)
-	r.seen, r.refused = len(g.s.log), false
+	r.seen, r.refused, r.plan = len(g.s.log), false, nil
 }
 
 // testMode is the mode every rank joins with, but where a script says
@@ -107,9 +113,10 @@ func (g *rig) run(c scriptCase) string {
 	case "join":
 		out = g.join(a)
 	case "report":
+		// step=true leaves the write open for txn commands.
 		r := g.rank(a)
 		var ts []Terminal
-		for _, kv := range a.rest("r") {
+		for _, kv := range a.rest("r", "step") {
 			st, reason, _ := strings.Cut(kv[1], ":")
 			s, _ := ParseState(st) // 0, not a terminal state, if unknown
 			ts = append(ts, Terminal{Request: core.RequestID(kv[0]), State: s, Reason: reason})
@@ -118,18 +125,35 @@ func (g *rig) run(c scriptCase) string {
 			out = append(out, renderErr(err))
 			break
 		}
-		out = append(out, g.flush(r)...)
+		if a.bool("step") {
+			out = append(out, g.plan(r)...)
+		} else {
+			out = append(out, g.flush(r)...)
+		}
 		out = append(out, g.book(r, false)...)
 	case "flush":
 		r := g.rank(a)
+		if a.bool("step") {
+			out = append(g.plan(r), g.book(r, false)...)
+			break
+		}
 		out = append(g.flush(r), g.book(r, false)...)
+	case "txn":
+		// The next transaction of the write left open, fail= as the fail
+		// command's next=; watch=true delivers the rank's watch between
+		// the transaction and its answer.
+		r := g.rank(a)
+		fail, _ := a.get("fail")
+		out = append(g.txn(r, fail, a.bool("watch")), g.book(r, false)...)
 	case "deliver":
+		// n=K: at most K watch responses (every one pending by default).
 		for _, r := range g.targets(a) {
-			out = append(out, g.deliver(r)...)
+			out = append(out, g.deliverUpTo(r, a.int("n", 0))...)
 		}
 	case "resolve":
 		r := g.rank(a)
 		outs, err := r.l.Resolve(a.ids())
+		r.outs, r.err = outs, err
 		if err != nil {
 			out = append(out, renderErr(err))
 			break
@@ -157,12 +181,14 @@ func (g *rig) run(c scriptCase) string {
 		out = g.book(g.rank(a), true)
 	case "expire":
 		r := g.rank(a)
+		g.failNext(r, a)
 		out = append(g.expire(r, a.ids(), a.dur("waited", time.Second)), g.book(r, false)...)
 	case "lose":
 		r := g.rank(a)
 		g.s.revoke(r.lease)
 		out = append(out, fmt.Sprintf("r%d: lease %d revoked", r.n, r.lease))
 	case "restart":
+		// own=true: only the restarted rank's watch catches up.
 		r := g.rank(a)
 		g.s.revoke(r.lease)
 		r.member += "b"
@@ -196,9 +222,12 @@ func (g *rig) run(c scriptCase) string {
 		out = append(out, fmt.Sprintf("r%d: the next transaction is %s", r.n, r.fail))
 	case "poison":
 		r := g.rank(a)
+		g.failNext(r, a)
 		t := r.l.Poison(a.str("pool"), a.str("reason"), time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
 		if len(t.Then) > 0 {
 			out = append(out, g.exec(r, t).lines...)
+		} else {
+			r.fail = "" // a group of size 1 writes nothing
 		}
 	case "clear":
 		_, err := g.s.txn(Txn{Then: []Op{del(g.keys.Poison(a.str("pool")), false)}})
@@ -235,6 +264,14 @@ func (g *rig) run(c scriptCase) string {
 		out = append(out, "ok")
 	}
 	return strings.Join(out, "\n")
+}
+
+// failNext makes rank r's next transaction fail as fail= says, as the
+// fail command does (a command without fail= leaves the fail command's).
+func (g *rig) failNext(r *srank, a args) {
+	if f, ok := a.get("fail"); ok {
+		r.fail = f
+	}
 }
 
 func (g *rig) rank(a args) *srank {

@@ -72,6 +72,10 @@ func parseScript(t *testing.T, path string) []scriptCase {
 
 func runScript(t *testing.T, path string) {
 	cases := parseScript(t, path)
+	if len(cases) > 0 && strings.HasPrefix(cases[0].cmd, "new") && parseArgs(t, cases[0]).bool("explore") {
+		runExploreScript(t, path, cases)
+		return
+	}
 	var g *rig
 	var b strings.Builder
 	for _, c := range cases {
