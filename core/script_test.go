@@ -1,11 +1,8 @@
 package core
 
 import (
-	"bufio"
 	"errors"
-	"flag"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -13,12 +10,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/custody-dev/custody/internal/scripttest"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/custody-dev/custody/sdk"
 )
-
-var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of core/testdata scripts")
 
 // TestScripts runs the data-driven scripts in testdata, one per rule of
 // docs/guarantees.md and named after it (ruleNN_what_it_says.txt), in the
@@ -35,106 +32,40 @@ func TestScripts(t *testing.T) {
 	}
 }
 
-type scriptCase struct {
-	line     int
-	cmd      string
-	expected string
-}
-
-// parseScript reads cases: a command line, "----", the expected output up
-// to a blank line. Lines starting with # between cases are comments.
-func parseScript(t *testing.T, path string) []scriptCase {
-	f, err := os.Open(path)
-	require.NoError(t, err)
-	defer f.Close()
-	var out []scriptCase
-	sc := bufio.NewScanner(f)
-	n := 0
-	for sc.Scan() {
-		n++
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		c := scriptCase{line: n, cmd: line}
-		require.True(t, sc.Scan(), "%s:%d: command without ----", path, n)
-		n++
-		require.Equal(t, "----", sc.Text(), "%s:%d: want ---- after the command", path, n)
-		var exp []string
-		for sc.Scan() {
-			n++
-			if sc.Text() == "" {
-				break
-			}
-			exp = append(exp, sc.Text())
-		}
-		c.expected = strings.Join(exp, "\n")
-		out = append(out, c)
-	}
-	require.NoError(t, sc.Err())
-	return out
-}
-
 func runScript(t *testing.T, path string) {
-	cases := parseScript(t, path)
-	if len(cases) > 0 && strings.Contains(cases[0].cmd, "async=true") {
+	cases := scripttest.Parse(t, path)
+	if len(cases) > 0 && strings.Contains(cases[0].Cmd, "async=true") {
 		runAsyncScript(t, path, cases)
 		return
 	}
 	var s *srig
 	var b strings.Builder
 	for _, c := range cases {
-		if strings.HasPrefix(c.cmd, "new") {
+		if strings.HasPrefix(c.Cmd, "new") {
 			cfg, mod := scriptConfig(t, c)
 			s = newSrig(t, cfg, mod)
 		}
-		require.NotNil(t, s, "%s:%d: start with new", path, c.line)
+		require.NotNil(t, s, "%s:%d: start with new", path, c.Line)
 		got := runCommand(t, s, c)
-		if *rewrite {
-			fmt.Fprintf(&b, "%s\n----\n%s\n\n", c.cmd, got)
+		if *scripttest.Rewrite {
+			fmt.Fprintf(&b, "%s\n----\n%s\n\n", c.Cmd, got)
 			continue
 		}
-		require.Equal(t, c.expected, got, "%s:%d: %s", path, c.line, c.cmd)
+		require.Equal(t, c.Expected, got, "%s:%d: %s", path, c.Line, c.Cmd)
 	}
-	if *rewrite {
+	if *scripttest.Rewrite {
 		// Keep the comments: rewrite each case's output in place.
-		rewriteScript(t, path, cases, b.String())
+		scripttest.RewriteFile(t, path, cases, b.String())
 	}
-}
-
-// rewriteScript replaces each case's expected text with the new output,
-// keeping the file's comments.
-func rewriteScript(t *testing.T, path string, cases []scriptCase, outs string) {
-	blocks := strings.Split(strings.TrimSuffix(outs, "\n\n"), "\n\n")
-	require.Len(t, blocks, len(cases))
-	data, err := os.ReadFile(path)
-	require.NoError(t, err)
-	lines := strings.Split(string(data), "\n")
-	var out []string
-	k := 0
-	for i := 0; i < len(lines); i++ {
-		l := strings.TrimSpace(lines[i])
-		if k < len(cases) && i+1 == cases[k].line {
-			out = append(out, blocks[k])
-			i++ // ----
-			for i+1 < len(lines) && lines[i+1] != "" {
-				i++
-			}
-			k++
-			continue
-		}
-		out = append(out, l)
-	}
-	require.NoError(t, os.WriteFile(path, []byte(strings.Join(out, "\n")), 0o644))
 }
 
 // args parses "k=v" words after the command.
-func args(t *testing.T, c scriptCase) (string, map[string]string) {
-	f := strings.Fields(c.cmd)
+func args(t *testing.T, c scripttest.Case) (string, map[string]string) {
+	f := strings.Fields(c.Cmd)
 	m := map[string]string{}
 	for _, w := range f[1:] {
 		k, v, ok := strings.Cut(w, "=")
-		require.True(t, ok, "line %d: argument %q is not k=v", c.line, w)
+		require.True(t, ok, "line %d: argument %q is not k=v", c.Line, w)
 		m[k] = v
 	}
 	return f[0], m
@@ -175,7 +106,7 @@ var states = map[string]sdk.State{"done": sdk.StateDone, "failed": sdk.StateFail
 
 // scriptConfig reads "new [cap=D] [policy=fence|quarantine|reuse]
 // [scope=initiated|incoming] [events=true] [cancel=canceled]".
-func scriptConfig(t *testing.T, c scriptCase) (Config, func(*double)) {
+func scriptConfig(t *testing.T, c scripttest.Case) (Config, func(*double)) {
 	_, a := args(t, c)
 	cfg := Config{HoldCap: dur(t, a["cap"], 0)}
 	switch a["policy"] {
@@ -196,7 +127,7 @@ func scriptConfig(t *testing.T, c scriptCase) (Config, func(*double)) {
 }
 
 // runCommand runs one command and renders what it did.
-func runCommand(t *testing.T, s *srig, c scriptCase) string {
+func runCommand(t *testing.T, s *srig, c scripttest.Case) string {
 	cmd, a := args(t, c)
 	before := map[Epoch]int{}
 	for e, d := range s.ds {
@@ -237,7 +168,7 @@ func runCommand(t *testing.T, s *srig, c scriptCase) string {
 		// state h=N|all|first|last st=done|failed|canceled [code=...]:
 		// first and last are the double's oldest and newest live handles.
 		st, ok := states[a["st"]]
-		require.True(t, ok, "line %d: unknown state %q", c.line, a["st"])
+		require.True(t, ok, "line %d: unknown state %q", c.Line, a["st"])
 		var reason error
 		if st != sdk.StateDone {
 			reason = sdk.Errorf(codeOr(a["code"], sdk.CodeBackend), "double: handle ended %v", st)
@@ -260,7 +191,7 @@ func runCommand(t *testing.T, s *srig, c scriptCase) string {
 	case "fail":
 		// fail kind=K (whole=CODE | item=N code=CODE) [times=N] [applied=true]
 		k, ok := kinds[a["kind"]]
-		require.True(t, ok, "line %d: unknown kind %q", c.line, a["kind"])
+		require.True(t, ok, "line %d: unknown kind %q", c.Line, a["kind"])
 		times := atoi(t, a["times"], 1)
 		if a["whole"] != "" {
 			s.d.failWhole(k, sdk.Errorf(codeOr(a["whole"], 0), "double: injected %s", a["whole"]), times)
@@ -282,7 +213,7 @@ func runCommand(t *testing.T, s *srig, c scriptCase) string {
 	case "close":
 		errOut = s.closeCore()
 	default:
-		t.Fatalf("line %d: unknown command %q", c.line, cmd)
+		t.Fatalf("line %d: unknown command %q", c.Line, cmd)
 	}
 	var out []string
 	es := mapsKeys(s.ds)

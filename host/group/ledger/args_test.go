@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/custody-dev/custody/internal/scripttest"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/custody-dev/custody/core"
@@ -21,15 +23,15 @@ type args struct {
 	kvs  [][2]string
 }
 
-func parseArgs(t *testing.T, c scriptCase) args {
-	a := args{t: t, line: c.line}
-	line, raw, hasRaw := strings.Cut(c.cmd, " raw=")
+func parseArgs(t *testing.T, c scripttest.Case) args {
+	a := args{t: t, line: c.Line}
+	line, raw, hasRaw := strings.Cut(c.Cmd, " raw=")
 	f := strings.Fields(line)
 	a.cmd = f[0]
 	for _, w := range f[1:] {
 		k, v, ok := strings.Cut(w, "=")
 		if !ok { // (require.True walks the stack even when it holds)
-			require.Fail(t, fmt.Sprintf("line %d: argument %q is not k=v", c.line, w))
+			require.Fail(t, fmt.Sprintf("line %d: argument %q is not k=v", c.Line, w))
 		}
 		a.kvs = append(a.kvs, [2]string{k, v})
 	}

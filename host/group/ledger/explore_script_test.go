@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/custody-dev/custody/internal/scripttest"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/custody-dev/custody/core"
@@ -16,7 +18,7 @@ import (
 // are such scripts. Every invariant the explorer checks is checked after
 // every command as well, so a counterexample copied in fails until the
 // rule holds again.
-func runExploreScript(t *testing.T, path string, cases []scriptCase) {
+func runExploreScript(t *testing.T, path string, cases []scripttest.Case) {
 	require.Empty(t, playExploreScript(t, path, cases))
 }
 
@@ -29,7 +31,7 @@ func TestPendingScripts(t *testing.T) {
 	require.NoError(t, err)
 	for _, f := range files {
 		t.Run(filepath.Base(f), func(t *testing.T) {
-			broken := playExploreScript(t, f, parseScript(t, f))
+			broken := playExploreScript(t, f, scripttest.Parse(t, f))
 			require.NotEmpty(t, broken, "%s breaks no invariant: its defect is fixed; move it to testdata", f)
 			t.Log(broken)
 		})
@@ -39,7 +41,7 @@ func TestPendingScripts(t *testing.T) {
 // playExploreScript plays an explorer's script, checking (or, with
 // -rewrite, rewriting) each command's output, and returns the first
 // invariant broken ("" if none).
-func playExploreScript(t *testing.T, path string, cases []scriptCase) string {
+func playExploreScript(t *testing.T, path string, cases []scripttest.Case) string {
 	a := parseArgs(t, cases[0])
 	cfg := exploreConfig{size: a.int("size", 2)}
 	for _, id := range strings.Split(a.str("requests"), ",") {
@@ -51,19 +53,19 @@ func playExploreScript(t *testing.T, path string, cases []scriptCase) string {
 	for i, c := range cases {
 		got := w.render()
 		if i > 0 {
-			got = w.step(c.cmd)
+			got = w.step(c.Cmd)
 		}
 		if w.violation != "" && broken == "" {
-			broken = fmt.Sprintf("%s:%d: %s: invariant broken: %s", path, c.line, c.cmd, w.violation)
+			broken = fmt.Sprintf("%s:%d: %s: invariant broken: %s", path, c.Line, c.Cmd, w.violation)
 		}
-		if *rewrite {
-			fmt.Fprintf(&b, "%s\n----\n%s\n\n", c.cmd, got)
+		if *scripttest.Rewrite {
+			fmt.Fprintf(&b, "%s\n----\n%s\n\n", c.Cmd, got)
 			continue
 		}
-		require.Equal(t, c.expected, got, "%s:%d: %s", path, c.line, c.cmd)
+		require.Equal(t, c.Expected, got, "%s:%d: %s", path, c.Line, c.Cmd)
 	}
-	if *rewrite {
-		rewriteScript(t, path, cases, b.String())
+	if *scripttest.Rewrite {
+		scripttest.RewriteFile(t, path, cases, b.String())
 	}
 	return broken
 }

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/custody-dev/custody/internal/scripttest"
+
 	"github.com/custody-dev/custody/core"
 )
 
@@ -81,7 +83,7 @@ func newProc(member string, fresh bool) *proc {
 }
 
 func newWorld(t *testing.T, cfg exploreConfig) *world {
-	g := newRig(t, scriptCase{cmd: fmt.Sprintf("new size=%d", cfg.size)})
+	g := newRig(t, scripttest.Case{Cmd: fmt.Sprintf("new size=%d", cfg.size)})
 	w := &world{cfg: cfg, g: g, members: make([]string, cfg.size), lost: map[string]bool{},
 		expired: map[core.RequestID]bool{}, records: map[string][]core.RequestID{}, decided: map[core.RequestID]decision{}}
 	for _, r := range g.ranks {
@@ -110,7 +112,7 @@ func (w *world) step(line string) string {
 
 // exec runs one command and checks every invariant after it.
 func (w *world) exec(line string) []string {
-	a := parseArgs(w.g.t, scriptCase{cmd: line})
+	a := parseArgs(w.g.t, scripttest.Case{Cmd: line})
 	seen := make([]int, len(w.g.ranks))
 	for i, r := range w.g.ranks {
 		seen[i] = r.seen
@@ -119,7 +121,7 @@ func (w *world) exec(line string) []string {
 	if a.cmd == "quiesce" {
 		return w.quiesce(a.bool("impatient"))
 	}
-	out = strings.Split(w.g.run(scriptCase{cmd: line}), "\n")
+	out = strings.Split(w.g.run(scripttest.Case{Cmd: line}), "\n")
 	w.fold()
 	for n, r := range w.g.ranks {
 		p := w.procs[n]

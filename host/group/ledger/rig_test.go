@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/custody-dev/custody/internal/scripttest"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/custody-dev/custody/core"
@@ -68,7 +70,7 @@ const engine = "e"
 
 // newRig reads "new size=N [ops=K]": N ranks, members m0..m<N-1>, each
 // with its lease, none joined; etcd takes K operations per transaction.
-func newRig(t *testing.T, c scriptCase) *rig {
+func newRig(t *testing.T, c scripttest.Case) *rig {
 	a := parseArgs(t, c)
 	size := a.int("size", 2)
 	g := &rig{t: t, s: newStore(a.int("ops", 128)), keys: NewKeys(engine)}
@@ -102,7 +104,7 @@ func testMode() Mode {
 }
 
 // run runs one command and renders what it did.
-func (g *rig) run(c scriptCase) string {
+func (g *rig) run(c scripttest.Case) string {
 	a := parseArgs(g.t, c)
 	var out []string
 	switch a.cmd {
@@ -211,7 +213,7 @@ func (g *rig) run(c scriptCase) string {
 	case "end-lease":
 		key := g.abs(a.str("key"))
 		kv := g.s.kvs[key]
-		require.NotNil(g.t, kv, "line %d: no key %s", c.line, key)
+		require.NotNil(g.t, kv, "line %d: no key %s", c.Line, key)
 		g.s.revoke(kv.lease)
 		out = append(out, fmt.Sprintf("lease %d revoked", kv.lease))
 	case "forge":
@@ -252,7 +254,7 @@ func (g *rig) run(c scriptCase) string {
 	case "store":
 		out = g.dump()
 	default:
-		g.t.Fatalf("line %d: unknown command %q", c.line, a.cmd)
+		g.t.Fatalf("line %d: unknown command %q", c.Line, a.cmd)
 	}
 	for _, r := range g.ranks {
 		for _, l := range r.logs {
