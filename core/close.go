@@ -16,11 +16,14 @@ import (
 // once no peer can reach them: a send's once its pools are deregistered
 // where the fence scope is FenceInitiatedAndIncoming, else at its lease; a
 // receive's as ExpectReceive says. With no transport attached (its epoch
-// fenced and none attached again) Close only fails the requests waiting
-// for a handshake. If anything is still held, Close
-// releases what it can and returns an error wrapping ErrHeld; keep calling
-// Poll (the hold cap bounds the wait) and call Close again. Reports Close
-// produced are returned by the next Poll.
+// fenced and none attached again) Close fails the requests waiting for a
+// handshake and waits for the rest to be reported. If anything is still
+// held, or a request is not reported yet, Close releases what it can and
+// returns an error wrapping ErrHeld; keep calling Poll (the hold cap and
+// the leases bound the wait) and call Close again. Reports Close produced
+// are returned by the next Ready; Close returns nil only once every
+// request it took is reported (rule 16), and takes none from its first
+// call on.
 func (c *Core) Close(now time.Time) error {
 	c.setNow(now)
 	if c.closed {

@@ -62,9 +62,11 @@
 //     a background fetch handed the owner) and remove them (RemovePeer); issue Read,
 //     Write, ExpectSend and ExpectReceive for requests.
 //  7. To stop, call Close until it returns nil (it returns an error wrapping
-//     ErrHeld while transfers still run or its own Work is under way; run
-//     the Work and Poll in between), then take Ready once more for the last
-//     reports. Close stops the transport last (rule 12).
+//     ErrHeld while transfers still run, its own Work is under way or a
+//     request is not reported yet; run the Work and Poll in between), then
+//     take Ready once more for the last reports: once Close returned nil,
+//     every request it took was reported. From the first Close on, no
+//     request is taken. Close stops the transport last (rule 12).
 //
 // # Ownership
 //
