@@ -78,7 +78,7 @@ func (g *Group) applyWatch(wr clientv3.WatchResponse, rev int64) int64 {
 	if len(wr.Events) > 0 {
 		evs := make([]ledger.Event, len(wr.Events))
 		for i, ev := range wr.Events {
-			evs[i] = ledger.Event{Delete: ev.Type == clientv3.EventTypeDelete, Key: string(ev.Kv.Key), Value: ev.Kv.Value, Rev: ev.Kv.ModRevision}
+			evs[i] = ledger.Event{Delete: ev.Type == clientv3.EventTypeDelete, Key: string(ev.Kv.Key), Value: ev.Kv.Value, Rev: ev.Kv.ModRevision, Lease: ev.Kv.Lease}
 			rev = max(rev, ev.Kv.ModRevision)
 		}
 		changed = g.l.Apply(evs)

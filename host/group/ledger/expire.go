@@ -64,13 +64,19 @@ func (l *Ledger) ExpiryDue(id core.RequestID) (pending []int, rev int64, due boo
 
 // ExpiryTxn is the transaction that writes the expiry of id, under lease,
 // for the ranks pending in the view at revision rev, after waiting waited:
-// it succeeds only while this rank is a member and none of them wrote
-// states since.
+// it succeeds only while this rank is a member, none of them wrote states
+// since, and each still holds the membership the view has of it. A rank
+// lost meanwhile is Failed for the request on every rank that folds its
+// loss; an expiry written past that loss would make it TimedOut on the
+// ranks that fold the expiry first.
 func (l *Ledger) ExpiryTxn(id core.RequestID, pending []int, rev int64, waited time.Duration, lease int64) Txn {
 	memberKey := l.keys.Member(l.cfg.Rank)
 	ifs := []Cmp{leaseIs(memberKey, l.lease)}
 	for _, p := range pending {
 		ifs = append(ifs, unchangedSince(l.keys.Last(p), rev))
+		if m := l.members.view[p]; m.present && m.lease != 0 {
+			ifs = append(ifs, leaseIs(l.keys.Member(p), m.lease))
+		}
 	}
 	return Txn{
 		What: fmt.Sprintf("expiring request %q", id),

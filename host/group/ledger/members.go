@@ -6,7 +6,10 @@ import "strings"
 type memberEntry struct {
 	present bool
 	member  string
-	rec     memberRecord
+	// lease is the one the member's key is attached to: an expiry is
+	// written only while each rank it names still holds it (expire.go).
+	lease int64
+	rec   memberRecord
 	// err is set when the rank's record failed validation.
 	err error
 }
@@ -47,7 +50,7 @@ func (l *Ledger) applyMember(ev Event) {
 		return
 	}
 	m := &l.members
-	e := memberEntry{present: true}
+	e := memberEntry{present: true, lease: ev.Lease}
 	e.rec, e.err = decodeMember(ev.Value, rank)
 	e.member = e.rec.Member
 	if old := m.view[rank]; old.present && old.member != e.member {
@@ -88,7 +91,7 @@ func (l *Ledger) reloadMembers(kvs []KV, rev int64) {
 			l.log.Error("group_bad_member_key", "key", kv.Key, "error", err)
 			continue
 		}
-		e := memberEntry{present: true}
+		e := memberEntry{present: true, lease: kv.Lease}
 		e.rec, e.err = decodeMember(kv.Value, rank)
 		e.member = e.rec.Member
 		next[rank] = e

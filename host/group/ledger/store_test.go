@@ -72,7 +72,7 @@ func (s *store) set(key, value string, lease int64) {
 		s.kvs[key] = kv
 	}
 	kv.value, kv.mod, kv.lease = value, s.rev, lease
-	s.log = append(s.log, Event{Key: key, Value: []byte(value), Rev: s.rev})
+	s.log = append(s.log, Event{Key: key, Value: []byte(value), Rev: s.rev, Lease: lease})
 }
 
 // txn applies t as etcd would: every write of the branch taken at one new

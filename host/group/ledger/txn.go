@@ -90,6 +90,8 @@ type Event struct {
 	Value  []byte
 	// Rev is the revision of the change.
 	Rev int64
+	// Lease is the lease a put key is attached to (0: none).
+	Lease int64
 }
 
 func put(key, value string, lease int64) Op {
