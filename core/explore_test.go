@@ -69,7 +69,9 @@ func exploreConfigs(large bool) []exploreConfig {
 	push.name, push.ranks, push.kinds, push.depth = "push and sends, 1 rank", 1, []string{"write", "send", "recv"}, 6
 	quar := base
 	quar.name, quar.ranks, quar.kinds, quar.depth, quar.policy, quar.initiatedOnly = "pull, quarantine, initiated fence", 1, []string{"read", "recv"}, 6, EscalateQuarantine, true
-	cfgs := []exploreConfig{pull, pull1, push, quar}
+	notify := base
+	notify.name, notify.ranks, notify.kinds, notify.depth = "pull, notifying the producer, 1 rank", 1, []string{"read-notify"}, 6
+	cfgs := []exploreConfig{pull, pull1, push, quar, notify}
 	for i := range cfgs {
 		if large {
 			cfgs[i].depth++
@@ -238,6 +240,12 @@ func (w *world) inputs() []string {
 		if w.next < w.cfg.requests {
 			for _, k := range w.cfg.kinds {
 				for _, p := range w.cfg.peers {
+					// "read-notify": a read that notifies its producer once
+					// every part is DONE and released.
+					if k == "read-notify" {
+						in = append(in, fmt.Sprintf("read id=r%d peer=%s notify=true", w.next, p))
+						continue
+					}
 					in = append(in, fmt.Sprintf("%s id=r%d peer=%s", k, w.next, p))
 				}
 			}
