@@ -32,7 +32,12 @@ func (c *Core) hold(x *xfer) {
 
 // expireHolds escalates every handle whose hold-cap deadline passed and
 // that is still tracked (rule 8), so a handle that never turns terminal
-// holds its blocks for the cap at most.
+// holds its blocks for the cap at most. A terminal handle whose Release is
+// under way is not: its transfer moves nothing any more, and the Release
+// (a call with a deadline, rule 13) decides. Released, its request reports
+// as it ended; refused, it is escalated then (releaseTerminal), since a
+// report before the Release's answer would hand back blocks of a handle
+// that may still be held (rule 2).
 func (c *Core) expireHolds() {
 	for c.holdHead < len(c.holdQ) {
 		e := c.holdQ[c.holdHead]
@@ -41,7 +46,7 @@ func (c *Core) expireHolds() {
 		}
 		c.holdQ[c.holdHead] = holdEntry{}
 		c.holdHead++
-		if e.x.flags&(fGone|fEscalated) != 0 || e.x.deadline != e.at {
+		if e.x.flags&(fGone|fEscalated) != 0 || e.x.deadline != e.at || e.x.releasing() {
 			continue
 		}
 		c.escalate(e.x)
@@ -51,6 +56,17 @@ func (c *Core) expireHolds() {
 		clear(c.holdQ[n:])
 		c.holdQ, c.holdHead = c.holdQ[:n], 0
 	}
+}
+
+// releasing reports whether x is terminal with its Release queued or under
+// way.
+func (x *xfer) releasing() bool {
+	return x.state.Terminal() && x.flags&fQueued != 0
+}
+
+// capPassed reports whether x's hold cap passed with x not escalated.
+func (c *Core) capPassed(x *xfer) bool {
+	return x.flags&fEscalated == 0 && x.deadline <= c.now
 }
 
 // escalate acts on a handle held past the cap, per Config.Escalation. Its
@@ -64,9 +80,9 @@ func (c *Core) escalate(x *xfer) {
 	case EscalateFence:
 		c.requestFence(x.ref.Epoch, Alert{Level: AlertError, Kind: "hold_cap_fence", Peer: x.peerName(), Request: r.id, Handle: x.ref, Err: reason})
 	case EscalateQuarantine:
-		if !x.state.Terminal() {
-			c.pin(x, OwnerQuarantined)
-		}
+		// Terminal or not, the transport may still hold x (its Release
+		// failed, rule 2): its blocks never go back.
+		c.pin(x, OwnerQuarantined)
 		c.alert(Alert{Level: AlertError, Kind: "transfer_force_released", Peer: x.peerName(), Request: r.id, Handle: x.ref, Err: fmt.Errorf("%w; its blocks are quarantined", reason)})
 		c.gone(x, false)
 	case EscalateReleaseAndReuse:

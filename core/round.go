@@ -238,6 +238,12 @@ func (c *Core) releaseTerminal() {
 				x.flags &^= fQueued
 				if e := itemErr(res.Errs, k, err); e != nil && !isNotFound(e, err) {
 					c.alert(Alert{Level: AlertWarn, Kind: "transfer_release_failed", Peer: x.peerName(), Request: x.req.id, Handle: x.ref, Err: e})
+					if c.capPassed(x) { // its cap passed while the Release was under way (expireHolds)
+						c.escalate(x)
+						if x.flags&fGone != 0 {
+							continue
+						}
+					}
 					c.retryQ = append(c.retryQ, x)
 					continue
 				}
