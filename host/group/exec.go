@@ -68,7 +68,7 @@ func opsOf(ops []ledger.Op) []clientv3.Op {
 func kvsOf(kvs []*mvccpb.KeyValue) []ledger.KV {
 	out := make([]ledger.KV, len(kvs))
 	for i, kv := range kvs {
-		out[i] = ledger.KV{Key: string(kv.Key), Value: kv.Value, Lease: kv.Lease}
+		out[i] = ledger.KV{Key: string(kv.Key), Value: kv.Value, Lease: kv.Lease, ModRev: kv.ModRevision}
 	}
 	return out
 }

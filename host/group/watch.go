@@ -84,7 +84,7 @@ func (g *Group) applyWatch(wr clientv3.WatchResponse, rev int64) int64 {
 		changed = g.l.Apply(evs)
 	} else if wr.IsProgressNotify() {
 		rev = max(rev, wr.Header.Revision)
-		g.l.Progress(rev)
+		changed = g.l.Progress(rev)
 	}
 	g.signal(changed, rev0)
 	return rev

@@ -20,6 +20,9 @@ type book struct {
 	// (one entry per key taken).
 	seq   uint64
 	taken map[uint64]struct{}
+	// awaiting are this member's records that landed at a revision the
+	// view has yet to reach (counts).
+	awaiting []*record
 }
 
 func newBook() book {
@@ -52,11 +55,12 @@ type record struct {
 	seq   uint64
 	reqs  []*request
 	value string
-	// left counts its requests not yet resolved. written: it landed;
-	// due: every request in it is resolved, and this rank deletes it with
-	// its next write.
+	// left counts its requests not yet resolved. written: it landed, at
+	// revision rev; due: every request in it is resolved, and this rank
+	// deletes it with its next write.
 	left         int
 	written, due bool
+	rev          int64
 }
 
 // newRecord allocates a states record of this member for reqs. A request
@@ -83,11 +87,49 @@ func (l *Ledger) newRecord(reqs []*request) *record {
 }
 
 // landed records that rec is in etcd.
-func (l *Ledger) landed(rec *record) {
-	rec.written = true
+func (l *Ledger) landed(rec *record, rev int64) {
+	rec.written, rec.rev = true, rev
 	for _, r := range rec.reqs {
 		l.book.fresh[r.mine.Request] = r
 	}
+	if !l.counts(rec) {
+		l.book.awaiting = append(l.book.awaiting, rec)
+	}
+}
+
+// counts reports whether this rank's own states in rec count in its
+// unions: rec is in etcd, and the view holds every event before the write
+// that put it there. Counted any sooner, a rank would miss what another
+// wrote between its view and its write (an expiry of it, written while it
+// was pending, which decides the union on every rank that sees it).
+func (l *Ledger) counts(rec *record) bool {
+	return rec != nil && rec.written && rec.rev-1 <= l.view.rev
+}
+
+// caughtUp is called once the view advanced: the requests of this
+// member's records whose own state counts from now on are folded at the
+// next Resolve. It says whether one of them is unresolved (its waiters
+// should be woken).
+func (l *Ledger) caughtUp() bool {
+	b := &l.book
+	changed := false
+	n := 0
+	for _, rec := range b.awaiting {
+		if !l.counts(rec) {
+			b.awaiting[n] = rec
+			n++
+			continue
+		}
+		for _, r := range rec.reqs {
+			if b.reqs[r.id] == r && !r.phase.resolved() {
+				b.fresh[r.id] = r
+				changed = true
+			}
+		}
+	}
+	clear(b.awaiting[n:])
+	b.awaiting = b.awaiting[:n]
+	return changed
 }
 
 // resolvedIn counts r resolved in the states record that carries it,

@@ -2,7 +2,6 @@ package ledger
 
 import (
 	"fmt"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -20,22 +19,6 @@ import (
 // rule holds again.
 func runExploreScript(t *testing.T, path string, cases []scripttest.Case) {
 	require.Empty(t, playExploreScript(t, path, cases))
-}
-
-// TestPendingScripts plays the scripts of the defects found and not fixed
-// yet (testdata/pending): each must still break an invariant, and its
-// output match. Once one no longer breaks one, its defect is fixed: move
-// it to testdata, where it must hold every invariant.
-func TestPendingScripts(t *testing.T) {
-	files, err := filepath.Glob("testdata/pending/*.txt")
-	require.NoError(t, err)
-	for _, f := range files {
-		t.Run(filepath.Base(f), func(t *testing.T) {
-			broken := playExploreScript(t, f, scripttest.Parse(t, f))
-			require.NotEmpty(t, broken, "%s breaks no invariant: its defect is fixed; move it to testdata", f)
-			t.Log(broken)
-		})
-	}
 }
 
 // playExploreScript plays an explorer's script, checking (or, with

@@ -115,7 +115,7 @@ func (f *Flush) Done(res Result) (bool, error) {
 	l, rec := f.l, f.put
 	if res.Succeeded {
 		if rec != nil {
-			l.landed(rec)
+			l.landed(rec, res.Rev)
 			f.puts = f.puts[1:]
 		}
 		for _, d := range f.dels[:f.n] {
@@ -135,7 +135,11 @@ func (f *Flush) Done(res Result) (bool, error) {
 	// ours, or a record this member did not write.
 	got := res.rangeOf(1)
 	if len(got) == 1 && string(got[0].Value) == rec.value {
-		l.landed(rec)
+		rev := got[0].ModRev
+		if rev == 0 {
+			rev = res.Rev // not known: no earlier than etcd's revision now
+		}
+		l.landed(rec, rev)
 		f.puts = f.puts[1:]
 		return false, nil
 	}

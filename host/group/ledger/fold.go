@@ -123,9 +123,10 @@ func (l *Ledger) readRanks(r *request, kvs map[string]*viewKey, now []string) ([
 		}
 	}
 	// This rank's own state is what it reported, and counts only once it
-	// is published: a rank that resolved before and then died would
-	// otherwise disagree with the ranks that count it lost.
-	if r.written() {
+	// is published (a rank that resolved before and then died would
+	// otherwise disagree with the ranks that count it lost), and the view
+	// holds every event before its write (counts).
+	if l.counts(r.rec) {
 		ranks[l.cfg.Rank] = worse(rankView{state: r.mine.State, reason: r.mine.Reason, stored: true}, foreign)
 	}
 	for rank := range ranks {

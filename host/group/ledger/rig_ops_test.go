@@ -97,7 +97,7 @@ func (g *rig) deliverUpTo(r *srank, n int) []string {
 	}
 	r.seen = i
 	if i == len(log) {
-		r.l.Progress(g.s.rev)
+		changed = r.l.Progress(g.s.rev) || changed
 	}
 	if len(seen) == 0 {
 		return []string{fmt.Sprintf("r%d watch: nothing new (rev %d)", r.n, r.l.Rev())}

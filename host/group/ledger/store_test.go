@@ -144,7 +144,7 @@ func (s *store) get(key string, prefix bool) []KV {
 	var out []KV
 	for k, kv := range s.kvs {
 		if k == key || (prefix && strings.HasPrefix(k, key)) {
-			out = append(out, KV{Key: k, Value: []byte(kv.value), Lease: kv.lease})
+			out = append(out, KV{Key: k, Value: []byte(kv.value), Lease: kv.lease, ModRev: kv.mod})
 		}
 	}
 	slices.SortFunc(out, func(a, b KV) int { return strings.Compare(a.Key, b.Key) })

@@ -61,6 +61,8 @@ type KV struct {
 	Key   string
 	Value []byte
 	Lease int64
+	// ModRev is the revision of the key's last modification.
+	ModRev int64
 }
 
 // Result is what etcd answered to a Txn.

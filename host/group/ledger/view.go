@@ -123,19 +123,24 @@ func (v *view) advance(rev int64) { v.rev = max(v.rev, rev) }
 // every event up to the last one's revision (a watch catching up may send
 // later ones next). It says whether anything a rank resolves or reads
 // changed (any request key but this member's own states, membership or
-// poison): the caller signals its waiters then.
+// poison; or this rank's own state of an unresolved request counts from
+// now on, see counts): the caller signals its waiters then.
 func (l *Ledger) Apply(evs []Event) bool {
 	changed := false
 	for _, ev := range evs {
 		changed = l.applyEvent(ev) || changed
 		l.view.advance(ev.Rev)
 	}
-	return changed
+	return l.caughtUp() || changed
 }
 
 // Progress records a progress notice of the watch, sent only to a watch
-// that has caught up: the view holds every event up to rev.
-func (l *Ledger) Progress(rev int64) { l.view.advance(rev) }
+// that has caught up: the view holds every event up to rev. It says, as
+// Apply does, whether the caller signals its waiters.
+func (l *Ledger) Progress(rev int64) bool {
+	l.view.advance(rev)
+	return l.caughtUp()
+}
 
 // applyEvent applies one event to the view, membership or poison, and
 // says whether it changed what a rank resolves or reads.
@@ -264,6 +269,7 @@ func (l *Ledger) Reload(kvs []KV, rev int64) {
 	l.reloadPoison(poison)
 	l.reorphan()
 	v.advance(rev)
+	l.caughtUp()
 }
 
 // HoldsRecord reports whether the view holds the states record under key
