@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"context"
 	"errors"
 	"strconv"
 	"time"
@@ -155,11 +156,26 @@ func (a *agent) post(specs ...sdk.PostSpec) []sdk.HandleID {
 // a FAILED handle says why.
 func (a *agent) poll(ids ...sdk.HandleID) []sdk.HandleStatus {
 	a.t.Helper()
+	return a.pollWith(a.tr.Poll, ids)
+}
+
+// recheck is poll asked of the transport itself (Agent.PollTransport),
+// for the re-checks of terminal states.
+func (a *agent) recheck(ids ...sdk.HandleID) []sdk.HandleStatus {
+	a.t.Helper()
+	if a.ag.PollTransport != nil {
+		return a.pollWith(a.ag.PollTransport, ids)
+	}
+	return a.pollWith(a.tr.Poll, ids)
+}
+
+func (a *agent) pollWith(poll func(context.Context, []sdk.HandleID) ([]sdk.HandleStatus, error), ids []sdk.HandleID) []sdk.HandleStatus {
+	a.t.Helper()
 	out := make([]sdk.HandleStatus, 0, len(ids))
 	chunks(a.e, ids, func(ids []sdk.HandleID) {
 		ctx, cancel := a.e.callCtx()
 		defer cancel()
-		st, err := a.tr.Poll(ctx, ids)
+		st, err := poll(ctx, ids)
 		if err != nil {
 			a.t.Fatalf("Poll(%d handles of agent %q): %v", len(ids), a.name, err)
 		}

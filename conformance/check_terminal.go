@@ -47,7 +47,7 @@ func postToTerminal(e *env, a, b *agent, after func(t T, a *agent, r terminalRun
 			expectBytes(l.dst.as(a.as(t)), uint64(w)*termSlot, want, fmt.Sprintf("handle %d, as soon as DONE was reported", h))
 		}
 		r := terminalRun{h: h, st: st}
-		if again := a.poll(h)[0]; !sameTerminal(again, st) {
+		if again := a.recheck(h)[0]; !sameTerminal(again, st) {
 			t.Fatalf("handle %d was reported %v (%v), then %v (%v, item error %v) by the very next Poll: a terminal state never changes", h, st.State, st.Reason, again.State, again.Reason, again.Err)
 		}
 		if after != nil {
@@ -77,7 +77,7 @@ func recheckTerminal(e *env, a *agent, runs []terminalRun, what string) {
 		ids[i] = r.h
 	}
 	changed := 0
-	for i, st := range a.poll(ids...) {
+	for i, st := range a.recheck(ids...) {
 		if !sameTerminal(st, runs[i].st) {
 			changed++
 			if changed <= 3 {
@@ -97,7 +97,7 @@ func recheckTerminal(e *env, a *agent, runs []terminalRun, what string) {
 var checkTerminalStays = check{
 	name: "contract/terminal-stays",
 	doc: "a handle's terminal state never changes: --repeat (default 100) WRITEs, 8 at a time, each polled until terminal (DONE with its bytes in place), " +
-		"then again at once and again 250 ms after the last turned terminal, report the same state and reason code; " +
+		"then again at once and again 250 ms after the last turned terminal, asked of the transport itself (out of process: over gRPC, past the rings' record), report the same state and reason code; " +
 		"a transport whose terminal state changes one time in ten passes with probability 0.9^repeat (2.7e-5)",
 	needs: movesData,
 	run: func(e *env) {
@@ -114,7 +114,7 @@ var checkTerminalStays = check{
 // nothing.
 var checkCancelTerminal = check{
 	name: "cancel/terminal-unchanged",
-	doc: "Cancel of a terminal handle is OK and changes nothing: on --repeat (default 100) handles, 8 at a time, the state and reason Poll reports after it, at once and 250 ms later, " +
+	doc: "Cancel of a terminal handle is OK and changes nothing: on --repeat (default 100) handles, 8 at a time, the state and reason Poll reports after it, at once and 250 ms later, of the transport itself (past the rings' record), " +
 		"are those before it, and Resources do not change; Cancel of a released or never-issued handle is NOT_FOUND. " +
 		"A transport breaking this one time in ten passes with probability 0.9^repeat (2.7e-5)",
 	needs: movesData,
@@ -127,7 +127,7 @@ var checkCancelTerminal = check{
 			if err = firstItemErr(errs, err); err != nil {
 				t.Fatalf("Cancel(handle %d, terminal: %v): %v, want OK (Cancel of a terminal handle is OK and changes nothing)", r.h, r.st.State, err)
 			}
-			if st := a.poll(r.h)[0]; !sameTerminal(st, r.st) {
+			if st := a.recheck(r.h)[0]; !sameTerminal(st, r.st) {
 				t.Fatalf("handle %d was %v (%v); right after Cancel, Poll says %v (%v, item error %v): Cancel of a terminal handle changes nothing",
 					r.h, r.st.State, r.st.Reason, st.State, st.Reason, st.Err)
 			}

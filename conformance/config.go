@@ -27,6 +27,13 @@ type Agent struct {
 	// Stop ends what the factory started. The suite calls it once, after
 	// Close (or after Kill). Nil when there is nothing to end.
 	Stop func()
+	// PollTransport, when set, is Poll asked of the transport itself, past
+	// whatever answers Transport's Poll on the caller's side (a plugin's
+	// rings answer a terminal handle's Poll from the state the plugin first
+	// reported). The re-checks of terminal states use it, so that a state
+	// that changes later is seen. Nil: Transport.Poll is the transport's
+	// word.
+	PollTransport func(ctx context.Context, ids []sdk.HandleID) ([]sdk.HandleStatus, error)
 }
 
 // Factory starts one fresh agent. Every check starts its own agents (two or

@@ -67,9 +67,12 @@
 // transport moves the bytes as often as one time in four.
 // A mode given at construction (the fake's WithMisbehave, or
 // CUSTODY_FAKE_MISBEHAVE for its plugin binary) breaks the rules about
-// calls before Open, which Open's parameters come too late for. Terminal states are polled again after
-// 250 ms (contract/terminal-stays, cancel/terminal-unchanged); DONE is held
-// to landed bytes read the instant it is seen, at every size
+// calls before Open, which Open's parameters come too late for.
+// Terminal states are polled again, at once and after 250 ms
+// (contract/terminal-stays, cancel/terminal-unchanged), of the transport
+// itself: out of process past the rings, which answer a terminal handle's
+// Poll from their record (Agent.PollTransport). DONE is held to landed
+// bytes read the instant it is seen, at every size
 // (data/done-means-landed).
 //
 // Checks that need a transfer still in flight (Release of a running

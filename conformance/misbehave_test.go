@@ -26,7 +26,8 @@ func TestSuiteCatchesMisbehaviour(t *testing.T) {
 	for _, tc := range []struct {
 		mode, check string
 		says        string            // the rule, as the failure names it
-		plugin      bool              // out of process: the check kills an agent
+		plugin      bool              // out of process (the check kills an agent, or answers come through the rings)
+		grpc        bool              // out of process without the rings
 		params      map[string]string // more params
 		within      time.Duration     // the check must fail this soon (0: no bound)
 		early       bool              // the mode is given at New (fake.WithMisbehave), not to Open
@@ -40,8 +41,18 @@ func TestSuiteCatchesMisbehaviour(t *testing.T) {
 		{mode: "early-done:0.1", check: "notifications/with-post", says: "the moment its notification was drained"},
 		{mode: "terminal-flip", check: "contract/terminal-stays", says: "a terminal state never changes"},
 		{mode: "terminal-flip:0.1", check: "contract/terminal-stays", says: "a terminal state never changes"},
+		{mode: "terminal-flip-next", check: "contract/terminal-stays", says: "a terminal state never changes"},
+		{mode: "terminal-flip-next:0.1", check: "contract/terminal-stays", says: "a terminal state never changes"},
 		{mode: "cancel-terminal", check: "cancel/terminal-unchanged", says: "Cancel of a terminal handle changes nothing"},
 		{mode: "cancel-terminal:0.1", check: "cancel/terminal-unchanged", says: "Cancel of a terminal handle changes nothing"},
+		// Out of process, the rings answer a terminal handle's Poll from
+		// their record: the re-checks must reach the transport itself.
+		{mode: "terminal-flip", check: "contract/terminal-stays", says: "a terminal state never changes", plugin: true},
+		{mode: "terminal-flip", check: "contract/terminal-stays", says: "a terminal state never changes", plugin: true, grpc: true},
+		{mode: "terminal-flip-next:0.1", check: "contract/terminal-stays", says: "a terminal state never changes", plugin: true},
+		{mode: "terminal-flip-next:0.1", check: "contract/terminal-stays", says: "a terminal state never changes", plugin: true, grpc: true},
+		{mode: "cancel-terminal", check: "cancel/terminal-unchanged", says: "Cancel of a terminal handle changes nothing", plugin: true},
+		{mode: "cancel-terminal", check: "cancel/terminal-unchanged", says: "Cancel of a terminal handle changes nothing", plugin: true, grpc: true},
 		{mode: "unpin-terminal", check: "contract/dlist-pinned-until-release", says: "a live handle pins its dlists until Release, terminal or not"},
 		{mode: "unpin-terminal:0.1", check: "contract/dlist-pinned-until-release", says: "a live handle pins its dlists until Release, terminal or not"},
 		{mode: "close-lax", check: "contract/close-busy-peer-dlist", says: "Close is refused while anything is held"},
@@ -60,7 +71,8 @@ func TestSuiteCatchesMisbehaviour(t *testing.T) {
 		{mode: "peer-loss-lie", check: "peer-loss/bounded", says: "still IN_PROGRESS", plugin: true},
 		{mode: "peer-loss-lie:0.1", check: "peer-loss/bounded", says: "still IN_PROGRESS", plugin: true, params: slow},
 	} {
-		t.Run(tc.mode+" "+tc.check+map[bool]string{true: " slow"}[tc.params != nil]+map[bool]string{true: " at New"}[tc.early], func(t *testing.T) {
+		where := map[bool]string{true: " plugin"}[tc.plugin] + map[bool]string{true: " grpc"}[tc.grpc]
+		t.Run(tc.mode+" "+tc.check+where+map[bool]string{true: " slow"}[tc.params != nil]+map[bool]string{true: " at New"}[tc.early], func(t *testing.T) {
 			// Most of these wait on a bound (a cancel's, a peer loss's, a
 			// lost notification's) more than they compute: side by side.
 			t.Parallel()
@@ -69,7 +81,7 @@ func TestSuiteCatchesMisbehaviour(t *testing.T) {
 				if testing.Short() {
 					t.Skip("launches plugin processes")
 				}
-				factory = conformance.PluginFactory(fakePlugin(t), plugin.LaunchOptions{})
+				factory = conformance.PluginFactory(fakePlugin(t), plugin.LaunchOptions{DisableRings: tc.grpc})
 			}
 			params := maps.Clone(tc.params)
 			if params == nil {

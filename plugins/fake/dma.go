@@ -277,10 +277,16 @@ func (t *Transport) finish(x *transfer, state sdk.State, reason error) {
 func (t *Transport) report(x *transfer, state sdk.State, reason error) {
 	if t.book.Complete(x.h, state, reason) {
 		t.signalFor(true, false)
-		if state == sdk.StateDone && t.misbehaves(misbehaveTerminalFlip) {
-			// The flip starts flipAfter after a Poll first reports DONE
-			// (handle.go), so that the state it contradicts was seen.
-			x.h.Value.lie, x.h.Value.lieAt = sdk.StateFailed, time.Time{}
+		if state == sdk.StateDone {
+			// The flip starts after a Poll first reports DONE (handle.go),
+			// so that the state it contradicts was seen: flipAfter later,
+			// or at the next Poll.
+			switch {
+			case t.misbehaves(misbehaveTerminalFlip):
+				x.h.Value.lie, x.h.Value.lieAt, x.h.Value.lieAfter = sdk.StateFailed, time.Time{}, flipAfter
+			case t.misbehaves(misbehaveTerminalFlipNext):
+				x.h.Value.lie, x.h.Value.lieAt, x.h.Value.lieAfter = sdk.StateFailed, time.Time{}, 0
+			}
 		}
 	}
 	if state != sdk.StateDone || len(x.note) == 0 || x.noteDrop {

@@ -236,6 +236,8 @@
 //	terminal-flip    a handle reported DONE is reported FAILED by every
 //	                 Poll from 20ms after a Poll first reported it DONE
 //	                 (so that the DONE it contradicts was seen)
+//	terminal-flip-next
+//	                 as terminal-flip, from the very next Poll on
 //	cancel-terminal  Cancel of a DONE handle makes Poll report it CANCELED
 //	unpin-terminal   ReleaseDescriptors of a dlist whose unreleased handles
 //	                 are all terminal returns OK (the Book frees it once

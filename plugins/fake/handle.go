@@ -14,10 +14,13 @@ import (
 type handleFaults struct {
 	pollFails    int // Poll failures still to inject (poll-fail)
 	releaseFails int // Release failures still to inject (release-fail)
-	// lie, when set by misbehave=terminal-flip or cancel-terminal, is what
-	// Poll reports from lieAt on instead of the handle's DONE.
-	lie   sdk.State
-	lieAt time.Time
+	// lie, when set by misbehave=terminal-flip, terminal-flip-next or
+	// cancel-terminal, is what Poll reports from lieAt on instead of the
+	// handle's DONE; a zero lieAt is set lieAfter past the first Poll
+	// that reports DONE.
+	lie      sdk.State
+	lieAt    time.Time
+	lieAfter time.Duration
 }
 
 // Post validates each transfer, selects the faults that apply to it and
@@ -127,7 +130,7 @@ func (t *Transport) Poll(ctx context.Context, ids []sdk.HandleID) ([]sdk.HandleS
 			if v := &h.Value; v.lie != 0 && out[i].State == sdk.StateDone {
 				switch {
 				case v.lieAt.IsZero():
-					v.lieAt = time.Now().Add(flipAfter) // DONE reported now: the flip comes later
+					v.lieAt = time.Now().Add(v.lieAfter) // DONE reported now: the flip comes later
 				case !time.Now().Before(v.lieAt):
 					out[i] = sdk.HandleStatus{State: v.lie, Reason: sdk.Errorf(sdk.CodeBackend, "fake: handle %d: misbehave=%s", id, t.p.misbehave)}
 				}

@@ -13,26 +13,27 @@ type misbehave string
 
 // The misbehaving modes, as named by the misbehave parameter.
 const (
-	misbehaveNone           misbehave = ""
-	misbehaveReleaseRunning misbehave = "release-running"
-	misbehaveReuseIDs       misbehave = "reuse-ids"
-	misbehaveEarlyDone      misbehave = "early-done"
-	misbehaveTerminalFlip   misbehave = "terminal-flip"
-	misbehaveCancelTerminal misbehave = "cancel-terminal"
-	misbehaveUnpinTerminal  misbehave = "unpin-terminal"
-	misbehaveCloseLax       misbehave = "close-lax"
-	misbehaveUngated        misbehave = "ungated"
-	misbehaveOpenLax        misbehave = "open-lax"
-	misbehaveCancelSlow     misbehave = "cancel-slow"
-	misbehaveCancelLie      misbehave = "cancel-lie"
-	misbehaveFenceLie       misbehave = "fence-lie"
-	misbehavePeerLossLie    misbehave = "peer-loss-lie"
-	misbehaveDropNote       misbehave = "drop-notification"
+	misbehaveNone             misbehave = ""
+	misbehaveReleaseRunning   misbehave = "release-running"
+	misbehaveReuseIDs         misbehave = "reuse-ids"
+	misbehaveEarlyDone        misbehave = "early-done"
+	misbehaveTerminalFlip     misbehave = "terminal-flip"
+	misbehaveTerminalFlipNext misbehave = "terminal-flip-next"
+	misbehaveCancelTerminal   misbehave = "cancel-terminal"
+	misbehaveUnpinTerminal    misbehave = "unpin-terminal"
+	misbehaveCloseLax         misbehave = "close-lax"
+	misbehaveUngated          misbehave = "ungated"
+	misbehaveOpenLax          misbehave = "open-lax"
+	misbehaveCancelSlow       misbehave = "cancel-slow"
+	misbehaveCancelLie        misbehave = "cancel-lie"
+	misbehaveFenceLie         misbehave = "fence-lie"
+	misbehavePeerLossLie      misbehave = "peer-loss-lie"
+	misbehaveDropNote         misbehave = "drop-notification"
 )
 
 // misbehaveModes lists every mode, in the order the docs give them.
 var misbehaveModes = []misbehave{
-	misbehaveReleaseRunning, misbehaveReuseIDs, misbehaveEarlyDone, misbehaveTerminalFlip,
+	misbehaveReleaseRunning, misbehaveReuseIDs, misbehaveEarlyDone, misbehaveTerminalFlip, misbehaveTerminalFlipNext,
 	misbehaveCancelTerminal, misbehaveUnpinTerminal, misbehaveCloseLax, misbehaveUngated,
 	misbehaveOpenLax, misbehaveCancelSlow, misbehaveCancelLie, misbehaveFenceLie,
 	misbehavePeerLossLie, misbehaveDropNote,

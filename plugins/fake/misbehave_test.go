@@ -212,3 +212,16 @@ func TestMisbehaveTerminalFlipAfterReportedDone(t *testing.T) {
 	assert.Equal(t, sdk.StateFailed, poll(t, g.a, h).State)
 	release(t, g.a, h)
 }
+
+// TestMisbehaveTerminalFlipNext: under terminal-flip-next the Poll that
+// first reports DONE is the last to: the very next one reports FAILED.
+func TestMisbehaveTerminalFlipNext(t *testing.T) {
+	g := newGatedPair(t, 64<<10, 4096, map[string]string{"misbehave": "terminal-flip-next"})
+	h := postOne(t, g.a, g.whole(sdk.OpWrite, nil))
+	g.open()
+	require.Eventually(t, func() bool { return poll(t, g.a, h).State == sdk.StateDone }, wait, time.Millisecond)
+	st := poll(t, g.a, h)
+	assert.Equal(t, sdk.StateFailed, st.State, "the Poll after the first DONE must report FAILED")
+	assert.ErrorContains(t, st.Reason, "misbehave=terminal-flip-next")
+	release(t, g.a, h)
+}

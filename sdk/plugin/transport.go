@@ -134,6 +134,15 @@ func (p *Plugin) Poll(ctx context.Context, ids []sdk.HandleID) ([]sdk.HandleStat
 	return p.grpc.Poll(ctx, ids)
 }
 
+// PollTransport is Poll asked of the transport itself, over gRPC, past the
+// rings: they answer a terminal handle's Poll from the state the plugin
+// reported, so a transport whose terminal state changes later shows it
+// only here. The conformance suite's re-checks of terminal states use it
+// (conformance.Agent.PollTransport); a host has no use for it.
+func (p *Plugin) PollTransport(ctx context.Context, ids []sdk.HandleID) ([]sdk.HandleStatus, error) {
+	return p.grpc.Poll(ctx, ids)
+}
+
 // Cancel is Transport.Cancel, over gRPC; when the rings are attached under
 // release at terminal, a handle the plugin released at terminal is
 // answered OK from the rings' record, as the transport answers for a
