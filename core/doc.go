@@ -96,6 +96,14 @@
 // DONE, never if it fails), saving a call per read, once a notification to
 // that rank went through on its own: the first to a rank never rides, since
 // rule 15 watches its outcome. A producer counts them against its sends.
+// So a producer may hear that a one-part read consumed its blocks and the
+// consumer then report the read failed: its only transfer was DONE, and
+// the failure is of what came after (the peer removed, a Release refused
+// past the hold cap, a fence before core saw the DONE). The producer's
+// reuse is safe, since nothing reads its blocks any more; the consumer's
+// blocks are invalid, as for any failed read. A read of several parts
+// never rides: the transport would deliver one rank's message at that
+// part's DONE, whatever its siblings do.
 //
 // The token (Token) tells registrations of one id apart. The engine draws
 // one per request and passes it with the request id to both sides (in

@@ -426,7 +426,11 @@ func describeWork(w Work) string {
 	switch w.Kind {
 	case WorkPost:
 		for _, p := range w.Posts {
-			args = append(args, fmt.Sprintf("%v:%d%v->%d%v", p.Op, p.Local, p.LocalIndices, p.Remote, p.RemoteIndices))
+			a := fmt.Sprintf("%v:%d%v->%d%v", p.Op, p.Local, p.LocalIndices, p.Remote, p.RemoteIndices)
+			if len(p.Notification) > 0 {
+				a += fmt.Sprintf("+%q", p.Notification) // delivered once it is DONE
+			}
+			args = append(args, a)
 		}
 	case WorkPoll, WorkRelease, WorkCancel:
 		for _, h := range w.Handles {

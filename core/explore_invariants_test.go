@@ -68,6 +68,8 @@ func (w *world) checkWork(wk Work) {
 		}
 	case WorkSendNotifications:
 		w.checkNotes(wk)
+	case WorkPost:
+		w.checkRides(wk)
 	case WorkClose:
 		if h := uses(func(*wpost) bool { return true }); h != 0 {
 			w.fail("rule 12: work %d closes the transport while handle %d is held", wk.ID, h)
@@ -106,6 +108,28 @@ func (w *world) checkNotes(wk Work) {
 			if r.mustFail || len(r.notified) < w.cfg.ranks {
 				w.fail("rule 4: work %d notifies %q of receive %q with %d of its %d producers' written notifications (bound to fail: %v)", wk.ID, n.Message, id, len(r.notified), w.cfg.ranks, r.mustFail)
 			}
+		}
+	}
+}
+
+// checkRides checks the notifications a Post asks the transport to deliver
+// once a transfer is DONE (rule 4, and the engine API's notify_producer):
+// only the consumed notification of a one-part read with NotifyProducer,
+// on its own transfer. The transport delivers it at that transfer's DONE,
+// whatever else happens, so on a read of several parts it would free the
+// producer's blocks while a sibling may still fail or run.
+func (w *world) checkRides(wk Work) {
+	for _, ps := range wk.Posts {
+		if len(ps.Notification) == 0 {
+			continue
+		}
+		id, _, ok := parseConsumed(ps.Notification)
+		r := w.issued[id]
+		switch {
+		case !ok || r == nil:
+			w.fail("rule 4: work %d posts a transfer carrying %q, not the consumed notification of a read", wk.ID, ps.Notification)
+		case r.kind != "read" || !r.notify || len(r.blocks) != 1:
+			w.fail("rule 4: work %d posts a transfer carrying the consumed notification of %s %q of %d parts (notify_producer %v): only a one-part read's may ride", wk.ID, r.kind, id, len(r.blocks), r.notify)
 		}
 	}
 }

@@ -65,6 +65,7 @@ type wreq struct {
 	done     int
 	mustFail bool
 	at       time.Time // when it was issued: a send's or receive's lease counts from here
+	notify   bool      // a read with NotifyProducer
 }
 
 // wpost is one posted handle: the blocks it touches, its dlists, and when
@@ -357,7 +358,7 @@ func (w *world) issue(kind string, id RequestID, peer string, notify bool) error
 	w.next++
 	ranks := w.cfg.ranks
 	pool := w.pools[(w.next-1)%len(w.pools)]
-	r := &wreq{id: id, kind: kind, peer: peer, notified: map[string]bool{}, at: w.now}
+	r := &wreq{id: id, kind: kind, peer: peer, notified: map[string]bool{}, at: w.now, notify: notify}
 	var err error
 	var parts []Part
 	alloc := func(p PoolID, n int) ([]uint32, bool) {

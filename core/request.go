@@ -24,7 +24,14 @@ type ReadSpec struct {
 	Parts   []Part
 	// NotifyProducer: once every part is DONE and released, send the
 	// consumed notification to each rank read from, so the producer frees
-	// its blocks. Never sent when any part failed.
+	// its blocks. Never sent when any part failed, was canceled or ended
+	// unknown. A one-part read's rides with its transfer (see Notifications
+	// in the package doc): it arrives once that transfer is DONE, and the
+	// read may still be reported failed after it, for what the transfer's
+	// DONE does not settle (its peer removed, a Release refused past the
+	// hold cap, its transport fenced before core saw the DONE). The
+	// producer's reuse is safe then too: no transfer reads its blocks once
+	// every one from them is DONE.
 	NotifyProducer bool
 	// Token is the request's notification token (see Token): the one its
 	// producer's ExpectSend was given. Needed with NotifyProducer.

@@ -57,3 +57,26 @@ func (s *srig) alloc(n int) []uint32 {
 	require.NoError(s.t, err)
 	return b
 }
+
+// A ridden consumed notification is delivered at its transfer's DONE, so
+// the read may still be reported failed after it: here its peer is removed
+// between the DONE and the round that would have seen it. The producer was
+// told at the DONE, when nothing read its blocks any more, which is what
+// makes its reuse safe; the read fails with its block invalid, and nothing
+// more is sent to the producer (engine API, notify_producer).
+func TestARiddenNotificationMayPrecedeAFailedRead(t *testing.T) {
+	s := newSrig(t, Config{}, nil)
+	s.connect(peerSpec("p", 1))
+	s.finish("a", s.readNotify("a")) // the rank is proven: the next rides
+
+	h := s.readNotify("b")
+	s.d.set(h, sdk.StateDone, nil)
+	require.Equal(t, [][]byte{ConsumedMessage("b", tok("b"))}, s.d.carried, "delivered at the DONE")
+	require.NoError(t, s.c.RemovePeer(s.now, "p"))
+	rd := s.reported("b")
+	require.Equal(t, []RequestID{"b"}, failedIDs(rd))
+	assert.ErrorIs(t, rd.Failed[0].Reason, ErrPeerRemoved)
+	assert.Len(t, rd.Failed[0].Invalid, 1, "the consumer's block is invalid, as for any failed read")
+	assert.Len(t, s.d.sent, 1, "nothing more is sent to the producer")
+	assert.Len(t, s.d.carried, 1)
+}

@@ -581,7 +581,13 @@ type ReadRequest struct {
 	Peer      string                 `protobuf:"bytes,2,opt,name=peer,proto3" json:"peer,omitempty"`
 	Parts     []*Part                `protobuf:"bytes,3,rep,name=parts,proto3" json:"parts,omitempty"`
 	// notify_producer: once every part is done, tell each rank read from that
-	// its blocks may be freed. Never sent when a part failed.
+	// its blocks may be freed. Never sent when a part failed. The message of
+	// a one-part read travels with its transfer and arrives when that
+	// transfer is done: the read may still be reported failed after it (its
+	// peer removed, a release refused past the hold cap, the transport
+	// fenced first), and the producer's reuse is safe, since nothing reads
+	// its blocks any more. The decode's blocks are then invalid, as for any
+	// failed read.
 	NotifyProducer bool `protobuf:"varint,4,opt,name=notify_producer,json=notifyProducer,proto3" json:"notify_producer,omitempty"`
 	// token: the request's notification token, drawn by the engine once per
 	// request (64 random bits, not zero; needed with notify_producer) and given to both sides with the
