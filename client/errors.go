@@ -71,6 +71,11 @@ var (
 	// host restarted since it was read); nothing was acknowledged. Start
 	// again from cursor 0 (WatchFinished does so itself).
 	ErrHostRestarted = &Error{Code: codes.Aborted}
+	// ErrDuplicate: the call repeats a request the host took, by id, token
+	// and kind (in flight, or among the last reported): a retry of a call
+	// whose reply was lost got through the first time. Nothing new was
+	// taken; the request's one report comes, or came, as for the first.
+	ErrDuplicate = &Error{Code: codes.AlreadyExists}
 )
 
 // wrap turns a gRPC error into an *Error; nil stays nil and an error that

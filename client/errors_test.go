@@ -22,6 +22,7 @@ func TestErrorsMatchTheirSentinelAndKeepTheStatus(t *testing.T) {
 		{codes.Unknown, ErrUnknownOutcome},
 		{codes.FailedPrecondition, ErrBusy},
 		{codes.Aborted, ErrHostRestarted},
+		{codes.AlreadyExists, ErrDuplicate},
 	} {
 		err := wrap(status.Error(tc.code, "what went wrong"))
 		assert.ErrorIs(t, err, tc.sentinel, "%v", tc.code)

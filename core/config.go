@@ -67,6 +67,13 @@ type Config struct {
 	// many reports gets no early notifications: they count only once it is
 	// registered).
 	MaxEarlyNotifications int
+	// MaxRecentRequests bounds how many reported requests core remembers
+	// by id, token and kind, so that a call repeating one (a retry of a
+	// call whose reply was lost, after its request was reported) is
+	// refused with ErrDuplicate instead of taken as a new request; zero
+	// means DefaultMaxRecentRequests. A retry later than that many reports
+	// is taken as new.
+	MaxRecentRequests int
 	// EarlyNotificationAge bounds how long a notification whose request is
 	// not registered yet is kept; zero means DefaultEarlyNotificationAge.
 	// Older ones are dropped, so stale ones neither fill
@@ -112,6 +119,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.MaxEarlyNotifications == 0 {
 		c.MaxEarlyNotifications = 4096
+	}
+	if c.MaxRecentRequests < 0 {
+		return c, fmt.Errorf("core: Config.MaxRecentRequests is %d; it must be positive, or zero for %d", c.MaxRecentRequests, DefaultMaxRecentRequests)
+	}
+	if c.MaxRecentRequests == 0 {
+		c.MaxRecentRequests = DefaultMaxRecentRequests
 	}
 	return c, nil
 }

@@ -49,7 +49,8 @@ type Core struct {
 	earlyW    map[RequestID]*earlyNote // written notifications that came before their receive
 	earlyQ    []earlyRef               // early and earlyW entries by age, from earlyHead on
 	earlyHead int
-	recent    recentIDs // sends and receives reported lately: their notifications are late
+	recent    recentIDs[recentKey] // sends and receives reported lately: their notifications are late
+	taken     recentIDs[takenKey]  // requests reported lately: a call repeating one is a retry
 
 	live     handleIndex // every handle of the attached epoch not yet released
 	releaseQ []*xfer     // terminal handles to release in the next Ready
@@ -91,7 +92,8 @@ func New(cfg Config) (*Core, error) {
 		early:     map[RequestID]*earlyNote{},
 		recvs:     map[RequestID]*recv{},
 		earlyW:    map[RequestID]*earlyNote{},
-		recent:    newRecentIDs(cfg.MaxEarlyNotifications),
+		recent:    newRecentIDs[recentKey](cfg.MaxEarlyNotifications),
+		taken:     newRecentIDs[takenKey](cfg.MaxRecentRequests),
 		live:      newHandleIndex(),
 		leaked:    map[Ref]*xfer{},
 		fenceWant: map[Epoch]bool{},

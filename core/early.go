@@ -35,16 +35,18 @@ type earlyRef struct {
 	written bool
 }
 
-// recentIDs remembers the ids of the last sends and receives reported
-// (finished or failed), so that their late or duplicated notifications are
-// dropped instead of being kept as early ones for a later request under the
-// same id. It is bounded: a ring of the last cap ids.
-type recentIDs struct {
-	ring []recentSlot // grows to max, then wraps at next
+// recentIDs remembers the last max keys added, of requests reported
+// (finished or failed): the sends and receives whose late or duplicated
+// notifications are dropped instead of being kept as early ones for a
+// later request under the same id (recentKey), and the requests whose
+// retries are told from new ones (retry.go). It is bounded: a ring of the
+// last max keys.
+type recentIDs[K comparable] struct {
+	ring []recentSlot[K] // grows to max, then wraps at next
 	max  int
 	next int
 	seq  uint64
-	m    map[recentKey]uint64 // the seq of the newest slot of each key
+	m    map[K]uint64 // the seq of the newest slot of each key
 }
 
 type recentKey struct {
@@ -52,31 +54,31 @@ type recentKey struct {
 	written bool // a receive's id (written notifications), else a send's (consumed)
 }
 
-type recentSlot struct {
-	k   recentKey
+type recentSlot[K comparable] struct {
+	k   K
 	seq uint64
 }
 
-func newRecentIDs(n int) recentIDs {
-	return recentIDs{max: n, m: map[recentKey]uint64{}}
+func newRecentIDs[K comparable](n int) recentIDs[K] {
+	return recentIDs[K]{max: n, m: map[K]uint64{}}
 }
 
-func (s *recentIDs) add(k recentKey) {
+func (s *recentIDs[K]) add(k K) {
 	s.seq++
 	if len(s.ring) < s.max {
-		s.ring = append(s.ring, recentSlot{k, s.seq})
+		s.ring = append(s.ring, recentSlot[K]{k, s.seq})
 	} else {
 		old := s.ring[s.next]
 		if s.m[old.k] == old.seq {
 			delete(s.m, old.k)
 		}
-		s.ring[s.next] = recentSlot{k, s.seq}
+		s.ring[s.next] = recentSlot[K]{k, s.seq}
 		s.next = (s.next + 1) % len(s.ring)
 	}
 	s.m[k] = s.seq
 }
 
-func (s *recentIDs) has(k recentKey) bool { _, ok := s.m[k]; return ok }
+func (s *recentIDs[K]) has(k K) bool { _, ok := s.m[k]; return ok }
 
 // noteNotification counts a consumed (written false) or written
 // notification of request id with token from agent against its send or

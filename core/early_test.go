@@ -32,16 +32,16 @@ func (s *srig) drained(marker RequestID) {
 // a request (pull send or push receive) and which message finishes it.
 type notifyKind struct {
 	name   string
-	msg    func(RequestID) []byte
-	expect func(s *srig, id RequestID, peer string, b []uint32, n int) error
+	msg    func(RequestID, Token) []byte
+	expect func(s *srig, id RequestID, token Token, peer string, b []uint32, n int) error
 }
 
 var notifyKinds = []notifyKind{
-	{"pull send, consumed", func(id RequestID) []byte { return ConsumedMessage(id, tok(id)) }, func(s *srig, id RequestID, peer string, b []uint32, n int) error {
-		return s.c.ExpectSend(s.now, SendSpec{Request: id, Token: tok(id), Peer: peer, Pool: s.pool, Blocks: b, Consumers: n, Lease: time.Minute})
+	{"pull send, consumed", ConsumedMessage, func(s *srig, id RequestID, token Token, peer string, b []uint32, n int) error {
+		return s.c.ExpectSend(s.now, SendSpec{Request: id, Token: token, Peer: peer, Pool: s.pool, Blocks: b, Consumers: n, Lease: time.Minute})
 	}},
-	{"push receive, written", func(id RequestID) []byte { return WrittenMessage(id, tok(id)) }, func(s *srig, id RequestID, peer string, b []uint32, n int) error {
-		return s.c.ExpectReceive(s.now, RecvSpec{Request: id, Token: tok(id), Peer: peer, Pool: s.pool, Blocks: b, Producers: n, Lease: time.Minute})
+	{"push receive, written", WrittenMessage, func(s *srig, id RequestID, token Token, peer string, b []uint32, n int) error {
+		return s.c.ExpectReceive(s.now, RecvSpec{Request: id, Token: token, Peer: peer, Pool: s.pool, Blocks: b, Producers: n, Lease: time.Minute})
 	}},
 }
 
@@ -54,20 +54,23 @@ func TestLateNotificationNeverFinishesAReusedID(t *testing.T) {
 		t.Run(k.name, func(t *testing.T) {
 			s := openSrig(t, Config{Escalation: EscalateQuarantine}, nil)
 			s.connect(peerSpec("p", 2))
-			require.NoError(t, k.expect(s, "x", "p", s.alloc(1), 1))
+			require.NoError(t, k.expect(s, "x", tok("x"), "p", s.alloc(1), 1))
 			s.now = s.now.Add(time.Minute)
 			s.reported("x")     // the lease expired first
 			delete(s.seen, "x") // the id is reused below
-			s.sendFrom(0, k.msg("x"), ConsumedMessage("marker", tok("marker")))
+			s.sendFrom(0, k.msg("x", tok("x")), ConsumedMessage("marker", tok("marker")))
 			s.drained("marker")
 			assert.True(t, hasAlert(s.all, "late_notification_dropped"))
 			b := s.alloc(1)
-			require.NoError(t, k.expect(s, "x", "p", b, 1))
+			// The same id and token is a retry of the reported request
+			// (retry.go); a new request under the id draws a new token.
+			require.ErrorIs(t, k.expect(s, "x", tok("x"), "p", b, 1), ErrDuplicate)
+			require.NoError(t, k.expect(s, "x", tok("x again"), "p", b, 1))
 			rd := s.poll()
 			assert.Empty(t, rd.FinishedSending, "the late notification finished the new request")
 			assert.Empty(t, rd.FinishedReceiving, "the late notification finished the new request")
 			assert.Equal(t, OwnerTransfer, s.c.Owner(BlockRef{s.pool, b[0]}))
-			s.sendFrom(0, k.msg("x")) // the new request's own notification
+			s.sendFrom(0, k.msg("x", tok("x again"))) // the new request's own notification
 			s.reported("x")
 			assert.Equal(t, OwnerEngine, s.c.Owner(BlockRef{s.pool, b[0]}))
 		})
@@ -82,15 +85,15 @@ func TestEarlyNotificationsExpire(t *testing.T) {
 		t.Run(k.name, func(t *testing.T) {
 			s := openSrig(t, Config{MaxEarlyNotifications: 2, EarlyNotificationAge: time.Minute}, nil)
 			s.connect(peerSpec("p", 2))
-			s.sendFrom(0, k.msg("stale"), ConsumedMessage("marker", tok("marker")))
+			s.sendFrom(0, k.msg("stale", tok("stale")), ConsumedMessage("marker", tok("marker")))
 			s.drained("marker")
 			s.now = s.now.Add(time.Minute)
-			s.sendFrom(0, k.msg("fresh"), ConsumedMessage("marker2", tok("marker2")))
+			s.sendFrom(0, k.msg("fresh", tok("fresh")), ConsumedMessage("marker2", tok("marker2")))
 			s.drained("marker2")
 			assert.False(t, hasAlert(s.all, "early_notification_dropped"), "stale notifications filled the bound")
 			b := s.alloc(2)
-			require.NoError(t, k.expect(s, "stale", "p", b[:1], 1))
-			require.NoError(t, k.expect(s, "fresh", "p", b[1:], 1))
+			require.NoError(t, k.expect(s, "stale", tok("stale"), "p", b[:1], 1))
+			require.NoError(t, k.expect(s, "fresh", tok("fresh"), "p", b[1:], 1))
 			s.reported("fresh")
 			assert.Equal(t, OwnerTransfer, s.c.Owner(BlockRef{s.pool, b[0]}), "a stale notification counted")
 			assert.Zero(t, s.seen["stale"])
@@ -113,17 +116,17 @@ func TestNotificationsCountDistinctSenders(t *testing.T) {
 				s.connect(peerSpec("p", 2))
 				b := s.alloc(1)
 				if !early {
-					require.NoError(t, k.expect(s, "x", "p", b, 2))
+					require.NoError(t, k.expect(s, "x", tok("x"), "p", b, 2))
 				}
-				s.sendFrom(0, k.msg("x"), k.msg("x"), ConsumedMessage("marker", tok("marker")))
+				s.sendFrom(0, k.msg("x", tok("x")), k.msg("x", tok("x")), ConsumedMessage("marker", tok("marker")))
 				s.drained("marker")
 				if early {
-					require.NoError(t, k.expect(s, "x", "p", b, 2))
+					require.NoError(t, k.expect(s, "x", tok("x"), "p", b, 2))
 				}
 				s.poll()
 				assert.Zero(t, s.seen["x"], "a duplicated notification finished the request")
 				assert.Equal(t, OwnerTransfer, s.c.Owner(BlockRef{s.pool, b[0]}))
-				s.sendFrom(1, k.msg("x"))
+				s.sendFrom(1, k.msg("x", tok("x")))
 				s.reported("x")
 				assert.Equal(t, OwnerEngine, s.c.Owner(BlockRef{s.pool, b[0]}))
 			})
@@ -147,18 +150,18 @@ func TestNotificationsFromStrangersAreIgnored(t *testing.T) {
 				require.NoError(t, s.connectPeer(ps))
 				b := s.alloc(1)
 				if !early {
-					require.NoError(t, k.expect(s, "x", "p", b, 1))
+					require.NoError(t, k.expect(s, "x", tok("x"), "p", b, 1))
 				}
-				s.sendFrom(1, k.msg("x"), ConsumedMessage("marker", tok("marker")))
+				s.sendFrom(1, k.msg("x", tok("x")), ConsumedMessage("marker", tok("marker")))
 				s.drained("marker")
 				if early {
-					require.NoError(t, k.expect(s, "x", "p", b, 1))
+					require.NoError(t, k.expect(s, "x", tok("x"), "p", b, 1))
 				}
 				s.poll()
 				assert.True(t, hasAlert(s.all, "notification_from_stranger"))
 				assert.Zero(t, s.seen["x"], "a stranger's notification finished the request")
 				assert.Equal(t, OwnerTransfer, s.c.Owner(BlockRef{s.pool, b[0]}))
-				s.sendFrom(0, k.msg("x"))
+				s.sendFrom(0, k.msg("x", tok("x")))
 				s.reported("x")
 				assert.Equal(t, OwnerEngine, s.c.Owner(BlockRef{s.pool, b[0]}))
 			})
@@ -170,7 +173,7 @@ func TestNotificationsFromStrangersAreIgnored(t *testing.T) {
 // added twice is kept until its latest addition is evicted.
 func TestRecentIDsIsBounded(t *testing.T) {
 	k := func(id RequestID) recentKey { return recentKey{id: id} }
-	s := newRecentIDs(3)
+	s := newRecentIDs[recentKey](3)
 	for _, id := range []RequestID{"a", "a", "b"} {
 		s.add(k(id))
 	}

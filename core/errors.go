@@ -23,6 +23,12 @@ var (
 	// ErrLeaseExpired: a push receive's lease expired before every producer
 	// reported its writes.
 	ErrLeaseExpired = errors.New("lease expired before the producers reported their writes")
+	// ErrDuplicate: a Read, Write, ExpectSend or ExpectReceive repeats a
+	// request the Core took (same id, token and kind), in flight or
+	// reported lately (Config.MaxRecentRequests): the retry of a call whose
+	// reply was lost. Nothing new is taken; the request's one report comes,
+	// or came, as for the first call.
+	ErrDuplicate = errors.New("request already taken (a retry)")
 	// ErrHeld: Close found resources still held; keep calling Poll (the hold
 	// cap bounds the wait) and call Close again.
 	ErrHeld = errors.New("resources still held")

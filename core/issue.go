@@ -17,7 +17,7 @@ func (c *Core) Read(now time.Time, spec ReadSpec) error {
 	if spec.NotifyProducer && spec.Token == 0 {
 		return fmt.Errorf("core: read request %q: NotifyProducer without a Token; pass the token the producer's ExpectSend was given", spec.Request)
 	}
-	r, err := c.newRequest(spec.Request, spec.Peer, spec.Parts, kindRead)
+	r, err := c.newRequest(spec.Request, spec.Token, spec.Peer, spec.Parts, kindRead)
 	if err != nil {
 		return fmt.Errorf("core: read request %q: %w", spec.Request, err)
 	}
@@ -42,7 +42,7 @@ func (c *Core) Write(now time.Time, spec WriteSpec) error {
 	if spec.Token == 0 {
 		return fmt.Errorf("core: write request %q: Token is zero; pass the token the consumer's ExpectReceive was given", spec.Request)
 	}
-	r, err := c.newRequest(spec.Request, spec.Peer, spec.Parts, kindWrite)
+	r, err := c.newRequest(spec.Request, spec.Token, spec.Peer, spec.Parts, kindWrite)
 	if err != nil {
 		return fmt.Errorf("core: write request %q: %w", spec.Request, err)
 	}
@@ -70,7 +70,7 @@ func (c *Core) ExpectSend(now time.Time, spec SendSpec) error {
 	if spec.Token == 0 {
 		return fmt.Errorf("core: expect send %q: Token is zero; draw one per request and pass it to the consumer's Read too", spec.Request)
 	}
-	if err := c.checkID(spec.Request); err != nil {
+	if err := c.checkID(spec.Request, spec.Token, kindSend); err != nil {
 		return fmt.Errorf("core: expect send: %w", err)
 	}
 	p := c.pool(spec.Pool)
@@ -94,24 +94,22 @@ func (c *Core) ExpectSend(now time.Time, spec SendSpec) error {
 
 // checkID refuses a request the Core could never report: one of an id
 // still in flight, or any once Close began (no peer connects any more, so
-// a request waiting for one would wait for good).
-func (c *Core) checkID(id RequestID) error {
+// a request waiting for one would wait for good); and the retry of one it
+// took (ErrDuplicate, retry.go).
+func (c *Core) checkID(id RequestID, token Token, kind reqKind) error {
 	if c.closing || c.closed {
 		return errors.New("the Core is closing; no request is taken any more")
 	}
 	if id == "" {
 		return errors.New("request id is empty")
 	}
-	if c.reqs.get(id) != nil {
-		return fmt.Errorf("request %q is still in flight; use a new id", id)
-	}
-	return nil
+	return c.checkRetry(id, token, kind)
 }
 
 // newRequest validates a read or write and records it, moving its blocks to
 // OwnerTransfer. It changes nothing on error.
-func (c *Core) newRequest(id RequestID, peerName string, parts []Part, kind reqKind) (*request, error) {
-	if err := c.checkID(id); err != nil {
+func (c *Core) newRequest(id RequestID, token Token, peerName string, parts []Part, kind reqKind) (*request, error) {
+	if err := c.checkID(id, token, kind); err != nil {
 		return nil, err
 	}
 	if peerName == "" {

@@ -101,8 +101,12 @@ func TestBadInputChangesNothing(t *testing.T) {
 		})
 	}
 	require.NoError(t, read(ReadSpec{Request: "dup", Token: tok("dup"), Peer: "p", Parts: []Part{good}}))
-	err := read(ReadSpec{Request: "dup", Token: tok("dup"), Peer: "p", Parts: []Part{{Pool: s.pool, Local: b[1:], Remote: []uint32{1}}}})
+	err := read(ReadSpec{Request: "dup", Token: tok("other"), Peer: "p", Parts: []Part{{Pool: s.pool, Local: b[1:], Remote: []uint32{1}}}})
 	require.ErrorContains(t, err, "still in flight")
+	assert.NotErrorIs(t, err, ErrDuplicate, "another token: another request, not a retry")
+	assert.Equal(t, OwnerEngine, s.c.Owner(BlockRef{s.pool, b[1]}))
+	err = read(ReadSpec{Request: "dup", Token: tok("dup"), Peer: "p", Parts: []Part{{Pool: s.pool, Local: b[1:], Remote: []uint32{1}}}})
+	require.ErrorIs(t, err, ErrDuplicate, "the same id and token: a retry")
 	assert.Equal(t, OwnerEngine, s.c.Owner(BlockRef{s.pool, b[1]}))
 	s.done()
 	s.reported("dup")

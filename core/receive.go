@@ -76,7 +76,7 @@ func (c *Core) ExpectReceive(now time.Time, spec RecvSpec) error {
 	if spec.Token == 0 {
 		return fmt.Errorf("core: expect receive %q: Token is zero; draw one per request and pass it to the producer's Write too", spec.Request)
 	}
-	if err := c.checkID(spec.Request); err != nil {
+	if err := c.checkID(spec.Request, spec.Token, kindRecv); err != nil {
 		return fmt.Errorf("core: expect receive: %w", err)
 	}
 	p := c.pool(spec.Pool)

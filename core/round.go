@@ -311,6 +311,7 @@ func (c *Core) tryFinish(r *request) {
 	}
 	r.flags |= rReported
 	c.reqs.remove(r)
+	c.remember(r)
 	receiving := r.kind == kindRead || r.kind == kindRecv
 	switch r.kind {
 	case kindWrite, kindSend:

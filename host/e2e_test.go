@@ -155,3 +155,37 @@ func TestOffRings(t *testing.T) {
 	assert.False(t, offRings(ringsStub{on: true}), "a plugin process with rings wakes the host")
 	assert.False(t, offRings(struct{}{}), "a transport that is no plugin process keeps its own Waker")
 }
+
+// A Read repeated with its id and token after its report (the retry of a
+// call whose reply was lost) is refused AlreadyExists (client.ErrDuplicate)
+// and moves nothing: the decode's blocks, which the engine already uses,
+// are never written again. A new token is a new request.
+func TestARetriedReadAfterItsReportMovesNothing(t *testing.T) {
+	prefill := startHost(t, "prefill", 16, nil)
+	decode := startHost(t, "decode", 16, nil)
+	decode.connect("prefill", prefill)
+
+	pb, err := prefill.c.Alloc(prefill.ctx(), prefill.poolID, 2)
+	require.NoError(t, err)
+	src := prefill.fill(pb)
+	token := client.NewToken()
+	require.NoError(t, prefill.c.ExpectSend(prefill.ctx(), "r", token, "", prefill.poolID, pb, 1, 30*time.Second))
+	dst, err := decode.c.Alloc(decode.ctx(), decode.poolID, 2)
+	require.NoError(t, err)
+	part := client.Part{Pool: decode.poolID, Local: dst, Remote: pb}
+	require.NoError(t, decode.c.Read(decode.ctx(), "r", token, "prefill", true, part))
+	assert.Equal(t, []string{"r"}, decode.waitFinished("r").FinishedRecving)
+	assert.Equal(t, []string{"r"}, prefill.waitFinished("r").FinishedSending)
+
+	// The engine uses its blocks now; the prefill reuses its own.
+	other := prefill.fill(pb)
+	err = decode.c.Read(decode.ctx(), "r", token, "prefill", true, part)
+	require.ErrorIs(t, err, client.ErrDuplicate, "%v", err)
+	assert.Equal(t, codes.AlreadyExists, status.Code(err))
+	sameBlocks(t, src, decode.read(dst), "the retry wrote nothing")
+
+	require.NoError(t, prefill.c.ExpectSend(prefill.ctx(), "r", token+1, "", prefill.poolID, pb, 1, 30*time.Second))
+	require.NoError(t, decode.c.Read(decode.ctx(), "r", token+1, "prefill", true, part), "a new token: a new request")
+	assert.Equal(t, []string{"r"}, decode.waitFinished("r").FinishedRecving)
+	sameBlocks(t, other, decode.read(dst), "r again")
+}

@@ -88,6 +88,8 @@ func engineCode(err error) codes.Code {
 		return codes.NotFound
 	case errors.Is(err, sdk.ErrUnsupported):
 		return codes.Unimplemented
+	case errors.Is(err, core.ErrDuplicate):
+		return codes.AlreadyExists
 	}
 	return codes.InvalidArgument
 }

@@ -303,6 +303,7 @@ func TestEngineErrorsCarryTheirCode(t *testing.T) {
 		{fmt.Errorf("post: %w", core.ErrUnknownOutcome), codes.Unknown},
 		{fmt.Errorf("free: %w", sdk.ErrBusy), codes.FailedPrecondition},
 		{fmt.Errorf("watch finished: %w", ErrHostRestarted), codes.Aborted},
+		{fmt.Errorf("read: %w", core.ErrDuplicate), codes.AlreadyExists},
 		{context.Canceled, codes.Canceled},
 		{errors.New("alloc 5 blocks of pool 9: no such pool"), codes.InvalidArgument},
 	} {

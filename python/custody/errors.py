@@ -166,6 +166,15 @@ class HostRestarted(_Coded):
     CODE = grpc.StatusCode.ABORTED
 
 
+class Duplicate(_Coded):
+    """ALREADY_EXISTS: the call repeats a request the host took, by id,
+    token and kind (in flight, or among the last reported): a retry of a
+    call whose reply was lost got through the first time. Nothing new was
+    taken; the request's one report comes, or came, as for the first."""
+
+    CODE = grpc.StatusCode.ALREADY_EXISTS
+
+
 class Watching(RuntimeError):
     """A ``watch_finished`` of the same Client is still open: one client
     processes its host's reports in order, through one watch at a time. Close
@@ -187,6 +196,7 @@ _BY_REASON: dict[tuple[grpc.StatusCode, str], type[_Coded]] = {
         Unsupported,
         ResourceExhausted,
         HostRestarted,
+        Duplicate,
     )
 }
 

@@ -28,6 +28,7 @@ from custody import (
     Client,
     CustodyError,
     DeadlineExceeded,
+    Duplicate,
     Finished,
     HandshakeFailed,
     HostRestarted,
@@ -196,6 +197,28 @@ def test_pull_16k_bytes_verified(
     d.api.free(d.pool, dst)
     # The position is of this host process.
     assert d.api.watch_position[1] == d.api.status().incarnation
+
+
+def test_a_retried_read_after_its_report_is_duplicate(
+    custody_pair: Pair, collectors: Callable[[Client], Collector]
+) -> None:
+    """The retry of a read whose reply was lost, after the read was
+    reported, is refused Duplicate and writes nothing into the blocks the
+    engine uses by then."""
+    p, d = custody_pair.prefill, custody_pair.decode
+    src, dst = p.api.alloc(p.pool, 1), d.api.alloc(d.pool, 1)
+    data = [os.urandom(p.block_size)]
+    p.write_blocks(src, data)
+    recv = collectors(d.api)
+    token = new_token()
+    p.api.expect_send("retried", token, "", p.pool, src, 1, 60.0, timeout=10)
+    part = [Part(d.pool, dst, 0, src)]
+    retry_unavailable(lambda: d.api.read("retried", token, "prefill", True, part, timeout=10))
+    assert ids(recv.wait("finished_recving", "retried"), "failed") == []
+    p.write_blocks(src, [os.urandom(p.block_size)])  # the prefill reuses its block
+    with pytest.raises(Duplicate):
+        d.api.read("retried", token, "prefill", True, part, timeout=10)
+    assert d.read_blocks(dst) == data
 
 
 def test_push_bytes_verified(custody_pair: Pair, collectors: Callable[[Client], Collector]) -> None:
@@ -367,6 +390,7 @@ class _RpcError(grpc.RpcError):
         (grpc.StatusCode.UNIMPLEMENTED, Unsupported),
         (grpc.StatusCode.RESOURCE_EXHAUSTED, ResourceExhausted),
         (grpc.StatusCode.ABORTED, HostRestarted),
+        (grpc.StatusCode.ALREADY_EXISTS, Duplicate),
         (grpc.StatusCode.DATA_LOSS, CustodyError),
         (grpc.StatusCode.PERMISSION_DENIED, CustodyError),
         (grpc.StatusCode.OUT_OF_RANGE, CustodyError),

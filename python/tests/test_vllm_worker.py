@@ -11,6 +11,7 @@ is taken at an explicit ``now``, so nothing here depends on timing.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,13 +19,14 @@ from typing import Any
 import pytest
 
 from custody.client import BlockRef, Failure, Finished
-from custody.errors import DeadlineExceeded, InvalidArgument, Unavailable
+from custody.errors import DeadlineExceeded, Duplicate, InvalidArgument, Unavailable
 from custody.vllm.config import Settings
 from custody.vllm.layout import Layout
 from custody.vllm.metadata import CustodyMetadata, Recv, Send
 from custody.vllm.worker import WorkerSide
 
 IN_FLIGHT = 'read request "p-1" is still in flight; use a new id'
+TAKEN = 'core: read request "p-1": request "p-1" is in flight: request already taken (a retry)'
 
 
 @dataclass
@@ -108,7 +110,7 @@ def recv(request: str = "d-1") -> Recv:
 def test_a_read_whose_reply_was_lost_is_adopted_not_failed(
     worker: Callable[[ScriptedClient], WorkerSide],
 ) -> None:
-    c = ScriptedClient(errors={"read": [Unavailable("Socket closed"), InvalidArgument(IN_FLIGHT)]})
+    c = ScriptedClient(errors={"read": [Unavailable("Socket closed"), Duplicate(TAKEN)]})
     w = worker(c)
     w._read(recv(), deadline=10.0, now=0.0, retry=False)
     assert w.transfer_results().failed_recving == set(), "a read that may run was failed"
@@ -119,14 +121,41 @@ def test_a_read_whose_reply_was_lost_is_adopted_not_failed(
     assert w.transfer_results().finished_recving == {"d-1"}
 
 
-def test_a_first_read_refused_as_in_flight_is_a_conflict(
+def test_a_read_whose_reply_was_lost_and_report_came_first_is_not_retried(
     worker: Callable[[ScriptedClient], WorkerSide],
 ) -> None:
-    c = ScriptedClient(errors={"read": [InvalidArgument(IN_FLIGHT)]})
+    c = ScriptedClient(errors={"read": [Unavailable("Socket closed")]})
+    w = worker(c)
+    w._read(recv(), deadline=10.0, now=0.0, retry=False)
+    w._reports.put(Finished(finished_recving=["p-1"]))
+    res = w.transfer_results()
+    assert (res.finished_recving, res.failed_recving) == ({"d-1"}, set())
+    assert w._unread == [], "the report ends the wait for a retry"
+    assert c.calls.count("read") == 1
+
+
+@pytest.mark.parametrize("refusal", [InvalidArgument(IN_FLIGHT), Duplicate(TAKEN)])
+def test_a_first_read_refused_as_in_flight_is_a_conflict(
+    worker: Callable[[ScriptedClient], WorkerSide], refusal: Exception
+) -> None:
+    c = ScriptedClient(errors={"read": [refusal]})
     w = worker(c)
     w._read(recv(), deadline=10.0, now=0.0, retry=False)
     res = w.transfer_results()
     assert (res.failed_recving, res.invalid_blocks) == ({"d-1"}, {2, 3})
+
+
+def test_a_retried_read_another_request_holds_fails(
+    worker: Callable[[ScriptedClient], WorkerSide],
+) -> None:
+    c = ScriptedClient(errors={"read": [Unavailable("Socket closed"), InvalidArgument(IN_FLIGHT)]})
+    w = worker(c)
+    w._read(recv(), deadline=10.0, now=0.0, retry=False)
+    w._read(recv(), deadline=10.0, now=1.0, retry=True)
+    res = w.transfer_results()
+    assert (res.failed_recving, res.invalid_blocks) == ({"d-1"}, {2, 3}), (
+        "another token holds the id: not ours"
+    )
 
 
 def test_a_read_no_host_took_fails_past_its_deadline(
@@ -207,6 +236,22 @@ def test_reads_in_flight_when_the_host_restarts_fail_with_their_blocks(
         {"d-1"},
         {2, 3},
     )
+
+
+def test_a_pin_whose_reply_was_lost_is_adopted_on_its_retry(
+    worker: Callable[[ScriptedClient], WorkerSide],
+) -> None:
+    taken = 'core: expect send: request "p-1" is in flight: request already taken (a retry)'
+    c = ScriptedClient(errors={"expect_send": [Unavailable("Socket closed"), Duplicate(taken)]})
+    w = worker(c)
+    s = Send(request="p-1", blocks=[1], token=3)
+    now = time.monotonic()
+    w._pin(s, deadline=now + 60, now=now)
+    w.start(CustodyMetadata())  # the retry, within the lease: the host had it
+    assert w._unpinned == [] and "p-1" in w._pinned
+    assert w.transfer_results().finished_sending == set()
+    w._reports.put(Finished(finished_sending=["p-1"]))
+    assert w.transfer_results().finished_sending == {"p-1"}
 
 
 def test_a_pin_handed_back_at_its_lease_is_not_reported_twice(

@@ -32,6 +32,7 @@ from custody.client import Client, Finished, Part, RemoteRank
 from custody.errors import (
     CustodyError,
     DeadlineExceeded,
+    Duplicate,
     InvalidArgument,
     Unavailable,
     UnknownOutcome,
@@ -265,12 +266,12 @@ class WorkerSide:
 
         try:
             self._again_if_restarted(pin)
+        except Duplicate:
+            pass  # an earlier attempt got through (its reply was lost)
         except InvalidArgument as e:
-            if "still in flight" not in e.message:
-                raise RuntimeError(
-                    f"custody.vllm: request {s.request}: the host refused to pin its blocks: {e}"
-                ) from e
-            # An earlier attempt got through (its reply was lost).
+            raise RuntimeError(
+                f"custody.vllm: request {s.request}: the host refused to pin its blocks: {e}"
+            ) from e
         except CustodyError as e:
             log.warning(
                 "custody.vllm: rank %d: request %s: pinning its blocks failed (%s); retrying",
@@ -301,8 +302,9 @@ class WorkerSide:
         Unavailable, DeadlineExceeded and UnknownOutcome may hide a read the
         host took (a reply lost with a dying host, or a slow one): the same
         read is posted again each step until deadline, and a host that
-        answers the retry with "still in flight" had taken it, so r waits
-        for its report. Past the deadline, a host that refuses connections
+        answers the retry Duplicate had taken it (the host tells a retry by
+        its id and token), so r waits for its report, unless that came
+        before the retry (_translate). Past the deadline, a host that refuses connections
         is gone, and its transport with it: r fails. A host that answers
         but never in time may hold the read: r waits for a report or the
         host's restart, its blocks never handed back meanwhile."""
@@ -345,7 +347,7 @@ class WorkerSide:
         try:
             self._again_if_restarted(read)
         except CustodyError as e:
-            if retry and isinstance(e, InvalidArgument) and "still in flight" in e.message:
+            if retry and isinstance(e, Duplicate):
                 pass  # an earlier attempt got through
             elif isinstance(e, Unavailable | DeadlineExceeded | UnknownOutcome):
                 if now < deadline:
@@ -440,6 +442,14 @@ class WorkerSide:
         # A failed read is in finished_recving too, with its reason in failed.
         for rid in f.finished_recving:
             got = self._reading.pop(rid, None)
+            if got is None:
+                # A read whose reply was lost, reported before its retry:
+                # the first attempt got through.
+                for i, (r, _) in enumerate(self._unread):
+                    if r.remote_request == rid:
+                        del self._unread[i]
+                        got = (r.request, r.local_blocks)
+                        break
             if got is None:
                 log.warning(
                     "custody.vllm: rank %d: the host reported a read %s this worker did not post",
