@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -14,7 +15,18 @@ import (
 type Error struct {
 	Code    codes.Code
 	Message string
+	// Reason tells apart errors of one code: the reason of the
+	// google.rpc.ErrorInfo of ErrorDomain the host attached ("" when none):
+	// ReasonHandshakeFailed.
+	Reason string
 }
+
+// ErrorDomain is the domain of the google.rpc.ErrorInfo details the host
+// attaches to an engine API error.
+const ErrorDomain = "custody.engine.v1"
+
+// ReasonHandshakeFailed is the ErrorInfo reason of ErrHandshakeFailed.
+const ReasonHandshakeFailed = "HANDSHAKE_FAILED"
 
 func (e *Error) Error() string {
 	if e.Message == "" {
@@ -23,11 +35,11 @@ func (e *Error) Error() string {
 	return e.Code.String() + ": " + e.Message
 }
 
-// Is matches any *Error of the same code, and a DeadlineExceeded or
-// Canceled error matches the context error of that name too.
+// Is matches any *Error of the same code and reason, and a DeadlineExceeded
+// or Canceled error matches the context error of that name too.
 func (e *Error) Is(target error) bool {
 	if t, ok := target.(*Error); ok {
-		return t.Code == e.Code
+		return t.Code == e.Code && t.Reason == e.Reason
 	}
 	switch target {
 	case context.DeadlineExceeded:
@@ -39,7 +51,15 @@ func (e *Error) Is(target error) bool {
 }
 
 // GRPCStatus makes status.Code and status.FromError see the host's status.
-func (e *Error) GRPCStatus() *status.Status { return status.New(e.Code, e.Message) }
+func (e *Error) GRPCStatus() *status.Status {
+	st := status.New(e.Code, e.Message)
+	if e.Reason != "" {
+		if d, err := st.WithDetails(&errdetails.ErrorInfo{Domain: ErrorDomain, Reason: e.Reason}); err == nil {
+			return d
+		}
+	}
+	return st
+}
 
 // Sentinel errors, one per code the host uses, each saying what to do next.
 var (
@@ -59,8 +79,18 @@ var (
 	// ErrUnknownOutcome: whether a transport call took effect is unknown;
 	// its request is reported failed once the transport is fenced.
 	ErrUnknownOutcome = &Error{Code: codes.Unknown}
-	// ErrBusy: something still holds what the call would free.
+	// ErrBusy: something still holds what the call would free, or a pool
+	// is poisoned; the message says which.
 	ErrBusy = &Error{Code: codes.FailedPrecondition}
+	// ErrHandshakeFailed: the last attempt of the peer's handshake failed;
+	// the message names the peer and the cause (`peer "NAME": handshake
+	// failed: CAUSE`), as it stays until an attempt succeeds. The host
+	// retries it with backoff on its own: the call may be retried at the
+	// engine's own pace, and succeeds once an attempt did; ConnectPeer
+	// starts an attempt at once (with other ranks, when they were wrong).
+	// Its code is FailedPrecondition, its Reason ReasonHandshakeFailed; it
+	// does not match ErrBusy.
+	ErrHandshakeFailed = &Error{Code: codes.FailedPrecondition, Reason: ReasonHandshakeFailed}
 	// ErrNotFound: the transport does not know what the call named.
 	ErrNotFound = &Error{Code: codes.NotFound}
 	// ErrUnsupported: the transport does not offer what the call needs.
@@ -92,5 +122,11 @@ func wrap(err error) error {
 	if !ok {
 		return err
 	}
-	return &Error{Code: st.Code(), Message: st.Message()}
+	e = &Error{Code: st.Code(), Message: st.Message()}
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetDomain() == ErrorDomain {
+			e.Reason = info.GetReason()
+		}
+	}
+	return e
 }

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -39,4 +41,26 @@ func TestErrorsMatchTheirSentinelAndKeepTheStatus(t *testing.T) {
 	assert.NoError(t, wrap(nil))
 	plain := errors.New("not a status")
 	assert.Same(t, plain, wrap(plain))
+}
+
+// A failed handshake is a FailedPrecondition told apart from ErrBusy by the
+// ErrorInfo the host attaches; the reason survives status.FromError.
+func TestHandshakeFailedIsToldApartFromBusy(t *testing.T) {
+	st, err := status.New(codes.FailedPrecondition, `peer "p": handshake failed: refused`).
+		WithDetails(&errdetails.ErrorInfo{Domain: ErrorDomain, Reason: ReasonHandshakeFailed, Metadata: map[string]string{"peer": "p"}})
+	require.NoError(t, err)
+	hs := wrap(st.Err())
+	assert.ErrorIs(t, hs, ErrHandshakeFailed)
+	assert.NotErrorIs(t, hs, ErrBusy)
+	assert.Equal(t, codes.FailedPrecondition, status.Code(hs))
+	assert.Contains(t, hs.Error(), "handshake failed: refused")
+	again := wrap(status.Convert(hs).Err())
+	assert.ErrorIs(t, again, ErrHandshakeFailed, "GRPCStatus keeps the reason")
+
+	busy := wrap(status.Error(codes.FailedPrecondition, "held"))
+	assert.ErrorIs(t, busy, ErrBusy)
+	assert.NotErrorIs(t, busy, ErrHandshakeFailed)
+	other, err := status.New(codes.FailedPrecondition, "x").WithDetails(&errdetails.ErrorInfo{Domain: "elsewhere", Reason: ReasonHandshakeFailed})
+	require.NoError(t, err)
+	assert.ErrorIs(t, wrap(other.Err()), ErrBusy, "another domain's reason is not ours")
 }

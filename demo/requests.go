@@ -42,14 +42,17 @@ func (r *runner) randomBlocks(rng *rand.Rand, n int) [][]byte {
 }
 
 // retry runs an engine call until it succeeds or fails with something other
-// than Unavailable (a transport restarting) or ResourceExhausted.
+// than Unavailable (a transport restarting, a peer's first handshake
+// running) or a failed handshake (the soak's faults fail some: the host
+// tries again on the first call past its backoff). Both took nothing.
 func retry(ctx context.Context, call func(ctx context.Context) error) error {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		err := call(cctx)
 		cancel()
-		if err == nil || status.Code(err) != codes.Unavailable || time.Now().After(deadline) {
+		again := status.Code(err) == codes.Unavailable || errors.Is(err, client.ErrHandshakeFailed)
+		if err == nil || !again || time.Now().After(deadline) {
 			return err
 		}
 		time.Sleep(10 * time.Millisecond) // a transport restarts in milliseconds

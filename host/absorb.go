@@ -14,6 +14,9 @@ import (
 // returns, with what follows from them.
 func (h *Host) absorb(rd core.Ready) {
 	h.absorbReady(rd)
+	if len(h.failing) > 0 {
+		h.watchRecoveries()
+	}
 	if h.draining {
 		return // an outer absorb is handing them over
 	}
@@ -117,6 +120,9 @@ func callItems(desc sdk.Description) int {
 
 func (h *Host) alert(a core.Alert) {
 	h.metrics.Failures.WithLabelValues(a.Kind).Inc()
+	if a.Kind == "handshake_failed" && h.handshakeFailed(a) {
+		return // logged once per change (handshake_backoff.go)
+	}
 	if a.Kind == "hold_cap_fence" || a.Kind == "transfer_force_released" {
 		h.metrics.Escalations.Inc()
 	}

@@ -155,6 +155,10 @@ func (h *Host) ExpectReceive(ctx context.Context, spec core.RecvSpec) error {
 			if err := h.ensurePeer(spec.Peer); err != nil {
 				return fmt.Errorf("expect receive %q: %w", spec.Request, err)
 			}
+			if l := h.links[spec.Peer]; l != nil && l.tries.last != nil {
+				// Another attempt runs; the last one's failure is what is known.
+				return fmt.Errorf("expect receive %q: %w", spec.Request, l.tries.last)
+			}
 			return fmt.Errorf("expect receive %q: peer %q: %w", spec.Request, spec.Peer, ErrConnecting)
 		}
 		if err := h.core.ExpectReceive(time.Now(), spec); err != nil {

@@ -47,6 +47,10 @@ func NewEngineServer(h *Host) *grpc.Server {
 //   - Unavailable: the host stopped, its transport restarts, a peer's
 //     handshake runs, the transport died mid-call or a peer disconnected;
 //     retry.
+//   - FailedPrecondition with an ErrorInfo (domain custody.engine.v1,
+//     reason HANDSHAKE_FAILED, metadata peer): the peer's last handshake
+//     attempt failed (ErrHandshakeFailed); the message names the peer and
+//     the cause. A call after the backoff tries again.
 //   - DeadlineExceeded: the caller's deadline, or a transport call's
 //     (TIMEOUT); Canceled: the caller gave up.
 //   - Internal: the transport failed (BACKEND); the host log says why.
@@ -63,11 +67,17 @@ func engineErr(err error) error {
 	if err == nil {
 		return nil
 	}
-	return status.Error(engineCode(err), err.Error())
+	st := status.New(engineCode(err), err.Error())
+	if st.Code() == codes.FailedPrecondition {
+		st = withHandshakeInfo(st, err) // handshake_backoff.go
+	}
+	return st.Err()
 }
 
 func engineCode(err error) codes.Code {
 	switch {
+	case errors.Is(err, ErrHandshakeFailed): // before its cause's code: a fetch's deadline, a refused LoadPeers
+		return codes.FailedPrecondition
 	case errors.Is(err, ErrClosed), errors.Is(err, ErrRestarting), errors.Is(err, ErrConnecting),
 		errors.Is(err, core.ErrNotAttached), errors.Is(err, core.ErrFenced),
 		errors.Is(err, sdk.ErrPluginShutdown), errors.Is(err, sdk.ErrRemoteDisconnect):

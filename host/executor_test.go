@@ -124,7 +124,7 @@ func TestEngineAnswersWhileATransportCallHangs(t *testing.T) {
 // cancel; ran then gives Run's error.
 func runOwner(c *core.Core, tp process, wake <-chan struct{}) (h *Host, cancel context.CancelFunc, ran <-chan error) {
 	h = &Host{cfg: &Config{Transport: TransportConfig{CallTimeout: time.Minute}}, log: hclog.NewNullLogger(), metrics: NewMetrics(),
-		core: c, tp: tp, epoch: 1, exec: newExecutor(time.Minute), links: map[string]*link{}, reqs: map[core.RequestID]reqInfo{},
+		core: c, tp: tp, epoch: 1, exec: newExecutor(time.Minute), links: map[string]*link{}, failing: map[string]*link{}, reqs: map[core.RequestID]reqInfo{},
 		cmds: make(chan command), handshakes: make(chan handshake), done: make(chan struct{}), wake: wake}
 	h.bgCtx, h.bgCancel = context.WithCancel(context.Background())
 	ctx, cancel := context.WithCancel(context.Background())

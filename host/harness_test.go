@@ -5,8 +5,11 @@ import (
 	"context"
 	"crypto/rand"
 	"hash/fnv"
+	"io"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -29,6 +32,33 @@ type testHost struct {
 	bs     uint64
 	// stop ends a ranked test host before the test's end (ranks_harness_test.go).
 	stop func() error
+	// logs holds what the host logged.
+	logs *logLines
+}
+
+// logLines keeps a host's log, for tests that count what it logged.
+type logLines struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *logLines) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+// count is how many lines of the log contain s.
+func (l *logLines) count(s string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, line := range strings.Split(l.b.String(), "\n") {
+		if strings.Contains(line, s) {
+			n++
+		}
+	}
+	return n
 }
 
 const testBlockSize = 64 << 10
@@ -61,7 +91,8 @@ func startHost(t *testing.T, name string, blocks int, mod func(*Config), params 
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan *Host, 1)
 	served := make(chan error, 1)
-	log := hclog.New(&hclog.LoggerOptions{Name: name, Level: hclog.Warn, Output: testWriter{t}})
+	logs := &logLines{}
+	log := hclog.New(&hclog.LoggerOptions{Name: name, Level: hclog.LevelFromString(cfg.LogLevel), Output: io.MultiWriter(testWriter{t}, logs)})
 	go func() { served <- Serve(ctx, cfg, log, func(h *Host) { ready <- h }) }()
 	var h *Host
 	select {
@@ -75,7 +106,7 @@ func startHost(t *testing.T, name string, blocks int, mod func(*Config), params 
 	}
 	c, err := client.Dial(cfg.Engine.Socket)
 	require.NoError(t, err)
-	th := &testHost{t: t, h: h, c: c, cfg: cfg, pool: pool, bs: testBlockSize}
+	th := &testHost{t: t, h: h, c: c, cfg: cfg, pool: pool, bs: testBlockSize, logs: logs}
 	t.Cleanup(func() {
 		c.Close()
 		cancel()

@@ -61,6 +61,7 @@ type Host struct {
 	desc      sdk.Description
 	pools     []poolEntry // PoolID-1 indexes
 	links     map[string]*link
+	failing   map[string]*link // links whose last handshake attempt failed (handshake_backoff.go)
 	reqs      map[core.RequestID]reqInfo
 	rep       outbox // safe for concurrent use; the engine API reads it directly
 	restartAt time.Time
@@ -148,6 +149,7 @@ func New(ctx context.Context, cfg *Config, log hclog.Logger) (*Host, error) {
 		metrics:    NewMetrics(),
 		core:       c,
 		links:      map[string]*link{},
+		failing:    map[string]*link{},
 		reqs:       map[core.RequestID]reqInfo{},
 		cmds:       make(chan command),
 		handshakes: make(chan handshake),

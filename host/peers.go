@@ -24,7 +24,8 @@ type RemoteRank struct {
 // on demand after a fence or after the peer restarted.
 type link struct {
 	ranks   []RemoteRank
-	pending bool // a handshake runs in the background
+	pending bool     // a handshake runs in the background
+	tries   attempts // its failed attempts (handshake_backoff.go)
 }
 
 // connectPeer records how to reach a peer and starts its handshake.
@@ -43,13 +44,23 @@ func (h *Host) connectPeer(name string, ranks []RemoteRank) error {
 			return fmt.Errorf("connect peer %q: rank %d: address and pool are both required", name, i)
 		}
 	}
-	if l, ok := h.links[name]; ok && (l.pending || h.core.Connected(name)) {
-		if equalRanks(l.ranks, ranks) {
+	old := h.links[name]
+	if old != nil && (old.pending || h.core.Connected(name)) {
+		if equalRanks(old.ranks, ranks) {
 			return nil
 		}
 		return fmt.Errorf("connect peer %q: already connected or connecting with other ranks; remove it first", name)
 	}
-	h.links[name] = &link{ranks: append([]RemoteRank(nil), ranks...)}
+	// A link whose attempts failed is replaced (with these ranks, which may
+	// correct it): its attempt starts at once, its backoff anew; only a
+	// failure that differs from the one logged is logged again, and the
+	// recovery is logged.
+	l := &link{ranks: append([]RemoteRank(nil), ranks...)}
+	if old != nil && old.tries.failures > 0 {
+		l.tries.failures, l.tries.logged = old.tries.failures, old.tries.logged
+		h.failing[name] = l
+	}
+	h.links[name] = l
 	return h.ensurePeer(name)
 }
 
@@ -67,7 +78,8 @@ func equalRanks(a, b []RemoteRank) bool {
 
 // ensurePeer starts a background handshake with a peer that core does not
 // have connected, unless one already runs. Requests for the peer wait in
-// core meanwhile.
+// core meanwhile. Within the backoff of a failed attempt it starts none
+// and returns that attempt's failure (handshake_backoff.go).
 func (h *Host) ensurePeer(name string) error {
 	l := h.links[name]
 	if l == nil {
@@ -75,6 +87,9 @@ func (h *Host) ensurePeer(name string) error {
 	}
 	if l.pending || h.core.Connected(name) || h.core.Handshaking(name) {
 		return nil
+	}
+	if err := l.tries.refusal(time.Now()); err != nil {
+		return err
 	}
 	info, ok := h.Info()
 	if !ok {
@@ -121,8 +136,7 @@ func (h *Host) settle(hs handshake) {
 		return
 	}
 	if err := h.core.ConnectPeer(hs.spec); err != nil {
-		h.log.Warn("connect peer", "failure_type", "handshake_failed", "peer", hs.name, "error", err.Error())
-		h.core.Inbox().HandshakeFailed(hs.name, err) // fails whatever still waits
+		h.core.Inbox().HandshakeFailed(hs.name, err) // fails whatever still waits; its alert records the attempt
 	}
 }
 

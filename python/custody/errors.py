@@ -25,6 +25,7 @@ __all__ = [
     "Canceled",
     "CustodyError",
     "DeadlineExceeded",
+    "Duplicate",
     "HandshakeFailed",
     "HostRestarted",
     "InvalidArgument",
@@ -131,10 +132,11 @@ class HandshakeFailed(_Coded):
     """FAILED_PRECONDITION with reason HANDSHAKE_FAILED: the last attempt of
     the peer's handshake failed; the message names the peer and the cause
     (``peer "NAME": handshake failed: CAUSE``), as it stays until an attempt
-    succeeds. The host retries the handshake with backoff on its own: retry
-    the call at the engine's own pace, it succeeds once an attempt did;
-    ``connect_peer`` starts an attempt at once (with other ranks, when they
-    were wrong). It is not a Busy."""
+    succeeds. The call took nothing. A call within the attempt's backoff
+    (10 ms doubling to 2 s) is refused with it; the first call past it
+    starts another attempt, so retrying at the engine's own pace connects a
+    peer that came up; ``connect_peer`` starts an attempt at once (with
+    other ranks, when they were wrong). It is not a Busy."""
 
     CODE = grpc.StatusCode.FAILED_PRECONDITION
     REASON = REASON_HANDSHAKE_FAILED

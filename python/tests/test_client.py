@@ -35,6 +35,7 @@ from custody import (
     InvalidArgument,
     NotFound,
     Part,
+    RemoteRank,
     ResourceExhausted,
     Unavailable,
     UnknownOutcome,
@@ -285,6 +286,44 @@ def test_get_finished(custody_pair: Pair) -> None:
 
 
 # Errors, as the host really answers them.
+
+
+def test_handshake_failed_names_the_peer_and_the_cause(custody_bin: Path, host_dir: Path) -> None:
+    """A peer whose handshake cannot succeed (its files lie outside the
+    decode transport's peer_dirs): once the first attempt failed, the
+    engine hears its cause, not "in progress"."""
+    elsewhere = host_dir / "elsewhere"
+    elsewhere.mkdir()
+    prefill = Host("prefill", str(host_dir), str(custody_bin)).start()
+    decode = Host("decode", str(host_dir), str(custody_bin), params={"peer_dirs": str(elsewhere)})
+    try:
+        decode.start()
+        decode.api.connect_peer("prefill", [RemoteRank(prefill.address, "kv")], timeout=10)
+        blocks = decode.api.alloc(decode.pool, 1)
+        deadline = time.monotonic() + WAIT
+        while True:
+            try:
+                decode.api.expect_receive(
+                    "w", new_token(), "prefill", decode.pool, blocks, 1, 60.0, timeout=10
+                )
+            except Unavailable as e:  # the first attempt runs
+                assert "in progress" in e.message
+                assert time.monotonic() < deadline, "the first attempt never ended"
+                time.sleep(
+                    0.001
+                )  # paces a bounded poll of the attempt's end, which no call announces
+                continue
+            except HandshakeFailed as e:
+                assert e.reason == custody.REASON_HANDSHAKE_FAILED
+                assert 'peer "prefill": handshake failed' in e.message
+                assert "lies outside the directories this agent may open for peers" in e.message
+                assert not isinstance(e, Busy)
+                break
+            pytest.fail("the receive was taken")
+        decode.api.free(decode.pool, blocks)  # refused calls took nothing
+    finally:
+        decode.close()
+        prefill.close()
 
 
 def test_invalid_argument_from_host(custody_pair: Pair, host_dir: Path) -> None:
