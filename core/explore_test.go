@@ -44,6 +44,8 @@ type exploreConfig struct {
 	policy        EscalationPolicy
 	events        bool
 	initiatedOnly bool
+	// retries: every issued request may be retried (its id and token again).
+	retries bool
 	// wholeCodes and itemCodes are the failures offered for every
 	// outstanding Work, as a whole and for each of its first two items;
 	// applied adds a timeout after the call took effect.
@@ -68,9 +70,9 @@ func exploreConfigs(large bool) []exploreConfig {
 	push := base
 	push.name, push.ranks, push.kinds, push.depth = "push and sends, 1 rank", 1, []string{"write", "send", "recv"}, 6
 	quar := base
-	quar.name, quar.ranks, quar.kinds, quar.depth, quar.policy, quar.initiatedOnly = "pull, quarantine, initiated fence", 1, []string{"read", "recv"}, 6, EscalateQuarantine, true
+	quar.name, quar.ranks, quar.kinds, quar.depth, quar.policy, quar.initiatedOnly, quar.retries = "pull, quarantine, initiated fence", 1, []string{"read", "recv"}, 6, EscalateQuarantine, true, true
 	notify := base
-	notify.name, notify.ranks, notify.kinds, notify.depth = "pull, notifying the producer, 1 rank", 1, []string{"read-notify"}, 6
+	notify.name, notify.ranks, notify.kinds, notify.depth, notify.retries = "pull, notifying the producer, 1 rank", 1, []string{"read-notify"}, 6, true
 	cfgs := []exploreConfig{pull, pull1, push, quar, notify}
 	for i := range cfgs {
 		if large {
@@ -249,6 +251,11 @@ func (w *world) inputs() []string {
 					in = append(in, fmt.Sprintf("%s id=r%d peer=%s", k, w.next, p))
 				}
 			}
+		}
+	}
+	if w.cfg.retries && !w.closed {
+		for _, id := range w.order {
+			in = append(in, "retry id="+string(id))
 		}
 	}
 	for _, id := range w.order {

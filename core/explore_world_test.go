@@ -1,6 +1,7 @@
 package core
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -240,6 +241,8 @@ func (w *world) step(line string) (string, error) {
 		w.collect(w.c.Ready())
 	case "read", "write", "send", "recv":
 		errOut = w.issue(f[0], RequestID(a["id"]), a["peer"], a["notify"] == "true")
+	case "retry":
+		errOut = w.retry(RequestID(a["id"]))
 	case "run", "drain":
 		if f[0] == "drain" {
 			w.drain()
@@ -413,6 +416,47 @@ func (w *world) issue(kind string, id RequestID, peer string, notify bool) error
 	w.order = append(w.order, id)
 	w.collect(w.c.Ready())
 	return nil
+}
+
+// retry repeats request id's call, with its id, token and kind, on blocks
+// of its own: the retry of a call whose reply was lost. Core must refuse it
+// (ErrDuplicate) and change nothing, whether the request is in flight or
+// reported (rule 16: taken as new, its blocks would move twice).
+func (w *world) retry(id RequestID) error {
+	r := w.issued[id]
+	if r == nil {
+		return fmt.Errorf("retry: no request %q", id)
+	}
+	n := w.cfg.ranks
+	b, err := w.c.Alloc(w.pools[0], n)
+	if err != nil {
+		return nil // no blocks to retry with
+	}
+	before := w.c.Stats()
+	var parts []Part
+	for k := range n {
+		parts = append(parts, Part{Pool: w.pools[0], Local: b[k : k+1], Rank: k, Remote: []uint32{uint32(k)}})
+	}
+	switch r.kind {
+	case "read":
+		err = w.c.Read(w.now, ReadSpec{Request: id, Token: tok(id), Peer: r.peer, Parts: parts, NotifyProducer: r.notify})
+	case "write":
+		err = w.c.Write(w.now, WriteSpec{Request: id, Token: tok(id), Peer: r.peer, Parts: parts, Consumers: n, Lease: w.cfg.lease})
+	case "send":
+		err = w.c.ExpectSend(w.now, SendSpec{Request: id, Token: tok(id), Peer: r.peer, Pool: w.pools[0], Blocks: b, Consumers: n, Lease: w.cfg.lease})
+	case "recv":
+		err = w.c.ExpectReceive(w.now, RecvSpec{Request: id, Token: tok(id), Peer: r.peer, Pool: w.pools[0], Blocks: b, Producers: n, Lease: w.cfg.lease})
+	}
+	if !errors.Is(err, ErrDuplicate) {
+		w.fail("rule 16: the retry of %s %q (its id and token; reported %v) was not refused as a duplicate: %v", r.kind, id, r.reported, err)
+	} else if after := w.c.Stats(); after != before {
+		w.fail("rule 16: the refused retry of %s %q changed the Core: %+v, then %+v", r.kind, id, before, after)
+	}
+	if ferr := w.c.Free(w.pools[0], b); ferr != nil {
+		w.fail("rule 16: the blocks of the refused retry of %q are not the engine's: %v", id, ferr)
+	}
+	w.collect(w.c.Ready())
+	return err
 }
 
 // exploreCode is the code a script names: those of codes, and CANCELED

@@ -97,13 +97,16 @@ func (c *Core) ExpectSend(now time.Time, spec SendSpec) error {
 // a request waiting for one would wait for good); and the retry of one it
 // took (ErrDuplicate, retry.go).
 func (c *Core) checkID(id RequestID, token Token, kind reqKind) error {
-	if c.closing || c.closed {
-		return errors.New("the Core is closing; no request is taken any more")
-	}
 	if id == "" {
 		return errors.New("request id is empty")
 	}
-	return c.checkRetry(id, token, kind)
+	if err := c.checkRetry(id, token, kind); err != nil {
+		return err // a retry is told as one even once Close began
+	}
+	if c.closing || c.closed {
+		return errors.New("the Core is closing; no request is taken any more")
+	}
+	return nil
 }
 
 // newRequest validates a read or write and records it, moving its blocks to

@@ -131,3 +131,88 @@ def test_bad_kv_transfer_params_do_not_stop_the_engine() -> None:
     )
     assert side.get_num_new_matched_tokens(req, 0) == (0, False)  # type: ignore[arg-type]
     assert req.kv_transfer_params["do_remote_prefill"] is False
+
+
+def _handoff(expires_at: float) -> dict[str, object]:
+    return {
+        "do_remote_prefill": True,
+        "remote_request_id": "p",
+        "remote_block_ids": [4, 5],
+        "remote_hosts": ["127.0.0.1:1"],
+        "remote_names": ["prefill"],
+        "remote_pool": "kv",
+        "remote_num_blocks": 8,
+        "remote_token": 7,
+        "remote_expires_at": expires_at,
+    }
+
+
+def test_a_decode_past_the_prefills_lease_computes_its_prompt() -> None:
+    """The prefill may reuse its blocks once its lease ends: a decode that
+    comes within read_margin_s of it (or later) computes the prompt and
+    reads nothing; one in time reads."""
+    import time
+    from types import SimpleNamespace
+
+    side = SchedulerSide(Settings.parse({"socket": "/s", "read_margin_s": 5}, False), 1, 8)
+    late = SimpleNamespace(
+        request_id="late", prompt_token_ids=[1, 2, 3], kv_transfer_params=_handoff(time.time() + 4)
+    )
+    assert side.get_num_new_matched_tokens(late, 0) == (0, False)  # type: ignore[arg-type]
+    assert late.kv_transfer_params["do_remote_prefill"] is False
+    ok = SimpleNamespace(
+        request_id="ok", prompt_token_ids=[1, 2, 3], kv_transfer_params=_handoff(time.time() + 60)
+    )
+    assert side.get_num_new_matched_tokens(ok, 0) == (3, True)  # type: ignore[arg-type]
+
+
+def test_a_prefill_hands_off_its_lease_and_nothing_when_aborted() -> None:
+    """A finished prefill's hand-off names when its lease ends at the
+    latest; an aborted one hands nothing off (vLLM frees its blocks)."""
+    import time
+    from types import SimpleNamespace
+
+    from vllm.v1.request import RequestStatus
+
+    side = SchedulerSide(
+        Settings.parse({"socket": "/s", "address": "h:1", "lease_s": 30}, True), 1, 8
+    )
+    side._names = ["prefill"]  # what the hosts' Status says
+    aborted = SimpleNamespace(
+        request_id="a",
+        status=RequestStatus.FINISHED_ABORTED,
+        kv_transfer_params={"do_remote_decode": True},
+    )
+    assert side.request_finished(aborted, [1, 2]) == (False, None)  # type: ignore[arg-type]
+    assert side.build_connector_meta().sends == []
+    before = time.time()
+    done = SimpleNamespace(
+        request_id="d",
+        status=RequestStatus.FINISHED_LENGTH_CAPPED,
+        kv_transfer_params={"do_remote_decode": True},
+    )
+    delay, params = side.request_finished(done, [1, 2])  # type: ignore[arg-type]
+    assert delay and params is not None
+    assert before + 30 <= params["remote_expires_at"] <= time.time() + 30
+    assert [s.request for s in side.build_connector_meta().sends] == ["d"]
+
+
+def test_a_preempted_decode_is_read_once() -> None:
+    """A decode request preempted after its blocks were allocated (and its
+    read sent to the workers) is computed when it runs again: vLLM calls
+    the scheduler side again, which reads it no more."""
+    import time
+    from types import SimpleNamespace
+
+    side = SchedulerSide(Settings.parse({"socket": "/s"}, False), 1, 8)
+    req = SimpleNamespace(
+        request_id="r", prompt_token_ids=[1, 2, 3], kv_transfer_params=_handoff(time.time() + 60)
+    )
+    blocks = SimpleNamespace(get_unhashed_block_ids=lambda: [0, 1])
+    assert side.get_num_new_matched_tokens(req, 0) == (3, True)  # type: ignore[arg-type]
+    side.update_state_after_alloc(req, blocks, 3)  # type: ignore[arg-type]
+    assert [r.request for r in side.build_connector_meta().recvs] == ["r"]
+    # Preempted, then scheduled again.
+    assert side.get_num_new_matched_tokens(req, 0) == (0, False)  # type: ignore[arg-type]
+    side.update_state_after_alloc(req, blocks, 0)  # type: ignore[arg-type]
+    assert side.build_connector_meta().recvs == []

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-_KEYS = {"socket", "address", "lease_s", "pool", "shm_dir", "peer_timeout_s"}
+_KEYS = {"socket", "address", "lease_s", "pool", "shm_dir", "peer_timeout_s", "read_margin_s"}
 
 
 @dataclass(frozen=True)
@@ -26,6 +26,13 @@ class Settings:
             transport must be allowed to open files there (the fake's
             ``peer_dirs`` holds /dev/shm by default).
         peer_timeout_s: how long one engine API call may take.
+        read_margin_s: a decode reads a prefill's blocks only while at
+            least this much of the prefill's lease is left (its
+            ``remote_expires_at``); later, the prefill may have its blocks
+            back and reuse them, and the decode computes the prompt itself.
+            Keep it above the decode host's hold cap (``escalation.cap``),
+            which bounds how long a read runs before its transport is
+            fenced.
     """
 
     socket: str
@@ -34,6 +41,7 @@ class Settings:
     pool: str = "kv"
     shm_dir: str = "/dev/shm"
     peer_timeout_s: float = 10.0
+    read_margin_s: float = 5.0
 
     @classmethod
     def parse(cls, extra: dict[str, Any] | None, producer: bool) -> Settings:
@@ -73,6 +81,15 @@ class Settings:
             raise ValueError(
                 f"kv_connector_extra_config.peer_timeout_s: want seconds in (0, 600], got {timeout!r}"
             )
+        margin = extra.get("read_margin_s", cls.read_margin_s)
+        if (
+            not isinstance(margin, (int, float))
+            or isinstance(margin, bool)
+            or not 0 <= margin <= 3600
+        ):
+            raise ValueError(
+                f"kv_connector_extra_config.read_margin_s: want seconds in [0, 3600], got {margin!r}"
+            )
         pool = extra.get("pool", cls.pool)
         if not isinstance(pool, str) or not pool:
             raise ValueError(f"kv_connector_extra_config.pool: want a name, got {pool!r}")
@@ -88,6 +105,7 @@ class Settings:
             pool=pool,
             shm_dir=shm_dir,
             peer_timeout_s=float(timeout),
+            read_margin_s=float(margin),
         )
 
     def socket_of(self, rank: int) -> str:

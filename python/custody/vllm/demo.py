@@ -169,7 +169,6 @@ def run(
     )
     try:
         decode.wait_ready()
-        pre = prefill.generate(all_prompts, 1, [{"do_remote_decode": True}] * len(all_prompts))
         i = 0
         for kind, n in ROUNDS:
             for _ in range(n):
@@ -180,7 +179,12 @@ def run(
                         target=_kill_transport_when_busy, args=(decode_host, done)
                     )
                     killer.start()
-                handoff = pre[i].kv_transfer_params
+                # Each request is handed off right before the decode reads
+                # it, well within the prefill's lease (a decode that comes
+                # later computes the prompt: read_margin_s).
+                handoff = prefill.generate([all_prompts[i]], 1, [{"do_remote_decode": True}])[
+                    0
+                ].kv_transfer_params
                 if handoff is None:
                     raise RuntimeError(
                         f"the prefill handed request {i} off with no kv_transfer_params"
@@ -272,7 +276,9 @@ def run_demo(
     """Run the demo under each policy; the hosts' directory is removed
     unless keep or a run failed."""
     d = tempfile.mkdtemp(prefix="custody-vllm-demo-")
-    cap_s, lease_s = 3.0, 5.0
+    # The decode reads only with read_margin_s (5 s by default, above the
+    # hold cap) of the prefill's lease left.
+    cap_s, lease_s = 3.0, 10.0
     all_prompts = prompts(sum(k for _, k in ROUNDS))
     # Both hosts' fakes keep their files in d, which each allows its peer's
     # files in (the fake's peer_dirs holds its dir).

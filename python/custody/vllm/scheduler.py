@@ -18,6 +18,7 @@ them (one Read, one part per rank).
 from __future__ import annotations
 
 import logging
+import time
 from typing import TYPE_CHECKING, Any
 
 from custody.client import Client, new_token
@@ -89,6 +90,21 @@ class SchedulerSide:
                     "custody.vllm: request %s: kv_transfer_params lack %s; computing its prompt here",
                     request.request_id,
                     missing,
+                )
+                params["do_remote_prefill"] = False
+                return 0, False
+            expires = params.get("remote_expires_at")
+            if (
+                isinstance(expires, (int, float))
+                and time.time() + self.settings.read_margin_s >= expires
+            ):
+                # The prefill's lease ends before a read could: it may have
+                # its blocks back, and reuse them.
+                log.warning(
+                    "custody.vllm: request %s: the prefill's lease on its blocks ends in %.1f s, under read_margin_s %.1f s; computing its prompt here",
+                    request.request_id,
+                    expires - time.time(),
+                    self.settings.read_margin_s,
                 )
                 params["do_remote_prefill"] = False
                 return 0, False
@@ -169,6 +185,9 @@ class SchedulerSide:
             )
             return False, None
         token = new_token()
+        # The lease starts when a worker pins the blocks, at the next step:
+        # no sooner than now, so this expiry is never later than the real one.
+        expires = time.time() + self.settings.lease_s
         self._sends.append(Send(request=request.request_id, blocks=list(block_ids), token=token))
         return True, {
             "do_remote_prefill": True,
@@ -180,6 +199,7 @@ class SchedulerSide:
             "remote_pool": self.settings.pool,
             "remote_num_blocks": self.num_blocks,
             "remote_token": token,
+            "remote_expires_at": expires,
         }
 
     def update_connector_output(self, output: KVConnectorOutput) -> None:
