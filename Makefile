@@ -14,6 +14,13 @@ PROTO := sdk/plugin/proto/custody/transport/v1/transport.proto api/engine/v1/eng
 
 all: build
 
+# UCX_PREFIX builds the ucx transport against the UCX installed there
+# (make UCX_PREFIX=$$(scripts/ucx.sh current): the registry's current UCX);
+# empty, against the one pkg-config finds (Debian's libucx-dev).
+UCX_PREFIX ?=
+UCX_ENV = $(if $(UCX_PREFIX),UCX_PREFIX=$(UCX_PREFIX) PKG_CONFIG=$(CURDIR)/scripts/ucx-pkg-config CGO_LDFLAGS=-Wl$(,)-rpath$(,)$(UCX_PREFIX)/lib,)
+, := ,
+
 # deps installs the system packages the build needs (UCX for the ucx
 # transport) with apt-get when running as root, or says what to run.
 deps:
@@ -24,12 +31,12 @@ build: deps
 	$(GO) build -o $(BIN)/custody ./cmd/host
 	$(GO) build -o $(BIN)/custody-bench-ref ./cmd/benchref
 	$(GO) build -o $(BIN)/custody-transport-fake ./plugins/fake/cmd/custody-transport-fake
-	$(GO) build -o $(BIN)/custody-transport-ucx ./plugins/ucx/cmd/custody-transport-ucx
+	$(UCX_ENV) $(GO) build -o $(BIN)/custody-transport-ucx ./plugins/ucx/cmd/custody-transport-ucx
 	$(GO) build -o $(BIN)/custody-transport-memcopy ./examples/memcopy/cmd/custody-transport-memcopy
 	@./scripts/nixl.sh build $(GO) $(BIN)
 
 test: build lint
-	CUSTODY_BIN=$(BIN) $(GO) test -race -count=1 -timeout 20m ./...
+	$(UCX_ENV) CUSTODY_BIN=$(BIN) $(GO) test -race -count=1 -timeout 20m ./...
 	set -o pipefail; $(GO) test -count=1 -run '^TestExplore$$' -v ./core ./host/group/ledger | grep -vE '^=== (RUN|PAUSE|CONT)'
 	@$(MAKE) --no-print-directory test-python
 

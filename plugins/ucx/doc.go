@@ -205,6 +205,21 @@
 // into the receiver's segments up to its own segment size (UCX 1.13's mm
 // transport does not check it), so both peers must use the same value.
 //
+// # UCX versions
+//
+// The transport builds, unchanged, against the UCX pkg-config finds
+// (Debian's libucx-dev 1.13.1, the default) or the one under UCX_PREFIX:
+// make UCX_PREFIX=$(scripts/ucx.sh current) builds and tests it against
+// UCX 1.22.0 from the Python package registry (libucx-cu12, the UCX that
+// NIXL's wheels run on). Everything above is what 1.13 does. On 1.22 every
+// test of this package passes, conformance over tcp and over shared memory
+// included, but one: over posix,sysv,cma a single progress call may
+// complete a whole 16 MiB WRITE (TestCallerProgressBounded), so a caller's
+// Events or Poll is not bounded by a segment there, and a Post the ring
+// pump serves behind it may wait for a large transfer's copy. Whether 1.22
+// puts into region files over cma (one copy, where 1.13 emulates over
+// active messages with two) is not measured yet.
+//
 // # Parameters
 //
 //	tls=LIST      UCX_TLS of this agent, e.g. tcp or posix,sysv,cma; a
