@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -33,27 +32,13 @@ type testHost struct {
 	// stop ends a ranked test host before the test's end (ranks_harness_test.go).
 	stop func() error
 	// logs holds what the host logged.
-	logs *logLines
-}
-
-// logLines keeps a host's log, for tests that count what it logged.
-type logLines struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *logLines) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
+	logs *lockedBuffer
 }
 
 // count is how many lines of the log contain s.
-func (l *logLines) count(s string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+func (l *lockedBuffer) count(s string) int {
 	n := 0
-	for _, line := range strings.Split(l.b.String(), "\n") {
+	for _, line := range strings.Split(l.String(), "\n") {
 		if strings.Contains(line, s) {
 			n++
 		}
@@ -91,7 +76,7 @@ func startHost(t *testing.T, name string, blocks int, mod func(*Config), params 
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan *Host, 1)
 	served := make(chan error, 1)
-	logs := &logLines{}
+	logs := &lockedBuffer{}
 	log := hclog.New(&hclog.LoggerOptions{Name: name, Level: hclog.LevelFromString(cfg.LogLevel), Output: io.MultiWriter(testWriter{t}, logs)})
 	go func() { served <- Serve(ctx, cfg, log, func(h *Host) { ready <- h }) }()
 	var h *Host
