@@ -22,6 +22,7 @@ func (w *world) checkWork(wk Work) {
 		return
 	}
 	w.checkIDs(wk)
+	w.checkResend(wk)
 	d := w.ds[wk.Epoch]
 	// A handle force-released by escalation (its blocks quarantined) still
 	// uses what it used: the transport holds it until a fence.

@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -46,6 +47,9 @@ type exploreConfig struct {
 	initiatedOnly bool
 	// retries: every issued request may be retried (its id and token again).
 	retries bool
+	// prefix is played before the search, which starts from where it ends:
+	// a rule whose breaking needs more inputs than the bound starts closer.
+	prefix []string
 	// wholeCodes and itemCodes are the failures offered for every
 	// outstanding Work, as a whole and for each of its first two items;
 	// applied adds a timeout after the call took effect.
@@ -73,7 +77,13 @@ func exploreConfigs(large bool) []exploreConfig {
 	quar.name, quar.ranks, quar.kinds, quar.depth, quar.policy, quar.initiatedOnly, quar.retries = "pull, quarantine, initiated fence", 1, []string{"read", "recv"}, 6, EscalateQuarantine, true, true
 	notify := base
 	notify.name, notify.ranks, notify.kinds, notify.depth, notify.retries = "pull, notifying the producer, 1 rank", 1, []string{"read-notify"}, 6, true
-	cfgs := []exploreConfig{pull, pull1, push, quar, notify}
+	// Rule 15 needs about ten inputs: this one starts with a read done and
+	// released, its consumed notification, the first to the rank, handed
+	// out (work 11) and not answered.
+	resend := notify
+	resend.name, resend.peers, resend.retries = "pull, the first notification outstanding", []string{"p"}, false
+	resend.prefix = []string{"connect peer=p ranks=1", "read id=r0 peer=p notify=true", "drain", "state h=7 st=done", "round", "run w=10"}
+	cfgs := []exploreConfig{pull, pull1, push, quar, notify, resend}
 	for i := range cfgs {
 		if large {
 			cfgs[i].depth++
@@ -142,6 +152,11 @@ func explore(t testing.TB, cfg exploreConfig) exploreResult {
 		w, err := newWorld(cfg)
 		require.NoError(t, err)
 		w.quiet = true
+		for _, in := range cfg.prefix {
+			_, err := w.step(in)
+			require.NoError(t, err, "prefix %q", in)
+			require.Empty(t, w.violation, "prefix %q", in)
+		}
 		for _, in := range path {
 			_, err := w.step(in)
 			require.NoError(t, err, "replaying %q", in)
@@ -169,7 +184,7 @@ func explore(t testing.TB, cfg exploreConfig) exploreResult {
 				}
 				res.steps++
 				if w.violation != "" {
-					res.violation, res.why = append(path, in), w.violation
+					res.violation, res.why = slices.Concat(cfg.prefix, path, []string{in}), w.violation
 					res.states = len(seen)
 					return res
 				}

@@ -65,6 +65,7 @@ func (w *world) learn(wk Work, first, last uint64, skip int, orphan bool) {
 		// Agents are named peer and rank (peerSpec): "p0" is rank 0 of p.
 		each(len(wk.Peers), func(k int, id uint64) {
 			w.peerIDs[e][sdk.PeerID(id)] = strings.TrimRight(wk.Peers[k].Name, "0123456789")
+			w.resend[e].loaded(sdk.PeerID(id), wk.Peers[k].Name)
 		})
 	}
 }

@@ -41,6 +41,7 @@ type world struct {
 	dlists  map[Epoch]map[sdk.DlistID]wdlist
 	regions map[Epoch]map[sdk.RegionID]PoolID
 	peerIDs map[Epoch]map[sdk.PeerID]string // loaded rank -> its peer's name
+	resend  map[Epoch]*resendTruth          // rule 15 (explore_resend_test.go)
 	// orphans: the epochs where a call that failed after taking effect
 	// created something core cannot name (learn).
 	orphans map[Epoch]bool
@@ -98,7 +99,7 @@ func newWorld(cfg exploreConfig) (*world, error) {
 	}
 	w := &world{cfg: cfg, c: c, ds: map[Epoch]*double{}, dead: map[Epoch]bool{}, now: exploreT0,
 		issued: map[RequestID]*wreq{}, touch: map[Epoch]map[sdk.HandleID]*wpost{},
-		dlists: map[Epoch]map[sdk.DlistID]wdlist{}, regions: map[Epoch]map[sdk.RegionID]PoolID{}, peerIDs: map[Epoch]map[sdk.PeerID]string{}, orphans: map[Epoch]bool{}}
+		dlists: map[Epoch]map[sdk.DlistID]wdlist{}, regions: map[Epoch]map[sdk.RegionID]PoolID{}, peerIDs: map[Epoch]map[sdk.PeerID]string{}, resend: map[Epoch]*resendTruth{}, orphans: map[Epoch]bool{}}
 	if err := w.attach(); err != nil {
 		return nil, err
 	}
@@ -131,6 +132,7 @@ func (w *world) attach() error {
 	w.dlists[w.epoch] = map[sdk.DlistID]wdlist{}
 	w.regions[w.epoch] = map[sdk.RegionID]PoolID{}
 	w.peerIDs[w.epoch] = map[sdk.PeerID]string{}
+	w.resend[w.epoch] = newResendTruth()
 	return w.c.Attach(w.epoch, d.desc, true)
 }
 
@@ -200,6 +202,7 @@ func (w *world) deliver(i int, whole error, k int, itemErr error, applied ...boo
 	if whole == nil || (len(applied) > 0 && applied[0]) {
 		w.learn(wk, first, d.next, k, whole != nil)
 	}
+	w.sentResult(wk, whole, k, itemErr)
 	w.c.Done(wk.ID, res, err)
 	w.collect(w.c.Ready())
 }
@@ -234,6 +237,7 @@ func (w *world) step(line string) (string, error) {
 	case "remove":
 		errOut = w.c.RemovePeer(w.now, a["peer"])
 		if errOut == nil {
+			w.resend[w.epoch].removed(a["peer"])
 			w.retain(func(p *wpost) bool { return w.peerIDs[w.epoch][w.dlists[w.epoch][p.remote].peer] == a["peer"] })
 			// Its requests fail (RemovePeer), whatever their handles do.
 			w.mustFail(func(r *wreq) bool { return r.peer == a["peer"] })
