@@ -42,11 +42,22 @@ func TestHandshakeFailingAtTheSecondRankLeavesNothingBehind(t *testing.T) {
 	require.NoError(t, decode.c.ConnectPeer(decode.ctx(), "prefill",
 		client.RemoteRank{Address: addr, Pool: "kv"}, client.RemoteRank{Address: addr, Pool: "kv"}))
 
-	_, dst := pull(t, prefill, decode, "r1", 2)
-	f := decode.waitFinished("r1")
-	require.Equal(t, []string{"r1"}, failedIDs(f))
-	assert.Contains(t, f.Failed[0].Reason, "rank 1")
-	assert.ElementsMatch(t, refsOf(decode.poolID, dst), f.InvalidBlocks)
+	pb, err := prefill.c.Alloc(prefill.ctx(), prefill.poolID, 2)
+	require.NoError(t, err)
+	dst, err := decode.c.Alloc(decode.ctx(), decode.poolID, 2)
+	require.NoError(t, err)
+	err = decode.c.Read(decode.ctx(), "r1", tok("r1"), "prefill", false, client.Part{Pool: decode.poolID, Local: dst, Remote: pb})
+	if err != nil {
+		// The attempt failed before the read came: refused with its error
+		// (within the backoff), taking nothing.
+		require.ErrorIs(t, err, client.ErrHandshakeFailed)
+		assert.Contains(t, err.Error(), "rank 1")
+	} else {
+		f := decode.waitFinished("r1")
+		require.Equal(t, []string{"r1"}, failedIDs(f))
+		assert.Contains(t, f.Failed[0].Reason, "rank 1")
+		assert.ElementsMatch(t, refsOf(decode.poolID, dst), f.InvalidBlocks)
+	}
 
 	st, err := decode.c.Status(decode.ctx())
 	require.NoError(t, err)
