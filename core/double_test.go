@@ -53,7 +53,8 @@ type double struct {
 	// changes nothing (UCX's put and get).
 	cancelTo sdk.State
 	faults   []*fault
-	calls    []string // every call, "Kind [args]", in order
+	calls    []string // every call, "Kind [args]", in order (none when quiet)
+	quiet    bool     // the explorer's replays: no calls kept
 	closed   bool
 }
 
@@ -204,7 +205,9 @@ func notFound(what string, id uint64) error {
 
 // exec answers w.
 func (d *double) exec(w Work) (Result, error) {
-	d.calls = append(d.calls, describeWork(w))
+	if !d.quiet {
+		d.calls = append(d.calls, describeWork(w))
+	}
 	if d.refuse != nil {
 		return Result{}, d.refuse
 	}

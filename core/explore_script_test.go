@@ -18,7 +18,7 @@ import (
 // so a counterexample copied in fails until the rule holds again.
 func runAsyncScript(t *testing.T, path string, cases []scripttest.Case) {
 	cfg := asyncConfig(t, cases[0])
-	w, err := newWorld(cfg)
+	w, err := newWorld(cfg, false)
 	require.NoError(t, err)
 	var b strings.Builder
 	for i, c := range cases {

@@ -149,9 +149,8 @@ func explore(t testing.TB, cfg exploreConfig) exploreResult {
 	defer debug.SetGCPercent(debug.SetGCPercent(400)) // replays make short-lived garbage
 	var res exploreResult
 	replay := func(path []string) *world {
-		w, err := newWorld(cfg)
+		w, err := newWorld(cfg, true)
 		require.NoError(t, err)
-		w.quiet = true
 		for _, in := range cfg.prefix {
 			_, err := w.step(in)
 			require.NoError(t, err, "prefix %q", in)
@@ -336,7 +335,7 @@ func items(wk Work) int {
 
 // script renders inputs as an async testdata script of cfg.
 func script(t testing.TB, cfg exploreConfig, inputs []string) string {
-	w, err := newWorld(cfg)
+	w, err := newWorld(cfg, false)
 	require.NoError(t, err)
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s\n----\n%s\n\n", newLine(cfg), w.render(len(w.log), nil))

@@ -92,12 +92,12 @@ const exploreBlocks = 4
 
 var exploreT0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
-func newWorld(cfg exploreConfig) (*world, error) {
+func newWorld(cfg exploreConfig, quiet bool) (*world, error) {
 	c, err := New(Config{HoldCap: cfg.holdCap, Escalation: cfg.policy})
 	if err != nil {
 		return nil, err
 	}
-	w := &world{cfg: cfg, c: c, ds: map[Epoch]*double{}, dead: map[Epoch]bool{}, now: exploreT0,
+	w := &world{cfg: cfg, c: c, quiet: quiet, ds: map[Epoch]*double{}, dead: map[Epoch]bool{}, now: exploreT0,
 		issued: map[RequestID]*wreq{}, touch: map[Epoch]map[sdk.HandleID]*wpost{},
 		dlists: map[Epoch]map[sdk.DlistID]wdlist{}, regions: map[Epoch]map[sdk.RegionID]PoolID{}, peerIDs: map[Epoch]map[sdk.PeerID]string{}, resend: map[Epoch]*resendTruth{}, orphans: map[Epoch]bool{}}
 	if err := w.attach(); err != nil {
@@ -122,6 +122,7 @@ func newWorld(cfg exploreConfig) (*world, error) {
 func (w *world) attach() error {
 	w.epoch++
 	d := newDouble()
+	d.quiet = w.quiet
 	d.desc.Capabilities.Events = w.cfg.events
 	if w.cfg.initiatedOnly {
 		d.desc.FenceScope = sdk.FenceInitiated
