@@ -134,20 +134,37 @@ func TestFailedHandshakeIsReportedWithItsCauseAndRetriedWithBackoff(t *testing.T
 		require.ErrorIs(t, expectReceive("w"), client.ErrHandshakeFailed, "call %d", i)
 	}
 	// A Read within a backoff is refused with it too, and takes nothing.
-	err = decode.c.Read(decode.ctx(), "r", tok("r"), "prefill", false, client.Part{Pool: decode.poolID, Local: db[2:], Remote: []uint32{0, 1}})
-	if !errors.Is(err, client.ErrHandshakeFailed) {
-		// Past a backoff it waits for the attempt it started, and fails with it.
-		require.NoError(t, err)
-		f := decode.waitFinished("r")
-		require.Equal(t, []string{"r"}, failedIDs(f))
-		assert.Contains(t, f.Failed[0].Reason, "lies outside the directories")
-	}
+	// (Past a backoff it waits for the attempt it started, and fails with it.)
+	assert.Contains(t, decode.readOrRefused("r", client.Part{Pool: decode.poolID, Local: db[2:], Remote: []uint32{0, 1}}), "lies outside the directories")
 	require.NoError(t, decode.c.Free(decode.ctx(), decode.poolID, db), "the blocks are the engine's")
 	// 201 calls over at most a few seconds: the backoff, doubling to 2 s,
 	// allows a dozen attempts (each one a failure), never one per call.
 	assert.Less(t, attempts()-before, 50.0, "attempts for 201 calls")
 	assert.Equal(t, 1, decode.logs.count("peer handshake failed"), "logged once")
 	assert.Equal(t, 0, decode.logs.count("transfer failure"), "and not as an alert per attempt")
+}
+
+// readOrRefused reads part from peer (default "prefill") as request id,
+// whose handshake fails: the read waits for the attempt and is reported
+// failed, its blocks invalid; or, when the attempt failed first, it is
+// refused with its error (within the backoff), taking nothing. It returns
+// the failure's text, either way.
+func (th *testHost) readOrRefused(id string, part client.Part, peer ...string) string {
+	t := th.t
+	t.Helper()
+	p := "prefill"
+	if len(peer) > 0 {
+		p = peer[0]
+	}
+	err := th.c.Read(th.ctx(), id, tok(id), p, false, part)
+	if err != nil {
+		require.ErrorIs(t, err, client.ErrHandshakeFailed)
+		return err.Error()
+	}
+	f := th.waitFinished(id)
+	require.Equal(t, []string{id}, failedIDs(f))
+	assert.ElementsMatch(t, refsOf(part.Pool, part.Local), f.InvalidBlocks)
+	return f.Failed[0].Reason
 }
 
 // A peer that comes up after the decode's ConnectPeer connects at the first

@@ -103,16 +103,7 @@ func TestLinkWhoseHandshakeFailedLeavesStatus(t *testing.T) {
 	require.NoError(t, th.c.ConnectPeer(th.ctx(), "ghost", client.RemoteRank{Address: loopbackPort(t), Pool: "kv"}))
 	dst, err := th.c.Alloc(th.ctx(), th.poolID, 1)
 	require.NoError(t, err)
-	// The request waits for the handshake, and its failure is the event;
-	// unless the attempt failed first: the read is refused with its error
-	// (within the backoff, handshake_backoff.go).
-	err = th.c.Read(th.ctx(), "r1", tok("r1"), "ghost", false, client.Part{Pool: th.poolID, Local: dst, Remote: []uint32{0}})
-	if err != nil {
-		require.ErrorIs(t, err, client.ErrHandshakeFailed)
-	} else {
-		f := th.waitFinished("r1")
-		require.Equal(t, []string{"r1"}, failedIDs(f))
-	}
+	th.readOrRefused("r1", client.Part{Pool: th.poolID, Local: dst, Remote: []uint32{0}}, "ghost")
 	st, err := th.c.Status(th.ctx())
 	require.NoError(t, err)
 	assert.NotContains(t, st.Peers, "ghost")

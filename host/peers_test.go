@@ -46,18 +46,7 @@ func TestHandshakeFailingAtTheSecondRankLeavesNothingBehind(t *testing.T) {
 	require.NoError(t, err)
 	dst, err := decode.c.Alloc(decode.ctx(), decode.poolID, 2)
 	require.NoError(t, err)
-	err = decode.c.Read(decode.ctx(), "r1", tok("r1"), "prefill", false, client.Part{Pool: decode.poolID, Local: dst, Remote: pb})
-	if err != nil {
-		// The attempt failed before the read came: refused with its error
-		// (within the backoff), taking nothing.
-		require.ErrorIs(t, err, client.ErrHandshakeFailed)
-		assert.Contains(t, err.Error(), "rank 1")
-	} else {
-		f := decode.waitFinished("r1")
-		require.Equal(t, []string{"r1"}, failedIDs(f))
-		assert.Contains(t, f.Failed[0].Reason, "rank 1")
-		assert.ElementsMatch(t, refsOf(decode.poolID, dst), f.InvalidBlocks)
-	}
+	assert.Contains(t, decode.readOrRefused("r1", client.Part{Pool: decode.poolID, Local: dst, Remote: pb}), "rank 1")
 
 	st, err := decode.c.Status(decode.ctx())
 	require.NoError(t, err)
@@ -79,10 +68,12 @@ func TestIncompatiblePeerIsRefusedBeforeAnyTransfer(t *testing.T) {
 	require.NoError(t, err)
 	decode.connect("prefill", prefill)
 
-	_, _ = pull(t, prefill, decode, "r1", 2)
-	f := decode.waitFinished("r1")
-	require.Equal(t, []string{"r1"}, failedIDs(f))
-	assert.Contains(t, f.Failed[0].Reason, "incompatible")
+	pb, err := prefill.c.Alloc(prefill.ctx(), prefill.poolID, 2)
+	require.NoError(t, err)
+	dst, err := decode.c.Alloc(decode.ctx(), decode.poolID, 2)
+	require.NoError(t, err)
+	refused := decode.readOrRefused("r1", client.Part{Pool: decode.poolID, Local: dst, Remote: pb})
+	assert.Contains(t, refused, "incompatible")
 	st, err := decode.c.Status(decode.ctx())
 	require.NoError(t, err)
 	assert.Zero(t, st.NativePeers, "the peer was never loaded")
