@@ -288,7 +288,9 @@ def test_get_finished(custody_pair: Pair) -> None:
 # Errors, as the host really answers them.
 
 
-def test_handshake_failed_names_the_peer_and_the_cause(custody_bin: Path, host_dir: Path) -> None:
+def test_handshake_failed_names_the_peer_and_the_cause(
+    custody_bin: Path, host_dir: Path, collectors: Callable[[Client], Collector]
+) -> None:
     """A peer whose handshake cannot succeed (its files lie outside the
     decode transport's peer_dirs): once the first attempt failed, the
     engine hears its cause, not "in progress"."""
@@ -298,28 +300,29 @@ def test_handshake_failed_names_the_peer_and_the_cause(custody_bin: Path, host_d
     decode = Host("decode", str(host_dir), str(custody_bin), params={"peer_dirs": str(elsewhere)})
     try:
         decode.start()
+        recv = collectors(decode.api)
         decode.api.connect_peer("prefill", [RemoteRank(prefill.address, "kv")], timeout=10)
-        blocks = decode.api.alloc(decode.pool, 1)
-        deadline = time.monotonic() + WAIT
-        while True:
-            try:
-                decode.api.expect_receive(
-                    "w", new_token(), "prefill", decode.pool, blocks, 1, 60.0, timeout=10
-                )
-            except Unavailable as e:  # the first attempt runs
-                assert "in progress" in e.message
-                assert time.monotonic() < deadline, "the first attempt never ended"
-                time.sleep(
-                    0.001
-                )  # paces a bounded poll of the attempt's end, which no call announces
-                continue
-            except HandshakeFailed as e:
-                assert e.reason == custody.REASON_HANDSHAKE_FAILED
-                assert 'peer "prefill": handshake failed' in e.message
-                assert "lies outside the directories this agent may open for peers" in e.message
-                assert not isinstance(e, Busy)
-                break
-            pytest.fail("the receive was taken")
+        blocks = decode.api.alloc(decode.pool, 2)
+        # The attempt's end is the event: a read waits for it and is
+        # reported failed with its error (the host records the failure
+        # first), or is refused with it when the attempt failed first.
+        try:
+            decode.api.read(
+                "r", new_token(), "prefill", False, [Part(decode.pool, blocks[1:], 0, [0])]
+            )
+        except HandshakeFailed:
+            pass
+        else:
+            assert [f.request for f in ids(recv.wait("finished_recving", "r"), "failed")] == ["r"]
+        with pytest.raises(HandshakeFailed) as got:
+            decode.api.expect_receive(
+                "w", new_token(), "prefill", decode.pool, blocks[:1], 1, 60.0, timeout=10
+            )
+        e = got.value
+        assert e.reason == custody.REASON_HANDSHAKE_FAILED
+        assert 'peer "prefill": handshake failed' in e.message
+        assert "lies outside the directories this agent may open for peers" in e.message
+        assert not isinstance(e, Busy)
         decode.api.free(decode.pool, blocks)  # refused calls took nothing
     finally:
         decode.close()
