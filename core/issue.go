@@ -21,7 +21,6 @@ func (c *Core) Read(now time.Time, spec ReadSpec) error {
 	if err != nil {
 		return fmt.Errorf("core: read request %q: %w", spec.Request, err)
 	}
-	r.token = spec.Token
 	if spec.NotifyProducer {
 		r.flags |= rNotify
 	}
@@ -149,7 +148,7 @@ func (c *Core) newRequest(id RequestID, token Token, peerName string, parts []Pa
 		}
 	}
 	r := newRequestOf(len(parts), total)
-	r.id, r.kind = id, kind
+	r.id, r.kind, r.token = id, kind, token
 	for i, pt := range parts {
 		r.xs[i] = xfer{req: r, off: uint32(len(r.idx)), n: uint32(len(pt.Local)), pool: pt.Pool, rank: uint16(pt.Rank)}
 		r.idx = append(r.idx, pt.Local...)

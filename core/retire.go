@@ -78,11 +78,7 @@ func (c *Core) cancelAndPoll(peer string, xs []*xfer) {
 	}
 	each(len(running), c.batch, func(lo, hi int) {
 		batch := running[lo:hi:hi]
-		ids := make([]sdk.HandleID, len(batch))
-		for k, x := range batch {
-			ids[k] = x.ref.Handle
-		}
-		c.emit(Work{Kind: WorkCancel, Handles: ids}, func(res Result, err error) {
+		c.emit(Work{Kind: WorkCancel, Handles: handleIDs(batch)}, func(res Result, err error) {
 			if err == errWorkFenced {
 				return
 			}

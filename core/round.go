@@ -157,11 +157,7 @@ func (c *Core) pollHandles(xs []*xfer, done func(ok bool)) {
 	each(len(xs), c.batch, func(lo, hi int) {
 		left++
 		batch := slices.Clone(xs[lo:hi])
-		ids := make([]sdk.HandleID, len(batch))
-		for k, x := range batch {
-			ids[k] = x.ref.Handle
-		}
-		c.emit(Work{Kind: WorkPoll, Handles: ids}, func(res Result, err error) {
+		c.emit(Work{Kind: WorkPoll, Handles: handleIDs(batch)}, func(res Result, err error) {
 			left--
 			switch {
 			case err == errWorkFenced:
@@ -226,11 +222,7 @@ func (c *Core) releaseTerminal() {
 	c.releaseQ = nil
 	each(len(q), c.batch, func(lo, hi int) {
 		batch := q[lo:hi:hi]
-		ids := make([]sdk.HandleID, len(batch))
-		for k, x := range batch {
-			ids[k] = x.ref.Handle
-		}
-		c.emit(Work{Kind: WorkRelease, Handles: ids}, func(res Result, err error) {
+		c.emit(Work{Kind: WorkRelease, Handles: handleIDs(batch)}, func(res Result, err error) {
 			for k, x := range batch {
 				if x.flags&fGone != 0 {
 					continue
@@ -251,6 +243,15 @@ func (c *Core) releaseTerminal() {
 			}
 		})
 	})
+}
+
+// handleIDs is the handle of each of xs, for a batched call.
+func handleIDs(xs []*xfer) []sdk.HandleID {
+	ids := make([]sdk.HandleID, len(xs))
+	for k, x := range xs {
+		ids[k] = x.ref.Handle
+	}
+	return ids
 }
 
 // gone stops tracking x: released (or fenced) when stopped is true, else

@@ -88,6 +88,7 @@ func TestHandshakeFailureCodes(t *testing.T) {
 		assert.Equal(t, client.ReasonHandshakeFailed, info.GetReason())
 		assert.Equal(t, "p", info.GetMetadata()["peer"])
 	}
+	assert.True(t, countsAgainst(errors.New("connection refused")), "the peer's own failure counts")
 	for _, transient := range []error{ErrRestarting, core.ErrFenced, core.ErrNotAttached, core.ErrPeerRemoved} {
 		assert.False(t, countsAgainst(fmt.Errorf("connect peer: %w", transient)), "%v", transient)
 	}
