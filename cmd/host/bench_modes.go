@@ -95,9 +95,12 @@ func newBenchE2E() *cobra.Command {
 		Use:   "e2e",
 		Short: "pulls through two custody hosts on the engine API, against the transport in process and a bare gRPC round trip",
 		Long: `e2e starts a prefill and a decode host and measures one-block pull latency,
-the CPU and context switches per pull, and pulls per second with --concurrency
-in flight, against the same transport in process and a bare gRPC round trip,
-and prints goal name=e2e-pull-p50 ...`,
+the CPU, system calls and context switches per pull of each process (the
+engine side, each host, each transport), and pulls per second with
+--concurrency in flight, against the same transport in process and a bare
+gRPC round trip (its two processes counted the same way), and prints goal
+lines e2e-pull-p50, e2e-pull-cpu and e2e-pull-syscalls. System calls are
+counted with perf events, which needs root (or CAP_PERFMON).`,
 		Args: cobra.NoArgs,
 		RunE: benchRun(&params, &cfg.Params, cfg.Check, func(ctx context.Context, out io.Writer) error {
 			return bench.E2E(ctx, out, cfg)

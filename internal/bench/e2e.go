@@ -112,7 +112,7 @@ func E2E(ctx context.Context, out io.Writer, cfg E2EConfig) (err error) {
 	defer os.RemoveAll(dir)
 
 	refN := max(cfg.Pulls, e2eReferenceN)
-	rtt, err := grpcRTT(ctx, cfg.Custody, dir, refN)
+	rtt, rttCost, err := grpcRTT(ctx, cfg.Custody, dir, refN)
 	if err != nil {
 		return fmt.Errorf("bare gRPC reference: %w", err)
 	}
@@ -143,19 +143,15 @@ func E2E(ctx context.Context, out io.Writer, cfg E2EConfig) (err error) {
 	if _, err := e.sequential(ctx, "warm", e2eWarmup); err != nil {
 		return err
 	}
-	hosts0, engine0, err := benchCost(e.hosts())
+	rows, err := pullRows(pair.Decode, pair.Prefill)
 	if err != nil {
 		return err
 	}
-	seq, err := e.sequential(ctx, "seq", cfg.Pulls)
+	var seq []time.Duration
+	pullCost, err := costOf(rows, func() (err error) { seq, err = e.sequential(ctx, "seq", cfg.Pulls); return err })
 	if err != nil {
 		return err
 	}
-	hosts1, engine1, err := benchCost(e.hosts())
-	if err != nil {
-		return err
-	}
-	hosts, engine := hosts1.sub(hosts0), engine1.sub(engine0)
 	conc, el, err := e.concurrent(ctx, cfg.Concurrency, cfg.Duration)
 	if err != nil {
 		return err
@@ -172,13 +168,11 @@ func E2E(ctx context.Context, out io.Writer, cfg E2EConfig) (err error) {
 	fmt.Fprintf(out, "method: two `custody serve` hosts (prefill, decode) on the engine API over unix sockets; a pull is ExpectSend on prefill, then Read of one block on decode (notify_producer), timed from Read until its finished report arrives on decode's WatchFinished stream; the producer's finished report is awaited before the next pull. %d warm-up pulls first. Throughput: %d requests kept in flight for %v. References in the same run: the same transport with two agents in one process (custody-bench-ref), Post READ of one block then Poll in a loop until DONE; and a bare gRPC unary call (health Check) over a unix socket to another process, with the engine API's gRPC options (flow-control windows set, so no bandwidth-delay pings) on both ends.\n",
 		e2eWarmup, cfg.Concurrency, cfg.Duration)
 	fmt.Fprintf(out, "e2e pull latency      p50 %s  p99 %s  (%d pulls)\n", us(pct(seq, 50)), us(pct(seq, 99)), len(seq))
-	n := time.Duration(len(seq))
-	fmt.Fprintf(out, "e2e cost per pull     hosts and transports CPU %s  switches %.1f;  engine (this process) CPU %s  switches %.1f  (the sequential pulls, spinning included; every thread's schedstat and context switches in /proc)\n",
-		us(hosts.cpu/n), float64(hosts.switches)/float64(n), us(engine.cpu/n), float64(engine.switches)/float64(n))
 	fmt.Fprintf(out, "e2e pulls/s at %-3d    %.0f\n", cfg.Concurrency, rate)
-	fmt.Fprintf(out, "in-process Post→DONE  p50 %s  p99 %s\n", us(pct(inproc, 50)), us(pct(inproc, 99)))
+	fmt.Fprintf(out, "in-process Post→DONE  p50 %s  p99 %s\n", us(pct(inproc.Pulls, 50)), us(pct(inproc.Pulls, 99)))
 	fmt.Fprintf(out, "bare gRPC unary RTT   p50 %s  p99 %s\n", us(pct(rtt, 50)), us(pct(rtt, 99)))
-	value, target := pct(seq, 50), pct(inproc, 50)+2*pct(rtt, 50)
+	value, target := pct(seq, 50), pct(inproc.Pulls, 50)+2*pct(rtt, 50)
 	fmt.Fprintf(out, "goal name=e2e-pull-p50 value=%s target=%s met=%s\n", us(value), us(target), yesNo(value <= target))
+	printPullCosts(out, pullCost, len(seq), rttCost, len(rtt), inproc)
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -29,13 +30,31 @@ func TestBenchE2EPrintsItsGoalLine(t *testing.T) {
 	num := `[0-9]+\.[0-9]us`
 	for _, re := range []string{
 		`(?m)^e2e pull latency +p50 ` + num + ` +p99 ` + num + ` +\(10 pulls\)$`,
-		`(?m)^e2e cost per pull +hosts and transports CPU ` + num + ` +switches [0-9]+\.[0-9];  engine \(this process\) CPU ` + num + ` +switches [0-9]+\.[0-9] `,
 		`(?m)^e2e pulls/s at 4 +[1-9][0-9]*$`,
 		`(?m)^in-process Post→DONE +p50 ` + num,
 		`(?m)^bare gRPC unary RTT +p50 ` + num,
 		`(?m)^goal name=e2e-pull-p50 value=` + num + ` target=` + num + ` met=(yes|no)$`,
+		`(?m)^goal name=e2e-pull-cpu value=` + num + ` target=` + num + ` met=(yes|no)$`,
 	} {
 		assert.Regexp(t, regexp.MustCompile(re), out.String())
+	}
+	// Every process of a pull and of the round trip has its row, and each
+	// of them worked for it: CPU, and (where the kernel lets this process
+	// count them) system calls.
+	counted := !strings.Contains(out.String(), "system calls not counted")
+	for _, name := range []string{`engine side \(this process\)`, "decode host", "decode transport", "prefill host", "prefill transport",
+		`client \(this process\)`, "server", "all"} {
+		row := regexp.MustCompile(`(?m)^  ` + name + ` +([0-9.]+)us +([0-9.]+) +([0-9.]+)$`).FindStringSubmatch(out.String())
+		if !assert.NotNil(t, row, name) {
+			continue
+		}
+		assert.NotEqual(t, "0.0", row[1], "%s: CPU", name)
+		if counted {
+			assert.NotEqual(t, "0.0", row[2], "%s: system calls", name)
+		}
+	}
+	if counted {
+		assert.Regexp(t, `(?m)^goal name=e2e-pull-syscalls value=[0-9.]+ target=[0-9.]+ met=(yes|no)$`, out.String())
 	}
 	assert.Contains(t, out.String(), "method:", "the output says how it measured")
 	assert.Contains(t, out.String(), "fake: fence=initiated", "the output says how the fake copies")

@@ -37,22 +37,23 @@ func ServeEcho(path string, stop io.Reader) error {
 }
 
 // grpcRTT measures n bare gRPC unary calls (health Check) to a server in
-// another process (custody EchoCommand) over a unix socket.
-func grpcRTT(ctx context.Context, custody, dir string, n int) ([]time.Duration, error) {
+// another process (custody EchoCommand) over a unix socket: the time of
+// each, and what this process (the client) and the server used over them.
+func grpcRTT(ctx context.Context, custody, dir string, n int) ([]time.Duration, costRows, error) {
 	sock := filepath.Join(dir, "echo.sock")
 	srv := exec.CommandContext(ctx, custody, EchoCommand, sock)
 	srv.Stderr = os.Stderr
 	stdin, err := srv.StdinPipe()
 	if err != nil {
-		return nil, err
+		return nil, costRows{}, err
 	}
 	if err := srv.Start(); err != nil {
-		return nil, err
+		return nil, costRows{}, err
 	}
 	defer func() { _ = stdin.Close(); _ = srv.Wait() }()
 	conn, err := grpc.NewClient("unix://"+sock, client.DialOptions()...)
 	if err != nil {
-		return nil, err
+		return nil, costRows{}, err
 	}
 	defer conn.Close()
 	hc := healthpb.NewHealthClient(conn)
@@ -60,15 +61,24 @@ func grpcRTT(ctx context.Context, custody, dir string, n int) ([]time.Duration, 
 	defer cancel()
 	// Wait for the server: the first call waits until the socket answers.
 	if _, err := hc.Check(cctx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(true)); err != nil {
-		return nil, fmt.Errorf("echo server: %w", err)
+		return nil, costRows{}, fmt.Errorf("echo server: %w", err)
 	}
-	out := make([]time.Duration, 0, n)
-	for range n + e2eWarmup {
-		start := time.Now()
-		if _, err := hc.Check(cctx, &healthpb.HealthCheckRequest{}); err != nil {
-			return nil, err
+	calls := func(n int) ([]time.Duration, error) {
+		out := make([]time.Duration, 0, n)
+		for range n {
+			start := time.Now()
+			if _, err := hc.Check(cctx, &healthpb.HealthCheckRequest{}); err != nil {
+				return nil, err
+			}
+			out = append(out, time.Since(start))
 		}
-		out = append(out, time.Since(start))
+		return out, nil
 	}
-	return out[e2eWarmup:], nil
+	if _, err := calls(e2eWarmup); err != nil {
+		return nil, costRows{}, err
+	}
+	var out []time.Duration
+	cost, err := costOf([]costRow{{name: "client (this process)", pids: []int{os.Getpid()}}, {name: "server", pids: []int{srv.Process.Pid}}},
+		func() (err error) { out, err = calls(n); return err })
+	return out, cost, err
 }

@@ -37,7 +37,7 @@ func (m *rankMode) round(ctx context.Context, cfg HostsConfig) (ranksRound, erro
 		return r, cerr
 	}
 	r.conc, r.elapsed = conc, el
-	r.cpu, r.hostCPU = all1.sub(all0).cpu, own1.sub(own0).cpu
+	r.cpu, r.hostCPU = all1.Sub(all0).CPU, own1.Sub(own0).CPU
 	r.rate = float64(len(r.conc)) / r.elapsed.Seconds()
 	if count != nil {
 		if r.writes, r.revs, err = count(); err != nil {

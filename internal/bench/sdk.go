@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/custody-dev/custody/internal/drive"
+	"github.com/custody-dev/custody/internal/proccost"
 	"github.com/custody-dev/custody/sdk/plugin"
 	"github.com/custody-dev/custody/sdk/plugin/agent"
 )
@@ -119,7 +120,7 @@ const sdkGoalIdleCPU = 0.005
 
 // sdkIdleCPU launches an agent with the rings attached, lets it sit idle for
 // cfg.Idle, and prints what the transport process and this process used
-// of a core meanwhile (from /proc/PID/task/*/schedstat: time on CPU).
+// of a core meanwhile (their process CPU clocks).
 func sdkIdleCPU(ctx context.Context, out io.Writer, cfg SDKConfig) (err error) {
 	a, err := agent.Open(ctx, agent.Launch(cfg.Plugin, plugin.LaunchOptions{}), "sdk-bench-idle", cfg.Params)
 	if err != nil {
@@ -133,19 +134,19 @@ func sdkIdleCPU(ctx context.Context, out io.Writer, cfg SDKConfig) (err error) {
 	_ = p.Wake()                       // a host that sleeps on Wake, as a real one does
 	time.Sleep(100 * time.Millisecond) // let start-up work end before measuring
 	t0 := time.Now()
-	pBefore, err1 := threadsCost(p.Pid())
-	hBefore, err2 := threadsCost(os.Getpid())
+	pBefore, err1 := proccost.Threads(p.Pid())
+	hBefore, err2 := proccost.Threads(os.Getpid())
 	if err := errors.Join(err1, err2); err != nil {
 		return err
 	}
 	time.Sleep(cfg.Idle)
-	pAfter, err1 := threadsCost(p.Pid())
-	hAfter, err2 := threadsCost(os.Getpid())
+	pAfter, err1 := proccost.Threads(p.Pid())
+	hAfter, err2 := proccost.Threads(os.Getpid())
 	if err := errors.Join(err1, err2); err != nil {
 		return err
 	}
 	el := time.Since(t0)
-	goal(out, "sdk-idle-transport-cpu", float64(pAfter.cpu-pBefore.cpu)/float64(el), sdkGoalIdleCPU, false)
-	goal(out, "sdk-idle-host-cpu", float64(hAfter.cpu-hBefore.cpu)/float64(el), sdkGoalIdleCPU, false)
+	goal(out, "sdk-idle-transport-cpu", float64(pAfter.CPU-pBefore.CPU)/float64(el), sdkGoalIdleCPU, false)
+	goal(out, "sdk-idle-host-cpu", float64(hAfter.CPU-hBefore.CPU)/float64(el), sdkGoalIdleCPU, false)
 	return nil
 }

@@ -38,8 +38,8 @@ type Reference struct {
 
 // referenceResult is what ReferenceProgram answers on its standard output.
 type referenceResult struct {
-	SDK   SDKResult       `json:"sdk"`
-	Pulls []time.Duration `json:"pulls,omitempty"`
+	SDK  SDKResult  `json:"sdk"`
+	Pull PullResult `json:"pull"`
 }
 
 // RunSDK runs an "sdk" reference with program and returns its figures.
@@ -49,11 +49,11 @@ func RunSDK(ctx context.Context, program string, ref Reference) (SDKResult, erro
 	return res.SDK, err
 }
 
-// RunPull runs a "pull" reference with program and returns its pull times.
-func RunPull(ctx context.Context, program string, ref Reference) ([]time.Duration, error) {
+// RunPull runs a "pull" reference with program and returns its figures.
+func RunPull(ctx context.Context, program string, ref Reference) (PullResult, error) {
 	ref.Kind = "pull"
 	res, err := run(ctx, program, ref)
-	return res.Pulls, err
+	return res.Pull, err
 }
 
 func run(ctx context.Context, program string, ref Reference) (referenceResult, error) {
@@ -112,7 +112,7 @@ func Serve(ctx context.Context, in io.Reader, out io.Writer, transports map[stri
 		if ref.N <= 0 || ref.BlockSize <= 0 || ref.Dir == "" {
 			return fmt.Errorf("pull: n %d, block size %d and dir %q: want n and block size above 0 and a dir", ref.N, ref.BlockSize, ref.Dir)
 		}
-		res.Pulls, err = Pull(ctx, agent.InProcess(mk), ref.Params, ref.Dir, ref.BlockSize, ref.N, ref.Warmup)
+		res.Pull, err = Pull(ctx, agent.InProcess(mk), ref.Params, ref.Dir, ref.BlockSize, ref.N, ref.Warmup)
 	default:
 		return fmt.Errorf("kind %q: want sdk or pull", ref.Kind)
 	}

@@ -27,16 +27,21 @@ func serve(t *testing.T, req string) (referenceResult, error) {
 	return res, err
 }
 
-// A pull reference answers one time per measured pull.
+// A pull reference answers one time per measured pull, and what the
+// process used over them.
 func TestServePull(t *testing.T) {
 	dir := t.TempDir()
 	req, err := json.Marshal(Reference{Kind: "pull", Transport: "fake", Params: map[string]string{"dir": dir, "fence": "initiated"}, Dir: dir, BlockSize: 4096, N: 5, Warmup: 2})
 	require.NoError(t, err)
 	res, err := serve(t, string(req))
 	require.NoError(t, err)
-	require.Len(t, res.Pulls, 5)
-	for _, d := range res.Pulls {
+	require.Len(t, res.Pull.Pulls, 5)
+	for _, d := range res.Pull.Pulls {
 		assert.Positive(t, d)
+	}
+	assert.Positive(t, res.Pull.Cost.CPU)
+	if res.Pull.SyscallsErr == "" {
+		assert.Positive(t, res.Pull.Cost.Syscalls, "each Poll of the fake reads its region file's state")
 	}
 }
 
