@@ -21,9 +21,6 @@ const (
 	// polling in a loop, which drains the completion ring itself (the
 	// reader naps meanwhile).
 	pollGap = 20 * time.Microsecond
-	// cpuCheck is how long a Poll trusts the last look at whether
-	// the host shares its CPU with the plugin's pump (pollYield).
-	cpuCheck = 10 * time.Microsecond
 	// fenceWait bounds how long a call that found the rings broken waits
 	// for the fenced process to be gone.
 	fenceWait = 10 * time.Second

@@ -45,6 +45,7 @@ func (r *Client) submit(ctx context.Context, method string, kind, resKind uint16
 		err        error
 	)
 	spun := now
+	var sp spinner
 	for {
 		if r.isStopped() {
 			r.subMu.Unlock()
@@ -61,7 +62,7 @@ func (r *Client) submit(ctx context.Context, method string, kind, resKind uint16
 		}
 		r.m.plugin.ring()
 		if time.Since(spun) < waitSpin {
-			r.yield(spun)
+			r.yield(&sp, spun)
 		} else {
 			time.Sleep(minBackoff)
 		}
@@ -90,7 +91,7 @@ func (r *Client) submit(ctx context.Context, method string, kind, resKind uint16
 	r.spinning.Add(1)
 	for spun := now; !c.fin.Load() && time.Since(spun) < waitSpin; {
 		if r.drain() == 0 {
-			r.yield(spun)
+			r.yield(&sp, spun)
 		}
 	}
 	if r.spinning.Add(-1) == 0 {

@@ -31,6 +31,7 @@ func (r *Client) reader() {
 	napTimer := time.NewTimer(time.Hour)
 	napTimer.Stop()
 	last := time.Now()
+	var sp spinner
 	for !r.isStopped() {
 		if r.drain() > 0 {
 			last = time.Now()
@@ -41,7 +42,7 @@ func (r *Client) reader() {
 			continue
 		}
 		if time.Since(last) < readerSpin {
-			yield(last, r.m.host, r.m.plugin)
+			sp.yield(last, r.m.host, r.m.plugin)
 			continue
 		}
 		v := r.m.host.prepare()
@@ -120,8 +121,8 @@ func (r *Client) pollYield() {
 // yield is one round of a caller's spin that began at since. Callers do
 // not own the mapping, which the reader may unmap meanwhile: it is touched
 // under r.mu only.
-func (r *Client) yield(since time.Time) {
-	pause(since, r.sameCPU())
+func (r *Client) yield(sp *spinner, since time.Time) {
+	pause(since, sp.sameCPU(time.Now(), r.sameCPU))
 }
 
 // sameCPU reports whether the plugin's pump last ran on this CPU (sameCPU

@@ -68,6 +68,7 @@ func (s *Server) run() {
 	backoff, idleNotes := minBackoff, minIdleNotes
 	last := time.Now()
 	var notesAt time.Time
+	var sp spinner
 	for !s.stopped.Load() {
 		now := time.Now()
 		states, notes := s.takeKicks()
@@ -94,7 +95,7 @@ func (s *Server) run() {
 			continue
 		}
 		if now.Sub(last) < spin || (s.tracked() > 0 && now.Sub(s.postedAt) < s.doneSpin()) {
-			yield(last, s.m.plugin, s.m.host)
+			sp.yield(last, s.m.plugin, s.m.host)
 			continue
 		}
 		// Spinning did not pay this time: shorten it.

@@ -153,6 +153,7 @@ func (s *Server) pushItems(kind uint16, call uint64, n int, enc func(wire, int) 
 // drains.
 func (s *Server) push(e entry, payload []byte) error {
 	spun := time.Now()
+	var sp spinner
 	for {
 		err := s.pushOnce(e, payload)
 		if !errors.Is(err, errFull) {
@@ -163,7 +164,7 @@ func (s *Server) push(e entry, payload []byte) error {
 		}
 		s.m.host.ring()
 		if time.Since(spun) < maxSpin {
-			yield(spun, s.m.plugin, s.m.host)
+			sp.yield(spun, s.m.plugin, s.m.host)
 			continue
 		}
 		v := s.m.plugin.prepare()

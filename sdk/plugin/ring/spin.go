@@ -11,9 +11,25 @@ import (
 // How a side spins while it waits for its peer, before it sleeps: when
 // it keeps its CPU and when it gives it away.
 
-// pureSpin is how long a spinner keeps its CPU before it starts
-// giving it away.
-const pureSpin = 50 * time.Microsecond
+const (
+	// pureSpin is how long a spinner keeps its CPU before it starts
+	// giving it away.
+	pureSpin = 50 * time.Microsecond
+	// cpuCheck is how long a spinner (spinner.sameCPU), or a Poll
+	// (pollYield), trusts its last look at whether it shares its CPU
+	// with its peer.
+	cpuCheck = 10 * time.Microsecond
+)
+
+// spinner is one spinning goroutine's last look at whether it holds the CPU
+// its peer last ran on. The look is a system call (getcpu), which carries
+// nothing to the peer: a spin round takes about a microsecond, and the
+// answer changes only when a scheduler moves one side, so it is looked up
+// at most every cpuCheck.
+type spinner struct {
+	at   time.Time
+	same bool
+}
 
 // yield is one round of a spin that began at since, by the owner of mine
 // waiting for the owner of peer. While the peer last ran on another CPU,
@@ -24,8 +40,17 @@ const pureSpin = 50 * time.Microsecond
 // lasted, the spinner gives its CPU to other processes too: otherwise a
 // spinner that shares its CPU with its peer stalls them both for a
 // scheduler slice.
-func yield(since time.Time, mine, peer doorbell) {
-	pause(since, sameCPU(mine, peer))
+func (sp *spinner) yield(since time.Time, mine, peer doorbell) {
+	pause(since, sp.sameCPU(time.Now(), func() bool { return sameCPU(mine, peer) }))
+}
+
+// sameCPU is look's answer at now, looked up again once the last one is
+// cpuCheck old.
+func (sp *spinner) sameCPU(now time.Time, look func() bool) bool {
+	if sp.at.IsZero() || now.Sub(sp.at) >= cpuCheck {
+		sp.same, sp.at = look(), now
+	}
+	return sp.same
 }
 
 // sameCPU records where the owner of mine runs and reports whether the
