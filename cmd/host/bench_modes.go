@@ -47,7 +47,11 @@ func newBenchNIXL() *cobra.Command {
 transport as bw does, and beside it NIXL driven directly (custody-nixl-reference:
 two NIXL agents in two processes, no contract, no process boundary) and custody
 over UCX; then the 4 KiB Post to DONE latency of each. It prints a table, a
-ratio line per size and op, and goal lines at 1 MiB.`,
+ratio line per size and op, and goal lines at 1 MiB.
+
+Where the NIXL transport was not built (NIXL's wheel carries no C++ headers),
+it measures NIXL direct through the wheel's Python API
+(python/bench/nixl_reference.py) against custody over UCX alone.`,
 		Args: cobra.NoArgs,
 		RunE: benchRun(&params, &cfg.Params, cfg.Check, func(ctx context.Context, out io.Writer) error {
 			return bench.NIXL(ctx, out, cfg)
@@ -57,7 +61,9 @@ ratio line per size and op, and goal lines at 1 MiB.`,
 	addPluginFlags(f, &cfg.Plugin, "nixl", &params)
 	f.IntSliceVar(&cfg.Sizes, "sizes", []int{4 << 10, 64 << 10, 1 << 20, 16 << 20}, "transfer sizes in bytes")
 	addRoundFlags(f, &cfg.Rounds, "size and op")
-	f.StringVar(&cfg.Reference, "nixl-reference", "", "the NIXL-direct reference program (default: custody-nixl-reference next to the plugin)")
+	f.StringVar(&cfg.Reference, "nixl-reference", "", "the NIXL-direct reference: a program, or a Python script run by --nixl-python (default: custody-nixl-reference next to the plugin where it was built, else "+repoFile("python/bench/nixl_reference.py")+")")
+	f.StringVar(&cfg.Python, "nixl-python", repoFile(".venv/bin/python"), "the Python that runs a --nixl-reference script (make test-python makes .venv, with NIXL's wheel)")
+	cfg.PythonReference = repoFile("python/bench/nixl_reference.py")
 	f.StringVar(&cfg.UCX, "nixl-ucx", defaultPlugin("ucx"), "the UCX transport measured beside it (empty skips it)")
 	return cmd
 }

@@ -37,3 +37,10 @@ func sibling(name string) string {
 	}
 	return filepath.Join(filepath.Dir(exe), name)
 }
+
+// repoFile is path in the source tree this program was built in: make
+// build puts custody in bin/ of the tree, so the tree is its directory's
+// parent.
+func repoFile(path string) string {
+	return filepath.Join(filepath.Dir(filepath.Dir(sibling("custody"))), path)
+}

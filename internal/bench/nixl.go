@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/custody-dev/custody/internal/drive"
@@ -29,8 +32,16 @@ const (
 // and rounds (Perftest unused), and the other programs it runs.
 type NIXLConfig struct {
 	BWConfig
-	// Reference is custody-nixl-reference (default: next to the plugin).
+	// Reference is the NIXL-direct reference: custody-nixl-reference, or a
+	// Python script of the same arguments (python/bench/nixl_reference.py,
+	// on NIXL's wheel), run with Python. Default: custody-nixl-reference
+	// next to the plugin where it was built, else PythonReference.
 	Reference string
+	// Python runs a Reference that is a Python script.
+	Python string
+	// PythonReference is the script Reference defaults to where
+	// custody-nixl-reference was not built.
+	PythonReference string
 	// UCX is custody-transport-ucx, measured beside ("" skips it).
 	UCX string
 }
@@ -53,6 +64,24 @@ type nixlRow struct {
 func NIXL(ctx context.Context, out io.Writer, cfg NIXLConfig) error {
 	if cfg.Reference == "" {
 		cfg.Reference = filepath.Join(filepath.Dir(cfg.Plugin), "custody-nixl-reference")
+		if _, err := os.Stat(cfg.Reference); err != nil && cfg.PythonReference != "" {
+			cfg.Reference = cfg.PythonReference
+		}
+	}
+	// custody over NIXL is measured where its transport was built (make
+	// build NIXL_PREFIX=...); NIXL's wheel has no C++ headers to build it
+	// against, so without one the run compares NIXL direct and custody over
+	// UCX alone.
+	var noPlugin string
+	if _, err := os.Stat(cfg.Plugin); err != nil {
+		noPlugin = fmt.Sprintf("custody over NIXL not measured: %v (make build NIXL_PREFIX=..., docs/nixl.md)", err)
+		if cfg.UCX == "" {
+			return errors.New(noPlugin + ", and no UCX transport to measure beside NIXL direct")
+		}
+	}
+	ref := nixlRef{bin: cfg.Reference}
+	if strings.HasSuffix(cfg.Reference, ".py") {
+		ref = nixlRef{bin: cfg.Python, args: []string{cfg.Reference}}
 	}
 	tls := cfg.Params["tls"]
 	if tls == "" {
@@ -64,8 +93,16 @@ func NIXL(ctx context.Context, out io.Writer, cfg NIXLConfig) error {
 	if err := os.Setenv("UCX_TLS", tls); err != nil {
 		return err
 	}
-	if _, err := os.Stat(cfg.Reference); err != nil {
-		return fmt.Errorf("NIXL-direct reference %s: %w; make build builds it next to the plugin", cfg.Reference, err)
+	if err := ref.check(); err != nil {
+		return err
+	}
+	var refInfo string
+	if ref.args != nil {
+		v, err := exec.CommandContext(ctx, ref.bin, append(slices.Clone(ref.args), "version")...).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("NIXL-direct reference %s version: %v: %s", ref, err, drive.LastLine(v))
+		}
+		refInfo = drive.LastLine(v)
 	}
 	ucxParams := map[string]string{"tls": tls}
 	// A pair of agents lives only while it is measured: NIXL's progress
@@ -93,17 +130,14 @@ func NIXL(ctx context.Context, out io.Writer, cfg NIXLConfig) error {
 		// Rounds interleave custody over NIXL, NIXL direct and custody
 		// over UCX; each keeps its best.
 		for range max(1, cfg.Repeat) {
-			nr, err := measure(cfg.Plugin, cfg.Params, "bench-nixl", size)
-			if err != nil {
-				return err
-			}
-			for op, r := range nr {
-				row[op].depth, row[op].ours = r.depth, max(row[op].ours, r.ours)
-				d, err := nixlReference(ctx, cfg.Reference, cfg.Params, "bw", size, op, r.depth, cfg.MinTime)
+			if noPlugin == "" {
+				nr, err := measure(cfg.Plugin, cfg.Params, "bench-nixl", size)
 				if err != nil {
 					return err
 				}
-				row[op].direct = max(row[op].direct, d["mibps"])
+				for op, r := range nr {
+					row[op].depth, row[op].ours = r.depth, max(row[op].ours, r.ours)
+				}
 			}
 			if cfg.UCX != "" {
 				ur, err := measure(cfg.UCX, ucxParams, "bench-ucx", size)
@@ -112,13 +146,26 @@ func NIXL(ctx context.Context, out io.Writer, cfg NIXLConfig) error {
 				}
 				for op, r := range ur {
 					row[op].ucx = max(row[op].ucx, r.ours)
+					if noPlugin != "" {
+						row[op].depth = r.depth
+					}
 				}
+			}
+			for _, op := range []sdk.Op{sdk.OpWrite, sdk.OpRead} {
+				d, err := ref.run(ctx, cfg.Params, "bw", size, op, row[op].depth, cfg.MinTime)
+				if err != nil {
+					return err
+				}
+				row[op].direct = max(row[op].direct, d["mibps"])
 			}
 		}
 		rows = append(rows, *row[sdk.OpWrite], *row[sdk.OpRead])
 	}
 
-	printNIXLBandwidth(out, cfg, rows)
+	if noPlugin != "" {
+		fmt.Fprintln(out, noPlugin)
+	}
+	printNIXLBandwidth(out, cfg, refInfo, rows)
 
 	// Post to DONE of one 4 KiB WRITE at a time, spinning: custody through
 	// the rings (the way a host drives a plugin) against NIXL direct.
@@ -129,7 +176,7 @@ func NIXL(ctx context.Context, out io.Writer, cfg NIXLConfig) error {
 	}{{"custody-nixl", cfg.Plugin, cfg.Params}, {"custody-ucx", cfg.UCX, ucxParams}}
 	for range max(1, cfg.Repeat) {
 		for _, w := range ways {
-			if w.path == "" {
+			if w.path == "" || (w.path == cfg.Plugin && noPlugin != "") {
 				continue
 			}
 			r, err := drive.MeasureSDKLatency(ctx, agent.Launch(w.path, plugin.LaunchOptions{ReleaseTerminal: true}), w.params, cfg.MinTime)
@@ -140,7 +187,7 @@ func NIXL(ctx context.Context, out io.Writer, cfg NIXLConfig) error {
 				lat[w.name] = r
 			}
 		}
-		d, err := nixlReference(ctx, cfg.Reference, cfg.Params, "lat", nixlBenchLatencySize, sdk.OpWrite, 1, cfg.MinTime)
+		d, err := ref.run(ctx, cfg.Params, "lat", nixlBenchLatencySize, sdk.OpWrite, 1, cfg.MinTime)
 		if err != nil {
 			return err
 		}

@@ -3,7 +3,9 @@ package bench
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -12,16 +14,36 @@ import (
 	"github.com/custody-dev/custody/sdk"
 )
 
-// nixlReference runs the NIXL-direct reference once and returns the
-// numbers of its result line.
-func nixlReference(ctx context.Context, bin string, params map[string]string, mode string, size int, op sdk.Op, depth int, minTime time.Duration) (map[string]float64, error) {
-	args := []string{mode, "-size", strconv.Itoa(size), "-op", strings.ToLower(op.String()), "-depth", strconv.Itoa(depth), "-min-time", minTime.String()}
+// nixlRef is the NIXL-direct reference program: bin, with args before its
+// own (a Python script run by its interpreter).
+type nixlRef struct {
+	bin  string
+	args []string
+}
+
+// String names the reference as its output should.
+func (r nixlRef) String() string { return strings.Join(append([]string{r.bin}, r.args...), " ") }
+
+// check says why the reference cannot run, naming what is missing.
+func (r nixlRef) check() error {
+	for _, p := range append([]string{r.bin}, r.args...) {
+		if _, err := os.Stat(p); err != nil {
+			return fmt.Errorf("NIXL-direct reference %s: %w; make build builds custody-nixl-reference next to the plugin where NIXL_PREFIX names a NIXL install, and make test-python makes the Python one's .venv (NIXL's wheel)", r, err)
+		}
+	}
+	return nil
+}
+
+// run runs the NIXL-direct reference once and returns the numbers of its
+// result line.
+func (r nixlRef) run(ctx context.Context, params map[string]string, mode string, size int, op sdk.Op, depth int, minTime time.Duration) (map[string]float64, error) {
+	args := append(slices.Clone(r.args), mode, "-size", strconv.Itoa(size), "-op", strings.ToLower(op.String()), "-depth", strconv.Itoa(depth), "-min-time", minTime.String())
 	for k, v := range params {
 		args = append(args, "-param", k+"="+v)
 	}
-	out, err := exec.CommandContext(ctx, bin, args...).CombinedOutput()
+	out, err := exec.CommandContext(ctx, r.bin, args...).CombinedOutput()
 	if err != nil {
-		return nil, fmt.Errorf("NIXL-direct reference %s %v: %v: %s", bin, args, err, drive.LastLine(out))
+		return nil, fmt.Errorf("NIXL-direct reference %s %v: %v: %s", r.bin, args, err, drive.LastLine(out))
 	}
 	for _, line := range strings.Split(string(out), "\n") {
 		f := strings.Fields(line)

@@ -40,9 +40,9 @@ func median(xs []float64) float64 {
 	return s[(len(s)-1)/2]
 }
 
-// ratio is ours/ref with two decimals, "-" without a reference.
+// ratio is ours/ref with two decimals, "-" without both figures.
 func ratio(ours, ref float64) string {
-	if ref <= 0 {
+	if ref <= 0 || ours <= 0 {
 		return "-"
 	}
 	return fmt.Sprintf("%.2f", ours/ref)
