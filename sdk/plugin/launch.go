@@ -171,7 +171,9 @@ func Launch(ctx context.Context, path string, opts LaunchOptions) (*Plugin, erro
 		return nil, fmt.Errorf("launch transport %s: %w", path, err)
 	}
 	binding := &grpcPlugin{timeout: opts.CallTimeout}
+	stderr := &stderrTail{}
 	client := plugin.NewClient(&plugin.ClientConfig{
+		Stderr:           stderr,
 		HandshakeConfig:  handshake(sdk.ContractMajor),
 		Plugins:          plugin.PluginSet{pluginName: binding},
 		Cmd:              cmd,
@@ -194,7 +196,10 @@ func Launch(ctx context.Context, path string, opts LaunchOptions) (*Plugin, erro
 		life.cut()
 	}
 	if err := life.start(func() error { _, err := client.Start(); return err }); err != nil {
-		abort()
+		abort() // and go-plugin has read the process's standard error to its end
+		if why := loaderFailure(path, stderr.String()); why != "" {
+			return nil, fmt.Errorf("launch transport %s: %s: %w", path, why, err)
+		}
 		return nil, launchError(path, err)
 	}
 	binding.name = fmt.Sprintf("transport at %s (pid %d)", path, cmd.Process.Pid)

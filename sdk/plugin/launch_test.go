@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -152,4 +153,34 @@ func TestStop(t *testing.T) {
 	_, err := p.Resources(context.Background())
 	assert.ErrorIs(t, err, sdk.ErrPluginShutdown)
 	p.Stop()
+}
+
+// A transport whose shared library is missing is refused with the
+// library's name, as the dynamic linker gave it, not only go-plugin's list
+// of possible causes.
+func TestLaunchNamesTheLibraryItCouldNotLoad(t *testing.T) {
+	cc, err := exec.LookPath("cc")
+	if err != nil {
+		t.Skip("no C compiler to build a binary with a missing library")
+	}
+	dir := t.TempDir()
+	src := func(name, text string) string {
+		p := filepath.Join(dir, name)
+		require.NoError(t, os.WriteFile(p, []byte(text), 0o600))
+		return p
+	}
+	lib := filepath.Join(dir, "libcustodymissing.so")
+	bin := filepath.Join(dir, "custody-transport-missing-lib")
+	run := func(args ...string) {
+		out, err := exec.Command(cc, args...).CombinedOutput()
+		require.NoError(t, err, string(out))
+	}
+	run("-shared", "-fPIC", "-o", lib, src("lib.c", "int custody_missing(void) { return 0; }\n"))
+	run("-o", bin, src("main.c", "int custody_missing(void);\nint main(void) { return custody_missing(); }\n"), "-L"+dir, "-lcustodymissing", "-Wl,-rpath,"+dir)
+	require.NoError(t, os.Remove(lib))
+
+	_, err = plugin.Launch(context.Background(), bin, plugin.LaunchOptions{Logger: hclog.NewNullLogger(), StartTimeout: time.Minute})
+	require.Error(t, err)
+	assert.ErrorContains(t, err, "the dynamic linker could not load libcustodymissing.so (cannot open shared object file")
+	assert.ErrorContains(t, err, "ldd "+bin)
 }
