@@ -51,3 +51,29 @@ func TestParamsEnvDefault(t *testing.T) {
 	assert.Equal(t, "posix,sysv,cma", cfg.tls)
 	assert.False(t, cfg.errPeer)
 }
+
+// The TCP segment sizes are set unless a parameter or the environment
+// sets them; a parameter wins over the default, the environment's value is
+// left for UCX to read.
+func TestParamsTCPSegments(t *testing.T) {
+	t.Setenv("UCX_TCP_TX_SEG_SIZE", "")
+	t.Setenv("UCX_TCP_RX_SEG_SIZE", "")
+	cfg, err := parseParams(nil)
+	require.NoError(t, err)
+	assert.Equal(t, "256k", cfg.ucx["TCP_TX_SEG_SIZE"])
+	assert.Equal(t, "256k", cfg.ucx["TCP_RX_SEG_SIZE"])
+	keys, vals := cfg.settings()
+	assert.Equal(t, []string{"TLS", "TCP_RX_SEG_SIZE", "TCP_TX_SEG_SIZE"}, keys)
+	assert.Equal(t, []string{"tcp", "256k", "256k"}, vals)
+
+	cfg, err = parseParams(map[string]string{"UCX_TCP_TX_SEG_SIZE": "8k"})
+	require.NoError(t, err)
+	assert.Equal(t, "8k", cfg.ucx["TCP_TX_SEG_SIZE"], "the parameter wins")
+	assert.Equal(t, "256k", cfg.ucx["TCP_RX_SEG_SIZE"])
+
+	t.Setenv("UCX_TCP_RX_SEG_SIZE", "64k")
+	cfg, err = parseParams(nil)
+	require.NoError(t, err)
+	assert.NotContains(t, cfg.ucx, "TCP_RX_SEG_SIZE", "the environment's value stays UCX's to read")
+	assert.Equal(t, "256k", cfg.ucx["TCP_TX_SEG_SIZE"])
+}
