@@ -223,8 +223,8 @@
 // UCX's defaults (8 KiB to send, 64 KiB to receive) 1.22 moves 1 MiB no
 // faster than 1.13. With them, custody bench bw at 1 MiB over tcp, in one
 // run: 1.22 3,648 to 3,842 MiB/s WRITE and 3,522 to 3,569 READ, against
-// 1,014 to 1,091 with UCX's defaults (two rounds each); 1.13 takes no TCP
-// setting this way and stays at about 1,050. Over posix,sysv,cma this
+// 1,014 to 1,091 with UCX's defaults (two rounds each); 1.13 stays at
+// about 1,050 with them or without. Over posix,sysv,cma this
 // transport is slower on 1.22 (0.85x WRITE, 0.61x READ at 1 MiB, session
 // 13), while 1.22's own ucx_perftest is 6x faster into heap memory there
 // (one copy). make's default stays 1.13, which passes every test;
