@@ -20,8 +20,8 @@ const defaultTLS = "tcp"
 // KiB to receive) hold a current UCX's TCP transport to about a third of
 // what it does with these (custody bench bw, 1 MiB over tcp on UCX 1.22:
 // 1,060 against 3,500 MiB/s WRITE and 1,080 against 3,640 READ, one run).
-// Each endpoint holds at most one receive segment at a time. On UCX 1.13
-// they change nothing measured (about 1,050 MiB/s with them or without).
+// The segments come from UCX's buffer pools, so each one in use costs that
+// much memory. On UCX 1.13 they change nothing measured (about 1,050 MiB/s with them or without).
 var tcpSegments = map[string]string{"TCP_TX_SEG_SIZE": "256k", "TCP_RX_SEG_SIZE": "256k"}
 
 // config is an agent's parsed Open parameters.
