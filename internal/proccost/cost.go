@@ -28,11 +28,6 @@ func (c Cost) Add(o Cost) Cost {
 	return Cost{CPU: c.CPU + o.CPU, Switches: c.Switches + o.Switches, Syscalls: c.Syscalls + o.Syscalls}
 }
 
-// Per is c divided by n (n > 0): a cost per operation, rounded down.
-func (c Cost) Per(n int) Cost {
-	return Cost{CPU: c.CPU / time.Duration(n), Switches: c.Switches / int64(n), Syscalls: c.Syscalls / int64(n)}
-}
-
 // Threads is what pid used so far: its CPU time (its process CPU clock:
 // every thread's, ended ones included) and the context switches of its
 // live threads (/proc/PID/task/*/status); Syscalls is zero.
