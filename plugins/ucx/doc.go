@@ -229,7 +229,15 @@
 // 13), while 1.22's own ucx_perftest is 6x faster into heap memory there
 // (one copy). make's default stays 1.13, which passes every test;
 // UCX_PREFIX picks 1.22, faster over tcp and at 4 KiB over shared memory.
-// Taking 1.22's single-copy path for region files is still to be done.
+//
+// On 1.22 the shared-memory list chooses between latency and bandwidth:
+// with cma, a put is a single copy (process_vm_writev), which makes a
+// 4 KiB Post to DONE 6.4 µs through the rings (33.7 µs without), while a
+// 1 MiB stream is slower with it (custody bench bw, 1.22, two runs of
+// three rounds: posix,sysv,cma 4,606 to 4,831 MiB/s WRITE and 4,752 to
+// 4,786 READ; posix,sysv 7,622 to 7,712 and 7,812 to 8,675). NIXL direct
+// shows the same (3,036 against 7,380 WRITE). On 1.13 cma changes neither
+// (5,719 to 7,296 WRITE with it, 6,337 to 7,000 without).
 //
 // Against NIXL direct on NIXL's wheel (custody bench nixl, whose Python
 // reference runs NIXL 1.5.1 and the UCX 1.23.0 it bundles, with its own
