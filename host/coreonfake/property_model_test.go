@@ -45,6 +45,23 @@ type reqKey struct {
 	gen int
 }
 
+// token is the notification token of id's next registration: tok(id) for
+// the first, one of its own for each reuse. A request issued again under a
+// reported id is a new request, so it has a new token: core refuses the
+// same id, token and kind as the retry of a call whose reply was lost
+// (ErrDuplicate).
+func (m *model) token(id core.RequestID) core.Token { return genToken(id, m.gen[id]+1) }
+
+// sentToken is the token of id's latest registration.
+func (m *model) sentToken(id core.RequestID) core.Token { return genToken(id, m.gen[id]) }
+
+func genToken(id core.RequestID, gen int) core.Token {
+	if gen <= 1 {
+		return tok(id)
+	}
+	return tok(core.RequestID(fmt.Sprintf("%s#%d", id, gen)))
+}
+
 // issue records a request core accepted on blocks: no block of it may be
 // held by another request not yet reported.
 func (m *model) issue(id core.RequestID, blocks []uint32) reqKey {
@@ -141,7 +158,7 @@ func (m *model) read(t *rapid.T, n int, notify bool) {
 		return
 	}
 	id := m.id("r")
-	require.NoError(t, m.r.read(core.ReadSpec{Request: id, Token: tok(id), Peer: "p", Parts: parts, NotifyProducer: notify}))
+	require.NoError(t, m.r.read(core.ReadSpec{Request: id, Token: m.token(id), Peer: "p", Parts: parts, NotifyProducer: notify}))
 	m.issue(id, partsBlocks(parts))
 }
 
@@ -151,7 +168,7 @@ func (m *model) write(t *rapid.T, n int) {
 		return
 	}
 	id := m.id("w")
-	require.NoError(t, m.r.write(core.WriteSpec{Request: id, Token: tok(id), Peer: "p", Parts: parts, Consumers: n, Lease: 10 * time.Second}))
+	require.NoError(t, m.r.write(core.WriteSpec{Request: id, Token: m.token(id), Peer: "p", Parts: parts, Consumers: n, Lease: 10 * time.Second}))
 	m.issue(id, partsBlocks(parts))
 	m.registered(id, n)
 	m.sends = append(m.sends, id)
@@ -162,7 +179,7 @@ func (m *model) expectSend(t *rapid.T, id core.RequestID) bool {
 	if !ok {
 		return false
 	}
-	require.NoError(t, m.r.c.ExpectSend(m.r.now, core.SendSpec{Request: id, Token: tok(id), Pool: m.r.pool, Blocks: b, Consumers: 1, Lease: 10 * time.Second}))
+	require.NoError(t, m.r.c.ExpectSend(m.r.now, core.SendSpec{Request: id, Token: m.token(id), Pool: m.r.pool, Blocks: b, Consumers: 1, Lease: 10 * time.Second}))
 	m.issue(id, b)
 	m.registered(id, 1)
 	m.sends = append(m.sends, id)
@@ -182,7 +199,8 @@ func (m *model) receive(t *rapid.T, id core.RequestID) bool {
 		return false
 	}
 	r := m.r
-	require.NoError(t, r.c.ExpectReceive(r.now, core.RecvSpec{Request: id, Token: tok(id), Peer: "p", Pool: r.pool, Blocks: b, Producers: n, Lease: 10 * time.Second}))
+	token := m.token(id)
+	require.NoError(t, r.c.ExpectReceive(r.now, core.RecvSpec{Request: id, Token: token, Peer: "p", Pool: r.pool, Blocks: b, Producers: n, Lease: 10 * time.Second}))
 	key := m.issue(id, b)
 	inc := m.registered(id, n)
 	for k := 0; k < n; k++ {
@@ -195,7 +213,7 @@ func (m *model) receive(t *rapid.T, id core.RequestID) bool {
 		}
 		dl := m.producerDlists(k)
 		rm := r.remotes[k]
-		res, err := rm.tr.Post(r.ctx, []sdk.PostSpec{{Op: sdk.OpWrite, Local: dl[0], LocalIndices: share, Remote: dl[1], RemoteIndices: share, Notification: core.WrittenMessage(id, tok(id))}})
+		res, err := rm.tr.Post(r.ctx, []sdk.PostSpec{{Op: sdk.OpWrite, Local: dl[0], LocalIndices: share, Remote: dl[1], RemoteIndices: share, Notification: core.WrittenMessage(id, token)}})
 		require.NoError(t, err)
 		require.NoError(t, res[0].Err)
 		m.pushes = append(m.pushes, push{id: id, key: key, k: k, h: res[0].ID, blocks: share})
@@ -314,7 +332,7 @@ func (m *model) notify(t *rapid.T) {
 	}
 	id := m.sends[rapid.IntRange(0, len(m.sends)-1).Draw(t, "send")]
 	k := rapid.IntRange(0, 1).Draw(t, "consumer")
-	m.r.notifyBack(k, id)
+	m.r.notifyBack(k, id, m.sentToken(id))
 	m.touched[id] = true
 	if inc := m.inc[id]; inc != nil {
 		inc.from[k] = true

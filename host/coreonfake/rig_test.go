@@ -397,12 +397,12 @@ func (r *rig) shutdown() {
 	}
 }
 
-// notifyBack sends the consumed notification of id from remote rank k to
-// the local agent, loading the local agent into it first.
-func (r *rig) notifyBack(k int, id core.RequestID) {
+// notifyBack sends the consumed notification of id with token from remote
+// rank k to the local agent, loading the local agent into it first.
+func (r *rig) notifyBack(k int, id core.RequestID, token core.Token) {
 	r.t.Helper()
 	rm := r.loadBack(k)
-	errs, err := rm.tr.SendNotifications(r.ctx, []sdk.OutboundNotification{{Peer: rm.back, Message: core.ConsumedMessage(id, tok(id))}})
+	errs, err := rm.tr.SendNotifications(r.ctx, []sdk.OutboundNotification{{Peer: rm.back, Message: core.ConsumedMessage(id, token)}})
 	require.NoError(r.t, err)
 	require.NoError(r.t, errs[0])
 }
