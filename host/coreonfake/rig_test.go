@@ -379,7 +379,7 @@ func (r *rig) shutdown() {
 		if at := r.poll().Next.At; at.After(r.now) {
 			r.now = at
 		}
-		time.Sleep(time.Millisecond)
+		time.Sleep(time.Millisecond) // pacing: the loop decides by close's answer, within the deadline
 	}
 	// Close succeeded, so the local agent's own Close did: the fake refuses
 	// it while any region, peer, dlist or handle is held.

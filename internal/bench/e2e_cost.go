@@ -92,13 +92,15 @@ func per(c proccost.Cost, n int) perOp {
 // n operations.
 func (c costRows) print(out io.Writer, title string, n int) {
 	fmt.Fprintf(out, "%-34s %10s %9s %9s\n", title, "CPU", "syscalls", "switches")
-	line := func(name string, p perOp) {
-		fmt.Fprintf(out, "  %-32s %10s %9.1f %9.1f\n", name, us(p.cpu), p.syscalls, p.switches)
-	}
 	for _, r := range c.rows {
-		line(r.name, per(r.cost, n))
+		printCostLine(out, r.name, per(r.cost, n))
 	}
-	line("all", per(c.total(), n))
+	printCostLine(out, "all", per(c.total(), n))
+}
+
+// printCostLine writes one row of a cost table.
+func printCostLine(out io.Writer, name string, p perOp) {
+	fmt.Fprintf(out, "  %-32s %10s %9.1f %9.1f\n", name, us(p.cpu), p.syscalls, p.switches)
 }
 
 // printPullCosts prints what each kind of process used per sequential pull
@@ -113,7 +115,7 @@ func printPullCosts(out io.Writer, pull costRows, pulls int, rtt costRows, calls
 	pull.print(out, "cost per sequential pull", pulls)
 	rtt.print(out, "cost per bare gRPC round trip", calls)
 	in := per(inproc.Cost, max(len(inproc.Pulls), 1))
-	fmt.Fprintf(out, "  %-32s %10s %9.1f %9.1f\n", "in-process transfer (Post→DONE)", us(in.cpu), in.syscalls, in.switches)
+	printCostLine(out, "in-process transfer (Post→DONE)", in)
 	p, r := per(pull.total(), pulls), per(rtt.total(), calls)
 	fmt.Fprintf(out, "goal name=e2e-pull-cpu value=%s target=%s met=%s\n", us(p.cpu), us(4*r.cpu+in.cpu), yesNo(p.cpu <= 4*r.cpu+in.cpu))
 	for _, err := range []error{pull.syscallsErr, rtt.syscallsErr} {
