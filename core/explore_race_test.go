@@ -2,6 +2,6 @@
 
 package core
 
-// raceEnabled: the race detector is on, which slows the explorer tenfold
-// and finds nothing in it (it runs on one goroutine).
+// raceEnabled: the race detector is on, which slows the explorer tenfold:
+// TestExplore searches shallowly then.
 const raceEnabled = true

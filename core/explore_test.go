@@ -1,11 +1,15 @@
 package core
 
 import (
+	"cmp"
 	"flag"
 	"fmt"
+	"runtime"
 	"runtime/debug"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -68,7 +72,7 @@ func exploreConfigs(large bool) []exploreConfig {
 	base := exploreConfig{peers: []string{"p", "q"}, pools: 2, requests: 3, holdCap: 3 * time.Second, lease: 5 * time.Second,
 		wholeCodes: []string{"TIMEOUT", "BACKEND"}, itemCodes: []string{"BACKEND"}, applied: true, maxStates: 2_000_000}
 	pull := base
-	pull.name, pull.ranks, pull.kinds, pull.depth = "pull, 2 ranks", 2, []string{"read"}, 6
+	pull.name, pull.ranks, pull.kinds, pull.depth = "pull, 2 ranks", 2, []string{"read"}, 7
 	pull1 := base
 	pull1.name, pull1.ranks, pull1.kinds, pull1.depth, pull1.events = "pull, 1 rank, events", 1, []string{"read"}, 7, true
 	push := base
@@ -76,12 +80,12 @@ func exploreConfigs(large bool) []exploreConfig {
 	quar := base
 	quar.name, quar.ranks, quar.kinds, quar.depth, quar.policy, quar.initiatedOnly, quar.retries = "pull, quarantine, initiated fence", 1, []string{"read", "recv"}, 6, EscalateQuarantine, true, true
 	notify := base
-	notify.name, notify.ranks, notify.kinds, notify.depth, notify.retries = "pull, notifying the producer, 1 rank", 1, []string{"read-notify"}, 6, true
+	notify.name, notify.ranks, notify.kinds, notify.depth, notify.retries = "pull, notifying the producer, 1 rank", 1, []string{"read-notify"}, 7, true
 	// Rule 15 needs about ten inputs: this one starts with a read done and
 	// released, its consumed notification, the first to the rank, handed
 	// out (work 11) and not answered.
 	resend := notify
-	resend.name, resend.peers, resend.retries = "pull, the first notification outstanding", []string{"p"}, false
+	resend.name, resend.peers, resend.retries, resend.depth = "pull, the first notification outstanding", []string{"p"}, false, 6
 	resend.prefix = []string{"connect peer=p ranks=1", "read id=r0 peer=p notify=true", "drain", "state h=7 st=done", "round", "run w=10"}
 	cfgs := []exploreConfig{pull, pull1, push, quar, notify, resend}
 	for i := range cfgs {
@@ -104,13 +108,18 @@ func TestExplore(t *testing.T) {
 	case *exploreLarge:
 	case testing.Short():
 		t.Skip("the explorer runs in the full test run (make test) and make explore")
-	case raceEnabled:
-		t.Skip("the explorer runs on one goroutine; make test runs it without the race detector")
 	}
 	for _, cfg := range exploreConfigs(*exploreLarge) {
+		if raceEnabled && *exploreDepth == 0 {
+			// The race detector slows the explorer tenfold: a shallow
+			// search shows that its workers share nothing; make test runs
+			// the CI bound without it.
+			cfg.depth = 4
+		}
 		t.Run(cfg.name, func(t *testing.T) {
+			start := time.Now()
 			res := explore(t, cfg)
-			t.Logf("%s: depth %d, %d distinct states, %d steps", cfg.name, res.depth, res.states, res.steps)
+			t.Logf("%s: depth %d, %d distinct states, %d steps, %v", cfg.name, res.depth, res.states, res.steps, time.Since(start).Round(time.Millisecond))
 			if res.violation != nil {
 				t.Fatalf("invariant broken after %d inputs:\n%s\n\nas a script (copy into core/testdata):\n\n%s", len(res.violation), res.why, script(t, cfg, res.violation))
 			}
@@ -141,70 +150,155 @@ func (n *node) path() []string {
 	return p
 }
 
-// explore searches cfg breadth first to its depth. A state of the last
-// depth is checked but not hashed: it is expanded no further, so whether
-// it was seen before changes nothing (states counts the states expanded,
-// steps every input applied, replays included).
+// explore searches cfg breadth first to its depth. Every state reached
+// is checked and hashed (states counts the distinct ones); those of the
+// last depth are expanded no further. Each input is applied to a replay
+// of its state's path from a new world (a Core cannot be copied: its
+// Work's continuations are closures), so the frontier is expanded by a
+// worker per CPU, a batch of states at a time, and each batch merged in
+// frontier order: the states found, and the first violation (the
+// shortest, since the search is breadth first), are those of a search on
+// one goroutine. steps counts every input applied, replays included.
 func explore(t testing.TB, cfg exploreConfig) exploreResult {
 	defer debug.SetGCPercent(debug.SetGCPercent(400)) // replays make short-lived garbage
 	var res exploreResult
-	replay := func(path []string) *world {
-		w, err := newWorld(cfg, true)
-		require.NoError(t, err)
-		for _, in := range cfg.prefix {
-			_, err := w.step(in)
-			require.NoError(t, err, "prefix %q", in)
-			require.Empty(t, w.violation, "prefix %q", in)
-		}
-		for _, in := range path {
-			_, err := w.step(in)
-			require.NoError(t, err, "replaying %q", in)
-			res.steps++
-		}
-		return w
-	}
-	root := &node{}
-	w := replay(nil)
+	w, err := replayPath(cfg, nil)
+	require.NoError(t, err)
 	seen := map[uint64]bool{w.hash(): true}
-	frontier := []*node{root}
+	frontier := []*node{{}}
+	workers := runtime.GOMAXPROCS(0)
 	for d := 1; d <= cfg.depth && len(frontier) > 0; d++ {
 		res.depth = d
 		var next []*node
-		for _, n := range frontier {
-			path := n.path()
-			w := replay(path)
-			inputs := w.inputs()
-			for i, in := range inputs {
-				if i > 0 {
-					w = replay(path)
+		for lo := 0; lo < len(frontier); lo += exploreBatch {
+			batch := frontier[lo:min(lo+exploreBatch, len(frontier))]
+			kids, steps, err := expandAll(cfg, batch, workers)
+			res.steps += steps
+			require.NoError(t, err)
+			for i, n := range batch {
+				for _, k := range kids[i] {
+					if k.violation != "" {
+						res.violation, res.why = slices.Concat(cfg.prefix, n.path(), []string{k.input}), k.violation
+						res.states = len(seen)
+						return res
+					}
+					if seen[k.hash] {
+						continue
+					}
+					seen[k.hash] = true
+					if len(seen) > cfg.maxStates {
+						t.Fatalf("%s: more than %d states by depth %d: lower the depth", cfg.name, cfg.maxStates, d)
+					}
+					if d < cfg.depth {
+						next = append(next, &node{parent: n, input: k.input})
+					}
 				}
-				if _, err := w.step(in); err != nil {
-					t.Fatalf("input %q after %v: %v", in, path, err)
-				}
-				res.steps++
-				if w.violation != "" {
-					res.violation, res.why = slices.Concat(cfg.prefix, path, []string{in}), w.violation
-					res.states = len(seen)
-					return res
-				}
-				if d == cfg.depth {
-					continue
-				}
-				h := w.hash()
-				if seen[h] {
-					continue
-				}
-				seen[h] = true
-				if len(seen) > cfg.maxStates {
-					t.Fatalf("%s: more than %d states by depth %d: lower the depth", cfg.name, cfg.maxStates, d)
-				}
-				next = append(next, &node{parent: n, input: in})
 			}
 		}
 		frontier = next
 	}
 	res.states = len(seen)
 	return res
+}
+
+// exploreBatch is how many frontier states the workers expand between two
+// merges: it bounds the children held at once.
+const exploreBatch = 2048
+
+// child is one input applied to a frontier state, and what it led to.
+type child struct {
+	input     string
+	hash      uint64
+	violation string
+}
+
+// expandAll expands every node of batch on workers goroutines: kids[i]
+// are batch[i]'s children in input order. A worker skips the nodes after
+// the first one that has a violating child: the merge stops there.
+func expandAll(cfg exploreConfig, batch []*node, workers int) (kids [][]child, steps int, err error) {
+	kids = make([][]child, len(batch))
+	var (
+		nextNode, stop, total atomic.Int64
+		mu                    sync.Mutex
+		wg                    sync.WaitGroup
+	)
+	stop.Store(int64(len(batch)))
+	for range workers {
+		wg.Go(func() {
+			for {
+				i := nextNode.Add(1) - 1
+				if i >= int64(len(batch)) || i > stop.Load() {
+					return
+				}
+				ks, n, e := expand(cfg, batch[i].path())
+				total.Add(int64(n))
+				if e != nil {
+					mu.Lock()
+					err = cmp.Or(err, e)
+					mu.Unlock()
+					return
+				}
+				kids[i] = ks
+				if slices.ContainsFunc(ks, func(k child) bool { return k.violation != "" }) {
+					for cur := stop.Load(); i < cur && !stop.CompareAndSwap(cur, i); cur = stop.Load() {
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return kids, int(total.Load()), err
+}
+
+// expand applies each input the state at path offers to a replay of it.
+// It stops at the first input that breaks an invariant.
+func expand(cfg exploreConfig, path []string) ([]child, int, error) {
+	w, err := replayPath(cfg, path)
+	if err != nil {
+		return nil, 0, err
+	}
+	steps := len(path)
+	inputs := w.inputs()
+	kids := make([]child, 0, len(inputs))
+	for i, in := range inputs {
+		if i > 0 {
+			if w, err = replayPath(cfg, path); err != nil {
+				return nil, steps, err
+			}
+			steps += len(path)
+		}
+		if _, err := w.step(in); err != nil {
+			return nil, steps, fmt.Errorf("input %q after %v: %w", in, path, err)
+		}
+		steps++
+		if w.violation != "" {
+			return append(kids, child{input: in, violation: w.violation}), steps, nil
+		}
+		kids = append(kids, child{input: in, hash: w.hash()})
+	}
+	return kids, steps, nil
+}
+
+// replayPath is a new world of cfg after its prefix and path.
+func replayPath(cfg exploreConfig, path []string) (*world, error) {
+	w, err := newWorld(cfg, true)
+	if err != nil {
+		return nil, err
+	}
+	for _, in := range cfg.prefix {
+		if _, err := w.step(in); err != nil {
+			return nil, fmt.Errorf("prefix %q: %w", in, err)
+		}
+		if w.violation != "" {
+			return nil, fmt.Errorf("prefix %q: %s", in, w.violation)
+		}
+	}
+	for _, in := range path {
+		if _, err := w.step(in); err != nil {
+			return nil, fmt.Errorf("replaying %q of %v: %w", in, path, err)
+		}
+	}
+	return w, nil
 }
 
 // inputs lists every input the world offers now, in a fixed order.
