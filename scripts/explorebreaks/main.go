@@ -57,10 +57,21 @@ func main() {
 	only := regexp.MustCompile(*run)
 	dir, err := os.MkdirTemp("", "explorebreaks-")
 	check(err)
-	defer os.RemoveAll(dir)
 	tree := filepath.Join(dir, "tree")
 	check(sh("", "git", "worktree", "add", "--detach", tree, "HEAD"))
-	defer sh("", "git", "worktree", "remove", "--force", tree)
+	missed := report(tree, only)
+	// Not deferred: os.Exit skips deferred calls.
+	check(sh("", "git", "worktree", "remove", "--force", tree))
+	check(os.RemoveAll(dir))
+	if missed > 0 {
+		fmt.Fprintf(os.Stderr, "explorebreaks: %d breaks not found\n", missed)
+		os.Exit(1)
+	}
+}
+
+// report makes each break in tree in turn, prints its row and returns how
+// many were not found.
+func report(tree string, only *regexp.Regexp) int {
 	missed := 0
 	fmt.Printf("| break | rule | file | found by | inputs |\n|---|---|---|---|---|\n")
 	for _, b := range breaks {
@@ -92,10 +103,7 @@ func main() {
 		}
 		fmt.Printf("| %s | %s | %s | **%s** | - |\n", b.name, b.rule, b.file, why)
 	}
-	if missed > 0 {
-		fmt.Fprintf(os.Stderr, "explorebreaks: %d breaks not found\n", missed)
-		os.Exit(1)
-	}
+	return missed
 }
 
 // apply makes b in src: its old text must occur (nth times, if nth is set).
