@@ -117,9 +117,8 @@ func TestExplore(t *testing.T) {
 			cfg.depth = 4
 		}
 		t.Run(cfg.name, func(t *testing.T) {
-			start := time.Now()
-			res := explore(t, cfg)
-			t.Logf("%s: depth %d, %d distinct states, %d steps, %v", cfg.name, res.depth, res.states, res.steps, time.Since(start).Round(time.Millisecond))
+			res := explore(t, cfg) // go test -v prints its time
+			t.Logf("%s: depth %d, %d distinct states, %d steps", cfg.name, res.depth, res.states, res.steps)
 			if res.violation != nil {
 				t.Fatalf("invariant broken after %d inputs:\n%s\n\nas a script (copy into core/testdata):\n\n%s", len(res.violation), res.why, script(t, cfg, res.violation))
 			}
