@@ -58,10 +58,10 @@ func main() {
 	dir, err := os.MkdirTemp("", "explorebreaks-")
 	check(err)
 	tree := filepath.Join(dir, "tree")
-	check(sh("", "git", "worktree", "add", "--detach", tree, "HEAD"))
+	check(git("worktree", "add", "--detach", tree, "HEAD"))
 	missed := report(tree, only)
 	// Not deferred: os.Exit skips deferred calls.
-	check(sh("", "git", "worktree", "remove", "--force", tree))
+	check(git("worktree", "remove", "--force", tree))
 	check(os.RemoveAll(dir))
 	if missed > 0 {
 		fmt.Fprintf(os.Stderr, "explorebreaks: %d breaks not found\n", missed)
@@ -128,11 +128,9 @@ func lastLine(out []byte) string {
 	return lines[len(lines)-1]
 }
 
-func sh(dir string, name string, args ...string) error {
-	cmd := exec.Command(name, args...)
-	cmd.Dir = dir
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("%s %s: %v: %s", name, strings.Join(args, " "), err, out)
+func git(args ...string) error {
+	if out, err := exec.Command("git", args...).CombinedOutput(); err != nil {
+		return fmt.Errorf("git %s: %v: %s", strings.Join(args, " "), err, out)
 	}
 	return nil
 }
