@@ -1,6 +1,7 @@
 package host
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -28,20 +29,57 @@ func (s *engineServer) WatchFinished(stream enginev1.Engine_WatchFinishedServer)
 		}
 		return err
 	}
-	limit, err := batchLimit(first.GetMaxBatchBytes())
+	limit, err := s.open(first)
 	if err != nil {
 		return err
 	}
-	// The opening cursor acknowledges everything below it, if it is this
-	// host process's (rep.ack checks its incarnation).
-	if err := s.h.rep.ack(first.GetIncarnation(), first.GetCursor()); err != nil {
-		return engineErr(fmt.Errorf("watch finished: %w", err))
-	}
 	acks := make(chan error, 1)
 	go func() { acks <- s.readAcks(stream, s.h.rep.incarnation()) }()
+	return s.sendReports(stream, first.GetCursor(), limit, acks)
+}
 
+// StreamFinished is WatchFinished without acknowledgements on the stream:
+// they come by AckFinished. It ends as WatchFinished does, but for the
+// acknowledgements' reasons.
+func (s *engineServer) StreamFinished(first *enginev1.WatchFinishedRequest, stream enginev1.Engine_StreamFinishedServer) error {
+	limit, err := s.open(first)
+	if err != nil {
+		return err
+	}
+	return s.sendReports(stream, first.GetCursor(), limit, nil)
+}
+
+// AckFinished applies one acknowledgement apart from a stream. With no
+// stream to take an incarnation from, a nonzero cursor needs one.
+func (s *engineServer) AckFinished(_ context.Context, r *enginev1.AckFinishedRequest) (*enginev1.Empty, error) {
+	if err := s.h.rep.ack(r.GetIncarnation(), r.GetCursor()); err != nil {
+		return nil, engineErr(fmt.Errorf("ack finished: %w", err))
+	}
+	return &enginev1.Empty{}, nil
+}
+
+// open checks a stream's opening message and applies its cursor, which
+// acknowledges everything below it if it is this host process's
+// (rep.ack checks its incarnation); it returns the batch limit.
+func (s *engineServer) open(first *enginev1.WatchFinishedRequest) (int, error) {
+	limit, err := batchLimit(first.GetMaxBatchBytes())
+	if err != nil {
+		return 0, err
+	}
+	if err := s.h.rep.ack(first.GetIncarnation(), first.GetCursor()); err != nil {
+		return 0, engineErr(fmt.Errorf("watch finished: %w", err))
+	}
+	return limit, nil
+}
+
+// sendReports sends the report log from pos, each batch as soon as the
+// owner added its round, until the stream's context ends, the host stops,
+// or acks (nil: none) yields the acknowledgements' end.
+func (s *engineServer) sendReports(stream interface {
+	Send(*enginev1.Finished) error
+	Context() context.Context
+}, pos uint64, limit int, acks <-chan error) error {
 	ctx := stream.Context()
-	pos := first.GetCursor()
 	for {
 		b, ok, changed := s.h.rep.next(pos, limit)
 		if ok {

@@ -10,7 +10,13 @@ before the next pull. Both hosts run the fake transport with fence=initiated
 sequential ones (latency p50/p99 and their rate), then --concurrency pulls
 kept in flight for --duration seconds (pulls per second), as bench e2e.
 
+With --against-go, each of --rounds rounds runs ``custody bench e2e`` (the
+same pull from the Go client, its own pair of hosts) and then this bench,
+alternating, and the last lines give both medians of the rounds' p50, their
+ratio, and a goal line: the Python pull within 1.5 times the Go one.
+
     .venv/bin/python python/bench/pull.py [--pulls 200] [--concurrency 64]
+    .venv/bin/python python/bench/pull.py --against-go --rounds 5 --concurrency 0
 """
 
 from __future__ import annotations
@@ -18,7 +24,10 @@ from __future__ import annotations
 import argparse
 import itertools
 import os
+import re
 import shutil
+import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -166,19 +175,36 @@ def us(seconds: float) -> str:
     return f"{seconds * 1e6:.1f}us"
 
 
-def main() -> None:
-    """Runs the bench and prints its figures."""
-    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    ap.add_argument("--custody", type=Path, default=custody_binary(), help="the custody binary")
-    ap.add_argument("--pulls", type=int, default=200, help="sequential pulls measured")
-    ap.add_argument("--warmup", type=int, default=20, help="pulls before the measured ones")
-    ap.add_argument("--concurrency", type=int, default=64, help="pulls in flight, rate run")
-    ap.add_argument("--duration", type=float, default=3.0, help="seconds of the rate run")
-    ap.add_argument("--block-size", type=int, default=16 << 10, help="bytes per block")
-    ap.add_argument("--fence", default="initiated", help="the fake's fence parameter")
-    a = ap.parse_args()
-    if a.pulls < 1 or a.concurrency < 0 or a.duration <= 0:
-        ap.error("--pulls must be at least 1, --concurrency at least 0, --duration positive")
+GOAL_RATIO = 1.5
+"""The Python pull's p50 may be at most this times the Go client's."""
+
+
+def go_p50(custody: Path, pulls: int, block_size: int, fence: str) -> float:
+    """The p50 of ``custody bench e2e``'s sequential pulls, in seconds."""
+    out = subprocess.run(
+        [
+            str(custody),
+            "bench",
+            "e2e",
+            f"--pulls={pulls}",
+            f"--block-size={block_size}",
+            f"--param=fence={fence}",
+            "--concurrency=1",
+            "--duration=100ms",
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    m = re.search(r"^e2e pull latency\s+p50 ([0-9.]+)us", out, re.M)
+    if m is None:
+        raise RuntimeError(f"custody bench e2e printed no pull latency:\n{out}")
+    return float(m.group(1)) / 1e6
+
+
+def run(a: argparse.Namespace) -> tuple[list[float], float, float]:
+    """One round on a new pair of hosts: the sequential pulls' latencies,
+    the seconds they took, and the rate run's pulls per second (0 without)."""
     base = "/dev/shm" if os.path.isdir("/dev/shm") else None
     d = Path(tempfile.mkdtemp(prefix="custody-py-bench-", dir=base))
     try:
@@ -201,6 +227,43 @@ def main() -> None:
             pair.stop()
     finally:
         shutil.rmtree(d, ignore_errors=True)
+    return seq, took, rate
+
+
+def main() -> None:
+    """Runs the bench and prints its figures."""
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    ap.add_argument("--custody", type=Path, default=custody_binary(), help="the custody binary")
+    ap.add_argument("--pulls", type=int, default=200, help="sequential pulls measured")
+    ap.add_argument("--warmup", type=int, default=20, help="pulls before the measured ones")
+    ap.add_argument("--concurrency", type=int, default=64, help="pulls in flight, rate run")
+    ap.add_argument("--duration", type=float, default=3.0, help="seconds of the rate run")
+    ap.add_argument("--block-size", type=int, default=16 << 10, help="bytes per block")
+    ap.add_argument("--fence", default="initiated", help="the fake's fence parameter")
+    ap.add_argument("--rounds", type=int, default=1, help="rounds, each on a new pair of hosts")
+    ap.add_argument(
+        "--against-go",
+        action="store_true",
+        help="each round runs custody bench e2e first, and the last lines compare",
+    )
+    a = ap.parse_args()
+    if a.pulls < 1 or a.concurrency < 0 or a.duration <= 0 or a.rounds < 1:
+        ap.error(
+            "--pulls and --rounds must be at least 1, --concurrency at least 0, "
+            "--duration positive"
+        )
+    go: list[float] = []
+    py: list[float] = []
+    for i in range(a.rounds):
+        if a.against_go:
+            go.append(go_p50(a.custody, a.pulls, a.block_size, a.fence))
+        seq, took, rate = run(a)
+        py.append(pct(seq, 50))
+        if a.rounds > 1:
+            line = f"round {i + 1}: py p50 {us(py[-1])}"
+            if go:
+                line += f"  go p50 {us(go[-1])}  ratio {py[-1] / go[-1]:.2f}"
+            print(line, flush=True)
     print(
         f"python bench/pull.py: fake transport, fence={a.fence}, {a.block_size} B blocks, "
         f"Python {sys.version.split()[0]}"
@@ -216,6 +279,14 @@ def main() -> None:
     print(f"py sequential pulls/s {len(seq) / took:.0f}")
     if a.concurrency:
         print(f"py pulls/s at {a.concurrency:<3}    {rate:.0f}")
+    if go:
+        py_m, go_m = statistics.median(py), statistics.median(go)
+        ratio = py_m / go_m
+        print(f"median p50 of {a.rounds} rounds: py {us(py_m)}  go (bench e2e) {us(go_m)}")
+        print(
+            f"goal name=py-pull-vs-go value={ratio:.2f} target={GOAL_RATIO:.2f} "
+            f"met={'yes' if ratio <= GOAL_RATIO else 'no'}"
+        )
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
+import grpc.experimental
 
 from custody.api.engine.v1 import engine_pb2, engine_pb2_grpc
 from custody.errors import (
@@ -51,9 +52,14 @@ __all__ = [
     "new_token",
 ]
 
-DEFAULT_ACK_DELAY = 0.002
+DEFAULT_ACK_DELAY = 0.05
 """Seconds a watch waits, after a report was processed, before it
-acknowledges it (``Client(ack_delay=...)``)."""
+acknowledges it (``Client(ack_delay=...)``). Each acknowledgement is a gRPC
+call, about 0.2 ms of the engine process's CPU in grpc-python: at this
+delay at most 20 a second. What the delay costs is only this: an engine
+process that starts after this one ended gets up to the delay's worth of
+reports this one had processed (this client's own next watch resumes at its
+cursor, which acknowledges them)."""
 
 MAX_ACK_DELAY = 1.0
 """The largest ack delay a Client accepts, in seconds: the host keeps each
@@ -80,6 +86,9 @@ _CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (
     ("grpc.initial_reconnect_backoff_ms", 20),
     ("grpc.min_reconnect_backoff_ms", 20),
     ("grpc.max_reconnect_backoff_ms", 500),
+    # A watch's StreamFinished is read by the thread that iterates it, with
+    # no channel thread between them (see _Stream).
+    (grpc.experimental.ChannelOptions.SingleThreadedUnaryStream, 1),
 )
 
 # A watch reopens a stream that failed with UNAVAILABLE after a backoff that
@@ -561,17 +570,17 @@ class Client:
             self._watching = False
 
 
-class _Requests:
-    """One WatchFinished stream's messages: the opening one, then the
-    acknowledgements. gRPC's thread that sends them iterates it; that thread
-    is the stream's acknowledger: after a report is processed it waits the
-    ack delay, then sends the newest processed cursor. It also cancels the
-    stream once the watch's stop event is set."""
+class _Acker:
+    """One StreamFinished stream's acknowledgements, each an AckFinished call
+    from a thread of the acker's own: after a report is processed it waits
+    the ack delay, then acknowledges the newest processed cursor. It also
+    cancels the stream once the watch's stop event is set. An
+    acknowledgement that fails cancels the stream too, and its error is kept
+    for the watch to act on (the reader's next() sees only the cancel)."""
 
-    def __init__(
-        self, first: engine_pb2.WatchFinishedRequest, delay: float, stop: threading.Event | None
-    ) -> None:
-        self._first: engine_pb2.WatchFinishedRequest | None = first
+    def __init__(self, stub: Any, call: Any, delay: float, stop: threading.Event | None) -> None:
+        self._ack = stub.AckFinished
+        self._call = call
         self._delay = delay
         self._stop = stop
         self._cond = threading.Condition()
@@ -579,51 +588,51 @@ class _Requests:
         self._inc = 0
         self._due: float | None = None  # when to acknowledge _cursor; None: nothing due
         self._ended = False
-        self._call: Any = None
-        self._thread: threading.Thread | None = None
-        self._started = threading.Event()
+        self.error: grpc.RpcError | None = None  # the acknowledgement that failed
+        self.acked = 0  # the cursor last acknowledged (under _cond, notified)
+        self._thread = threading.Thread(target=self._run, name="custody-watch-acks", daemon=True)
+        self._thread.start()
 
-    def __iter__(self) -> _Requests:
-        return self
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                req = self._wait()
+            if req is None:
+                return
+            try:
+                self._ack(req, timeout=_JOIN_TIMEOUT)
+            except grpc.RpcError as e:
+                with self._cond:
+                    self.error, self._ended = e, True
+                self._call.cancel()
+                return
+            with self._cond:
+                self.acked = req.cursor
+                self._cond.notify_all()
 
-    def __next__(self) -> engine_pb2.WatchFinishedRequest:
-        cancel: Any = None
+    def _wait(self) -> engine_pb2.AckFinishedRequest | None:
+        """The next acknowledgement once it is due; None once ended (and the
+        stream cancelled, when it ended for the stop event)."""
+        while True:
+            if self._ended:
+                return None
+            if self._stop is not None and self._stop.is_set():
+                self._ended = True
+                self._call.cancel()
+                return None
+            now = time.monotonic()
+            if self._due is not None and self._due <= now:
+                self._due = None
+                return engine_pb2.AckFinishedRequest(cursor=self._cursor, incarnation=self._inc)
+            wait = None if self._due is None else self._due - now
+            if self._stop is not None:
+                wait = _STOP_POLL if wait is None else min(wait, _STOP_POLL)
+            self._cond.wait(wait)
+
+    def wait_acked(self, cursor: int, timeout: float) -> bool:
+        """Whether cursor was acknowledged within timeout seconds."""
         with self._cond:
-            if self._thread is None:
-                self._thread = threading.current_thread()
-                self._started.set()
-            while True:
-                if self._ended:
-                    raise StopIteration
-                if self._stop is not None and self._stop.is_set():
-                    self._ended = True
-                    cancel = self._call
-                    break
-                if self._first is not None:
-                    m, self._first = self._first, None
-                    return m
-                now = time.monotonic()
-                if self._due is not None and self._due <= now:
-                    self._due = None
-                    return engine_pb2.WatchFinishedRequest(
-                        cursor=self._cursor, incarnation=self._inc
-                    )
-                wait = None if self._due is None else self._due - now
-                if self._stop is not None:
-                    wait = _STOP_POLL if wait is None else min(wait, _STOP_POLL)
-                self._cond.wait(wait)
-        if cancel is not None:
-            cancel.cancel()
-        raise StopIteration
-
-    def attach(self, call: Any) -> None:
-        """Names the stream these are the messages of, for the stop event's
-        cancel."""
-        with self._cond:
-            self._call = call
-            stopped = self._ended and self._stop is not None and self._stop.is_set()
-        if stopped:
-            call.cancel()
+            return self._cond.wait_for(lambda: self.acked >= cursor, timeout)
 
     def processed(self, cursor: int, inc: int) -> None:
         """Records that everything below cursor, of host process inc, was
@@ -635,41 +644,34 @@ class _Requests:
                 self._cond.notify_all()
 
     def end(self) -> None:
-        """Ends the messages; what was not acknowledged yet is left to the
-        next stream's opening cursor."""
+        """Ends the acknowledgements and waits for the thread (an
+        acknowledgement under way, for at most its deadline); what was not
+        acknowledged yet is left to the next stream's opening cursor."""
         with self._cond:
             self._ended = True
             self._cond.notify_all()
-
-    def join(self) -> None:
-        """Waits until gRPC's sending thread is done with these (end, and the
-        stream's cancel, come first)."""
-        if not self._started.wait(_JOIN_TIMEOUT):
-            return
-        t = self._thread
-        if t is not None and t is not threading.current_thread():
-            t.join(_JOIN_TIMEOUT)
+        if self._thread is not threading.current_thread():
+            self._thread.join(_JOIN_TIMEOUT)
 
 
 class _Stream:
-    """One WatchFinished stream, opened at the client's cursor."""
+    """One StreamFinished stream, opened at the client's cursor, and its
+    acknowledger. The stream only receives: with the channel's
+    single-threaded option, gRPC reads it in the thread that iterates it,
+    with no thread of its own."""
 
     def __init__(self, client: Client, stop: threading.Event | None) -> None:
         self.cursor, self.inc = client._position()
         self.next = self.cursor  # where the next batch must start
-        self.requests = _Requests(
-            engine_pb2.WatchFinishedRequest(
-                cursor=self.cursor, incarnation=self.inc, max_batch_bytes=client._max_reply
-            ),
-            client._ack_delay,
-            stop,
+        first = engine_pb2.WatchFinishedRequest(
+            cursor=self.cursor, incarnation=self.inc, max_batch_bytes=client._max_reply
         )
+        stub = client._stub
         try:
-            self.call: Any = client._stub.WatchFinished(self.requests)
+            self.call: Any = stub.StreamFinished(first)
         except ValueError as e:  # a closed channel
-            self.requests.end()
             raise Canceled(f"engine socket {client.socket_path}: the client is closed") from e
-        self.requests.attach(self.call)
+        self.acks = _Acker(stub, self.call, client._ack_delay, stop)
 
     def round(self) -> tuple[Finished, int]:
         """The stream's next whole round and the cursor after it. Raises
@@ -715,15 +717,18 @@ class _Stream:
                 return rnd, self.next
 
     def close(self) -> None:
-        """Cancels the stream and waits until its sending thread is done and
-        gRPC is done with the call (its channel thread, which runs while a
-        stream is open, ends once the channel has no stream left)."""
-        done = threading.Event()
-        self.call.add_done_callback(lambda _: done.set())
+        """Cancels the stream and ends its acknowledger. Called by the one
+        thread that iterates the stream, or with none iterating it."""
         self.call.cancel()
-        self.requests.end()
-        self.requests.join()
-        done.wait(_JOIN_TIMEOUT)
+        self.acks.end()
+        # gRPC frees a single-threaded call once the thread that iterates it
+        # has consumed its every event; after a cancel, next() raises without
+        # consuming what is left, and grpc-python has no public way to, so
+        # each cancelled stream would keep about 20 KiB. Consume it here.
+        consume = getattr(self.call, "_consume_next_event", None)
+        state = getattr(self.call, "_state", None)
+        while consume is not None and state is not None and state.due:
+            consume()
 
 
 class Watch(Iterator[Finished]):
@@ -777,7 +782,7 @@ class Watch(Iterator[Finished]):
         self._pending = None
         self._client._set_position(cursor, inc)
         if self._stream is not None:
-            self._stream.requests.processed(cursor, inc)
+            self._stream.acks.processed(cursor, inc)
 
     def _stopped(self) -> bool:
         return self._closing.is_set() or (self._stop is not None and self._stop.is_set())
@@ -815,7 +820,10 @@ class Watch(Iterator[Finished]):
                 self._end_stream()
                 if self._stopped():
                     raise StopIteration from None
-                err = error_from_rpc(e) if isinstance(e, grpc.RpcError) else e
+                # An acknowledgement that failed cancelled the stream: act
+                # on its error, not on the cancel.
+                cause: grpc.RpcError | Unavailable = stream.acks.error or e
+                err = error_from_rpc(cause) if isinstance(cause, grpc.RpcError) else cause
                 if isinstance(err, HostRestarted):
                     # The host refused a cursor of an earlier host process:
                     # forget it. The next stream opens at 0, which no host

@@ -20,6 +20,7 @@ import pytest
 from conftest import Host, Pair, SocketProxy
 
 import custody
+import custody.client as client_mod
 from custody import (
     Backend,
     BlockRef,
@@ -608,6 +609,62 @@ def test_watch_redelivers_an_unprocessed_report(custody_pair: Pair) -> None:
     start_pull(custody_pair, "re-4", src[3:], dst[3:])
     with d.api.watch_finished(stop=stop) as w:
         assert next_within(w, stop).finished_recving == ["re-4"]
+
+
+def test_watch_acknowledges_what_it_processed(custody_pair: Pair) -> None:
+    p, d = custody_pair.prefill, custody_pair.decode
+    src, dst = p.api.alloc(p.pool, 2), d.api.alloc(d.pool, 2)
+    stop = threading.Event()
+    with Client(d.socket, ack_delay=0) as a:
+        start_pull(custody_pair, "ack-1", src[:1], dst[:1])
+        w = a.watch_finished(stop=stop)
+        assert next_within(w, stop).finished_recving == ["ack-1"]
+        w.processed()
+        stream = w._stream
+        assert stream is not None
+        cursor = a.watch_position[0]
+        assert stream.acks.wait_acked(cursor, WAIT), "ack-1 was not acknowledged"
+        # The host forgot ack-1: another client's first report is ack-2.
+        start_pull(custody_pair, "ack-2", src[1:], dst[1:])
+        with Client(d.socket) as b, b.watch_finished(stop=stop) as wb:
+            assert next_within(wb, stop).finished_recving == ["ack-2"]
+        w.close()
+
+
+def test_a_closed_watch_leaves_no_call_behind(
+    custody_pair: Pair, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A cancelled stream is freed by gRPC only once its every event was
+    # consumed (see _Stream.close): each way a watch ends leaves none due.
+    streams: list[client_mod._Stream] = []
+    close = client_mod._Stream.close
+
+    def recording(self: client_mod._Stream) -> None:
+        streams.append(self)
+        close(self)
+
+    monkeypatch.setattr(client_mod._Stream, "close", recording)
+    p, d = custody_pair.prefill, custody_pair.decode
+    src, dst = p.api.alloc(p.pool, 2), d.api.alloc(d.pool, 2)
+    for i, how in enumerate(("stop", "close")):
+        stop = threading.Event()
+        w = d.api.watch_finished(stop=stop)
+        # A report first, so the stream is open and the next() below waits
+        # on it.
+        start_pull(custody_pair, f"left-{how}", src[i : i + 1], dst[i : i + 1])
+        assert next_within(w, stop).finished_recving == [f"left-{how}"]
+        t = threading.Thread(target=lambda w=w: list(w))
+        t.start()
+        if how == "stop":
+            stop.set()
+        else:
+            w.close()
+        t.join(WAIT)
+        assert not t.is_alive(), how
+        w.close()
+    assert len(streams) == 2
+    for s in streams:
+        assert not s.call._state.due, f"a closed stream still waits for {s.call._state.due}"
 
 
 def test_second_watch_raises_watching(custody_pair: Pair) -> None:

@@ -1061,6 +1061,59 @@ func (x *WatchFinishedRequest) GetIncarnation() uint64 {
 	return 0
 }
 
+// AckFinishedRequest: cursor and incarnation as a WatchFinishedRequest's.
+type AckFinishedRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Cursor        uint64                 `protobuf:"varint,1,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	Incarnation   uint64                 `protobuf:"varint,2,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AckFinishedRequest) Reset() {
+	*x = AckFinishedRequest{}
+	mi := &file_api_engine_v1_engine_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AckFinishedRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AckFinishedRequest) ProtoMessage() {}
+
+func (x *AckFinishedRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_engine_v1_engine_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AckFinishedRequest.ProtoReflect.Descriptor instead.
+func (*AckFinishedRequest) Descriptor() ([]byte, []int) {
+	return file_api_engine_v1_engine_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *AckFinishedRequest) GetCursor() uint64 {
+	if x != nil {
+		return x.Cursor
+	}
+	return 0
+}
+
+func (x *AckFinishedRequest) GetIncarnation() uint64 {
+	if x != nil {
+		return x.Incarnation
+	}
+	return 0
+}
+
 type BlockRef struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Pool          uint32                 `protobuf:"varint,1,opt,name=pool,proto3" json:"pool,omitempty"`
@@ -1071,7 +1124,7 @@ type BlockRef struct {
 
 func (x *BlockRef) Reset() {
 	*x = BlockRef{}
-	mi := &file_api_engine_v1_engine_proto_msgTypes[16]
+	mi := &file_api_engine_v1_engine_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1083,7 +1136,7 @@ func (x *BlockRef) String() string {
 func (*BlockRef) ProtoMessage() {}
 
 func (x *BlockRef) ProtoReflect() protoreflect.Message {
-	mi := &file_api_engine_v1_engine_proto_msgTypes[16]
+	mi := &file_api_engine_v1_engine_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1096,7 +1149,7 @@ func (x *BlockRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockRef.ProtoReflect.Descriptor instead.
 func (*BlockRef) Descriptor() ([]byte, []int) {
-	return file_api_engine_v1_engine_proto_rawDescGZIP(), []int{16}
+	return file_api_engine_v1_engine_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *BlockRef) GetPool() uint32 {
@@ -1124,7 +1177,7 @@ type Failure struct {
 
 func (x *Failure) Reset() {
 	*x = Failure{}
-	mi := &file_api_engine_v1_engine_proto_msgTypes[17]
+	mi := &file_api_engine_v1_engine_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1136,7 +1189,7 @@ func (x *Failure) String() string {
 func (*Failure) ProtoMessage() {}
 
 func (x *Failure) ProtoReflect() protoreflect.Message {
-	mi := &file_api_engine_v1_engine_proto_msgTypes[17]
+	mi := &file_api_engine_v1_engine_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1149,7 +1202,7 @@ func (x *Failure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Failure.ProtoReflect.Descriptor instead.
 func (*Failure) Descriptor() ([]byte, []int) {
-	return file_api_engine_v1_engine_proto_rawDescGZIP(), []int{17}
+	return file_api_engine_v1_engine_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Failure) GetRequestId() string {
@@ -1204,7 +1257,7 @@ type Finished struct {
 
 func (x *Finished) Reset() {
 	*x = Finished{}
-	mi := &file_api_engine_v1_engine_proto_msgTypes[18]
+	mi := &file_api_engine_v1_engine_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1216,7 +1269,7 @@ func (x *Finished) String() string {
 func (*Finished) ProtoMessage() {}
 
 func (x *Finished) ProtoReflect() protoreflect.Message {
-	mi := &file_api_engine_v1_engine_proto_msgTypes[18]
+	mi := &file_api_engine_v1_engine_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1229,7 +1282,7 @@ func (x *Finished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Finished.ProtoReflect.Descriptor instead.
 func (*Finished) Descriptor() ([]byte, []int) {
-	return file_api_engine_v1_engine_proto_rawDescGZIP(), []int{18}
+	return file_api_engine_v1_engine_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Finished) GetFinishedSending() []string {
@@ -1303,7 +1356,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_api_engine_v1_engine_proto_msgTypes[19]
+	mi := &file_api_engine_v1_engine_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1315,7 +1368,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_engine_v1_engine_proto_msgTypes[19]
+	mi := &file_api_engine_v1_engine_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1328,7 +1381,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_api_engine_v1_engine_proto_rawDescGZIP(), []int{19}
+	return file_api_engine_v1_engine_proto_rawDescGZIP(), []int{20}
 }
 
 type StatusResponse struct {
@@ -1377,7 +1430,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_api_engine_v1_engine_proto_msgTypes[20]
+	mi := &file_api_engine_v1_engine_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1389,7 +1442,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_engine_v1_engine_proto_msgTypes[20]
+	mi := &file_api_engine_v1_engine_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1402,7 +1455,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_api_engine_v1_engine_proto_rawDescGZIP(), []int{20}
+	return file_api_engine_v1_engine_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *StatusResponse) GetName() string {
@@ -1654,7 +1707,10 @@ const file_api_engine_v1_engine_proto_rawDesc = "" +
 	"\x14WatchFinishedRequest\x12\x16\n" +
 	"\x06cursor\x18\x01 \x01(\x04R\x06cursor\x12&\n" +
 	"\x0fmax_batch_bytes\x18\x02 \x01(\rR\rmaxBatchBytes\x12 \n" +
-	"\vincarnation\x18\x03 \x01(\x04R\vincarnation\"4\n" +
+	"\vincarnation\x18\x03 \x01(\x04R\vincarnation\"N\n" +
+	"\x12AckFinishedRequest\x12\x16\n" +
+	"\x06cursor\x18\x01 \x01(\x04R\x06cursor\x12 \n" +
+	"\vincarnation\x18\x02 \x01(\x04R\vincarnation\"4\n" +
 	"\bBlockRef\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\rR\x04pool\x12\x14\n" +
 	"\x05block\x18\x02 \x01(\rR\x05block\"Z\n" +
@@ -1702,7 +1758,7 @@ const file_api_engine_v1_engine_proto_rawDesc = "" +
 	"groupReads\x12#\n" +
 	"\rgroup_expired\x18\x17 \x01(\x04R\fgroupExpired\x12 \n" +
 	"\vincarnation\x18\x18 \x01(\x04R\vincarnation\x12<\n" +
-	"\x1aengine_connections_refused\x18\x19 \x01(\x04R\x18engineConnectionsRefused2\xba\a\n" +
+	"\x1aengine_connections_refused\x18\x19 \x01(\x04R\x18engineConnectionsRefused2\xe4\b\n" +
 	"\x06Engine\x12_\n" +
 	"\fRegisterPool\x12&.custody.engine.v1.RegisterPoolRequest\x1a'.custody.engine.v1.RegisterPoolResponse\x12J\n" +
 	"\x05Alloc\x12\x1f.custody.engine.v1.AllocRequest\x1a .custody.engine.v1.AllocResponse\x12@\n" +
@@ -1716,7 +1772,9 @@ const file_api_engine_v1_engine_proto_rawDesc = "" +
 	"ExpectSend\x12$.custody.engine.v1.ExpectSendRequest\x1a\x18.custody.engine.v1.Empty\x12R\n" +
 	"\rExpectReceive\x12'.custody.engine.v1.ExpectReceiveRequest\x1a\x18.custody.engine.v1.Empty\x12Q\n" +
 	"\vGetFinished\x12%.custody.engine.v1.GetFinishedRequest\x1a\x1b.custody.engine.v1.Finished\x12Y\n" +
-	"\rWatchFinished\x12'.custody.engine.v1.WatchFinishedRequest\x1a\x1b.custody.engine.v1.Finished(\x010\x01\x12M\n" +
+	"\rWatchFinished\x12'.custody.engine.v1.WatchFinishedRequest\x1a\x1b.custody.engine.v1.Finished(\x010\x01\x12X\n" +
+	"\x0eStreamFinished\x12'.custody.engine.v1.WatchFinishedRequest\x1a\x1b.custody.engine.v1.Finished0\x01\x12N\n" +
+	"\vAckFinished\x12%.custody.engine.v1.AckFinishedRequest\x1a\x18.custody.engine.v1.Empty\x12M\n" +
 	"\x06Status\x12 .custody.engine.v1.StatusRequest\x1a!.custody.engine.v1.StatusResponseB7Z5github.com/custody-dev/custody/api/engine/v1;enginev1b\x06proto3"
 
 var (
@@ -1731,7 +1789,7 @@ func file_api_engine_v1_engine_proto_rawDescGZIP() []byte {
 	return file_api_engine_v1_engine_proto_rawDescData
 }
 
-var file_api_engine_v1_engine_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_api_engine_v1_engine_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_api_engine_v1_engine_proto_goTypes = []any{
 	(*Empty)(nil),                // 0: custody.engine.v1.Empty
 	(*RegisterPoolRequest)(nil),  // 1: custody.engine.v1.RegisterPoolRequest
@@ -1749,19 +1807,20 @@ var file_api_engine_v1_engine_proto_goTypes = []any{
 	(*ExpectReceiveRequest)(nil), // 13: custody.engine.v1.ExpectReceiveRequest
 	(*GetFinishedRequest)(nil),   // 14: custody.engine.v1.GetFinishedRequest
 	(*WatchFinishedRequest)(nil), // 15: custody.engine.v1.WatchFinishedRequest
-	(*BlockRef)(nil),             // 16: custody.engine.v1.BlockRef
-	(*Failure)(nil),              // 17: custody.engine.v1.Failure
-	(*Finished)(nil),             // 18: custody.engine.v1.Finished
-	(*StatusRequest)(nil),        // 19: custody.engine.v1.StatusRequest
-	(*StatusResponse)(nil),       // 20: custody.engine.v1.StatusResponse
+	(*AckFinishedRequest)(nil),   // 16: custody.engine.v1.AckFinishedRequest
+	(*BlockRef)(nil),             // 17: custody.engine.v1.BlockRef
+	(*Failure)(nil),              // 18: custody.engine.v1.Failure
+	(*Finished)(nil),             // 19: custody.engine.v1.Finished
+	(*StatusRequest)(nil),        // 20: custody.engine.v1.StatusRequest
+	(*StatusResponse)(nil),       // 21: custody.engine.v1.StatusResponse
 }
 var file_api_engine_v1_engine_proto_depIdxs = []int32{
 	6,  // 0: custody.engine.v1.ConnectPeerRequest.ranks:type_name -> custody.engine.v1.RemoteRank
 	9,  // 1: custody.engine.v1.ReadRequest.parts:type_name -> custody.engine.v1.Part
 	9,  // 2: custody.engine.v1.WriteRequest.parts:type_name -> custody.engine.v1.Part
-	17, // 3: custody.engine.v1.Finished.failed:type_name -> custody.engine.v1.Failure
-	16, // 4: custody.engine.v1.Finished.invalid_blocks:type_name -> custody.engine.v1.BlockRef
-	16, // 5: custody.engine.v1.Finished.quarantined:type_name -> custody.engine.v1.BlockRef
+	18, // 3: custody.engine.v1.Finished.failed:type_name -> custody.engine.v1.Failure
+	17, // 4: custody.engine.v1.Finished.invalid_blocks:type_name -> custody.engine.v1.BlockRef
+	17, // 5: custody.engine.v1.Finished.quarantined:type_name -> custody.engine.v1.BlockRef
 	1,  // 6: custody.engine.v1.Engine.RegisterPool:input_type -> custody.engine.v1.RegisterPoolRequest
 	3,  // 7: custody.engine.v1.Engine.Alloc:input_type -> custody.engine.v1.AllocRequest
 	5,  // 8: custody.engine.v1.Engine.Free:input_type -> custody.engine.v1.FreeRequest
@@ -1773,21 +1832,25 @@ var file_api_engine_v1_engine_proto_depIdxs = []int32{
 	13, // 14: custody.engine.v1.Engine.ExpectReceive:input_type -> custody.engine.v1.ExpectReceiveRequest
 	14, // 15: custody.engine.v1.Engine.GetFinished:input_type -> custody.engine.v1.GetFinishedRequest
 	15, // 16: custody.engine.v1.Engine.WatchFinished:input_type -> custody.engine.v1.WatchFinishedRequest
-	19, // 17: custody.engine.v1.Engine.Status:input_type -> custody.engine.v1.StatusRequest
-	2,  // 18: custody.engine.v1.Engine.RegisterPool:output_type -> custody.engine.v1.RegisterPoolResponse
-	4,  // 19: custody.engine.v1.Engine.Alloc:output_type -> custody.engine.v1.AllocResponse
-	0,  // 20: custody.engine.v1.Engine.Free:output_type -> custody.engine.v1.Empty
-	0,  // 21: custody.engine.v1.Engine.ConnectPeer:output_type -> custody.engine.v1.Empty
-	0,  // 22: custody.engine.v1.Engine.RemovePeer:output_type -> custody.engine.v1.Empty
-	0,  // 23: custody.engine.v1.Engine.Read:output_type -> custody.engine.v1.Empty
-	0,  // 24: custody.engine.v1.Engine.Write:output_type -> custody.engine.v1.Empty
-	0,  // 25: custody.engine.v1.Engine.ExpectSend:output_type -> custody.engine.v1.Empty
-	0,  // 26: custody.engine.v1.Engine.ExpectReceive:output_type -> custody.engine.v1.Empty
-	18, // 27: custody.engine.v1.Engine.GetFinished:output_type -> custody.engine.v1.Finished
-	18, // 28: custody.engine.v1.Engine.WatchFinished:output_type -> custody.engine.v1.Finished
-	20, // 29: custody.engine.v1.Engine.Status:output_type -> custody.engine.v1.StatusResponse
-	18, // [18:30] is the sub-list for method output_type
-	6,  // [6:18] is the sub-list for method input_type
+	15, // 17: custody.engine.v1.Engine.StreamFinished:input_type -> custody.engine.v1.WatchFinishedRequest
+	16, // 18: custody.engine.v1.Engine.AckFinished:input_type -> custody.engine.v1.AckFinishedRequest
+	20, // 19: custody.engine.v1.Engine.Status:input_type -> custody.engine.v1.StatusRequest
+	2,  // 20: custody.engine.v1.Engine.RegisterPool:output_type -> custody.engine.v1.RegisterPoolResponse
+	4,  // 21: custody.engine.v1.Engine.Alloc:output_type -> custody.engine.v1.AllocResponse
+	0,  // 22: custody.engine.v1.Engine.Free:output_type -> custody.engine.v1.Empty
+	0,  // 23: custody.engine.v1.Engine.ConnectPeer:output_type -> custody.engine.v1.Empty
+	0,  // 24: custody.engine.v1.Engine.RemovePeer:output_type -> custody.engine.v1.Empty
+	0,  // 25: custody.engine.v1.Engine.Read:output_type -> custody.engine.v1.Empty
+	0,  // 26: custody.engine.v1.Engine.Write:output_type -> custody.engine.v1.Empty
+	0,  // 27: custody.engine.v1.Engine.ExpectSend:output_type -> custody.engine.v1.Empty
+	0,  // 28: custody.engine.v1.Engine.ExpectReceive:output_type -> custody.engine.v1.Empty
+	19, // 29: custody.engine.v1.Engine.GetFinished:output_type -> custody.engine.v1.Finished
+	19, // 30: custody.engine.v1.Engine.WatchFinished:output_type -> custody.engine.v1.Finished
+	19, // 31: custody.engine.v1.Engine.StreamFinished:output_type -> custody.engine.v1.Finished
+	0,  // 32: custody.engine.v1.Engine.AckFinished:output_type -> custody.engine.v1.Empty
+	21, // 33: custody.engine.v1.Engine.Status:output_type -> custody.engine.v1.StatusResponse
+	20, // [20:34] is the sub-list for method output_type
+	6,  // [6:20] is the sub-list for method input_type
 	6,  // [6:6] is the sub-list for extension type_name
 	6,  // [6:6] is the sub-list for extension extendee
 	0,  // [0:6] is the sub-list for field type_name
@@ -1804,7 +1867,7 @@ func file_api_engine_v1_engine_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_engine_v1_engine_proto_rawDesc), len(file_api_engine_v1_engine_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   21,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -47,18 +47,20 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Engine_RegisterPool_FullMethodName  = "/custody.engine.v1.Engine/RegisterPool"
-	Engine_Alloc_FullMethodName         = "/custody.engine.v1.Engine/Alloc"
-	Engine_Free_FullMethodName          = "/custody.engine.v1.Engine/Free"
-	Engine_ConnectPeer_FullMethodName   = "/custody.engine.v1.Engine/ConnectPeer"
-	Engine_RemovePeer_FullMethodName    = "/custody.engine.v1.Engine/RemovePeer"
-	Engine_Read_FullMethodName          = "/custody.engine.v1.Engine/Read"
-	Engine_Write_FullMethodName         = "/custody.engine.v1.Engine/Write"
-	Engine_ExpectSend_FullMethodName    = "/custody.engine.v1.Engine/ExpectSend"
-	Engine_ExpectReceive_FullMethodName = "/custody.engine.v1.Engine/ExpectReceive"
-	Engine_GetFinished_FullMethodName   = "/custody.engine.v1.Engine/GetFinished"
-	Engine_WatchFinished_FullMethodName = "/custody.engine.v1.Engine/WatchFinished"
-	Engine_Status_FullMethodName        = "/custody.engine.v1.Engine/Status"
+	Engine_RegisterPool_FullMethodName   = "/custody.engine.v1.Engine/RegisterPool"
+	Engine_Alloc_FullMethodName          = "/custody.engine.v1.Engine/Alloc"
+	Engine_Free_FullMethodName           = "/custody.engine.v1.Engine/Free"
+	Engine_ConnectPeer_FullMethodName    = "/custody.engine.v1.Engine/ConnectPeer"
+	Engine_RemovePeer_FullMethodName     = "/custody.engine.v1.Engine/RemovePeer"
+	Engine_Read_FullMethodName           = "/custody.engine.v1.Engine/Read"
+	Engine_Write_FullMethodName          = "/custody.engine.v1.Engine/Write"
+	Engine_ExpectSend_FullMethodName     = "/custody.engine.v1.Engine/ExpectSend"
+	Engine_ExpectReceive_FullMethodName  = "/custody.engine.v1.Engine/ExpectReceive"
+	Engine_GetFinished_FullMethodName    = "/custody.engine.v1.Engine/GetFinished"
+	Engine_WatchFinished_FullMethodName  = "/custody.engine.v1.Engine/WatchFinished"
+	Engine_StreamFinished_FullMethodName = "/custody.engine.v1.Engine/StreamFinished"
+	Engine_AckFinished_FullMethodName    = "/custody.engine.v1.Engine/AckFinished"
+	Engine_Status_FullMethodName         = "/custody.engine.v1.Engine/Status"
 )
 
 // EngineClient is the client API for Engine service.
@@ -94,6 +96,22 @@ type EngineClient interface {
 	// only when acknowledged; a stream that ends for any reason loses nothing:
 	// open another from the engine's cursor.
 	WatchFinished(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[WatchFinishedRequest, Finished], error)
+	// StreamFinished is WatchFinished with its acknowledgements sent apart,
+	// by AckFinished: the engine's one message opens it as WatchFinished's
+	// first does, and the host sends the same batches, in the same order and
+	// on the same terms. It is for gRPC stacks where a stream that carries
+	// messages both ways costs a thread for each way (grpc-python's
+	// synchronous API); a stream that only receives needs none of its own.
+	StreamFinished(ctx context.Context, in *WatchFinishedRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[Finished], error)
+	// AckFinished acknowledges every report below cursor: the engine
+	// processed them and the host removes them, as a WatchFinished
+	// acknowledgement does, whichever stream they came on. The incarnation
+	// is required with a nonzero cursor (there is no stream to take it
+	// from); one of another host process is refused with Aborted, a cursor
+	// the host never issued with InvalidArgument, and neither changes
+	// anything. A cursor at or below what is acknowledged already changes
+	// nothing.
+	AckFinished(ctx context.Context, in *AckFinishedRequest, opts ...grpc.CallOption) (*Empty, error)
 	Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*StatusResponse, error)
 }
 
@@ -218,6 +236,35 @@ func (c *engineClient) WatchFinished(ctx context.Context, opts ...grpc.CallOptio
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Engine_WatchFinishedClient = grpc.BidiStreamingClient[WatchFinishedRequest, Finished]
 
+func (c *engineClient) StreamFinished(ctx context.Context, in *WatchFinishedRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[Finished], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Engine_ServiceDesc.Streams[1], Engine_StreamFinished_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WatchFinishedRequest, Finished]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Engine_StreamFinishedClient = grpc.ServerStreamingClient[Finished]
+
+func (c *engineClient) AckFinished(ctx context.Context, in *AckFinishedRequest, opts ...grpc.CallOption) (*Empty, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Empty)
+	err := c.cc.Invoke(ctx, Engine_AckFinished_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *engineClient) Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*StatusResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(StatusResponse)
@@ -261,6 +308,22 @@ type EngineServer interface {
 	// only when acknowledged; a stream that ends for any reason loses nothing:
 	// open another from the engine's cursor.
 	WatchFinished(grpc.BidiStreamingServer[WatchFinishedRequest, Finished]) error
+	// StreamFinished is WatchFinished with its acknowledgements sent apart,
+	// by AckFinished: the engine's one message opens it as WatchFinished's
+	// first does, and the host sends the same batches, in the same order and
+	// on the same terms. It is for gRPC stacks where a stream that carries
+	// messages both ways costs a thread for each way (grpc-python's
+	// synchronous API); a stream that only receives needs none of its own.
+	StreamFinished(*WatchFinishedRequest, grpc.ServerStreamingServer[Finished]) error
+	// AckFinished acknowledges every report below cursor: the engine
+	// processed them and the host removes them, as a WatchFinished
+	// acknowledgement does, whichever stream they came on. The incarnation
+	// is required with a nonzero cursor (there is no stream to take it
+	// from); one of another host process is refused with Aborted, a cursor
+	// the host never issued with InvalidArgument, and neither changes
+	// anything. A cursor at or below what is acknowledged already changes
+	// nothing.
+	AckFinished(context.Context, *AckFinishedRequest) (*Empty, error)
 	Status(context.Context, *StatusRequest) (*StatusResponse, error)
 	mustEmbedUnimplementedEngineServer()
 }
@@ -304,6 +367,12 @@ func (UnimplementedEngineServer) GetFinished(context.Context, *GetFinishedReques
 }
 func (UnimplementedEngineServer) WatchFinished(grpc.BidiStreamingServer[WatchFinishedRequest, Finished]) error {
 	return status.Errorf(codes.Unimplemented, "method WatchFinished not implemented")
+}
+func (UnimplementedEngineServer) StreamFinished(*WatchFinishedRequest, grpc.ServerStreamingServer[Finished]) error {
+	return status.Errorf(codes.Unimplemented, "method StreamFinished not implemented")
+}
+func (UnimplementedEngineServer) AckFinished(context.Context, *AckFinishedRequest) (*Empty, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method AckFinished not implemented")
 }
 func (UnimplementedEngineServer) Status(context.Context, *StatusRequest) (*StatusResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Status not implemented")
@@ -516,6 +585,35 @@ func _Engine_WatchFinished_Handler(srv interface{}, stream grpc.ServerStream) er
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Engine_WatchFinishedServer = grpc.BidiStreamingServer[WatchFinishedRequest, Finished]
 
+func _Engine_StreamFinished_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(WatchFinishedRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(EngineServer).StreamFinished(m, &grpc.GenericServerStream[WatchFinishedRequest, Finished]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Engine_StreamFinishedServer = grpc.ServerStreamingServer[Finished]
+
+func _Engine_AckFinished_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AckFinishedRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(EngineServer).AckFinished(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Engine_AckFinished_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(EngineServer).AckFinished(ctx, req.(*AckFinishedRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Engine_Status_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(StatusRequest)
 	if err := dec(in); err != nil {
@@ -582,6 +680,10 @@ var Engine_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _Engine_GetFinished_Handler,
 		},
 		{
+			MethodName: "AckFinished",
+			Handler:    _Engine_AckFinished_Handler,
+		},
+		{
 			MethodName: "Status",
 			Handler:    _Engine_Status_Handler,
 		},
@@ -592,6 +694,11 @@ var Engine_ServiceDesc = grpc.ServiceDesc{
 			Handler:       _Engine_WatchFinished_Handler,
 			ServerStreams: true,
 			ClientStreams: true,
+		},
+		{
+			StreamName:    "StreamFinished",
+			Handler:       _Engine_StreamFinished_Handler,
+			ServerStreams: true,
 		},
 	},
 	Metadata: "api/engine/v1/engine.proto",

@@ -166,6 +166,14 @@ class WatchFinishedRequest(_message.Message):
     incarnation: int
     def __init__(self, cursor: _Optional[int] = ..., max_batch_bytes: _Optional[int] = ..., incarnation: _Optional[int] = ...) -> None: ...
 
+class AckFinishedRequest(_message.Message):
+    __slots__ = ("cursor", "incarnation")
+    CURSOR_FIELD_NUMBER: _ClassVar[int]
+    INCARNATION_FIELD_NUMBER: _ClassVar[int]
+    cursor: int
+    incarnation: int
+    def __init__(self, cursor: _Optional[int] = ..., incarnation: _Optional[int] = ...) -> None: ...
+
 class BlockRef(_message.Message):
     __slots__ = ("pool", "block")
     POOL_FIELD_NUMBER: _ClassVar[int]

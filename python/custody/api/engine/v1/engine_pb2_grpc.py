@@ -89,6 +89,16 @@ class EngineStub:
                 request_serializer=custody_dot_api_dot_engine_dot_v1_dot_engine__pb2.WatchFinishedRequest.SerializeToString,
                 response_deserializer=custody_dot_api_dot_engine_dot_v1_dot_engine__pb2.Finished.FromString,
                 _registered_method=True)
+        self.StreamFinished = channel.unary_stream(
+                '/custody.engine.v1.Engine/StreamFinished',
+                request_serializer=custody_dot_api_dot_engine_dot_v1_dot_engine__pb2.WatchFinishedRequest.SerializeToString,
+                response_deserializer=custody_dot_api_dot_engine_dot_v1_dot_engine__pb2.Finished.FromString,
+                _registered_method=True)
+        self.AckFinished = channel.unary_unary(
+                '/custody.engine.v1.Engine/AckFinished',
+                request_serializer=custody_dot_api_dot_engine_dot_v1_dot_engine__pb2.AckFinishedRequest.SerializeToString,
+                response_deserializer=custody_dot_api_dot_engine_dot_v1_dot_engine__pb2.Empty.FromString,
+                _registered_method=True)
         self.Status = channel.unary_unary(
                 '/custody.engine.v1.Engine/Status',
                 request_serializer=custody_dot_api_dot_engine_dot_v1_dot_engine__pb2.StatusRequest.SerializeToString,
@@ -183,6 +193,32 @@ class EngineServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def StreamFinished(self, request, context):
+        """StreamFinished is WatchFinished with its acknowledgements sent apart,
+        by AckFinished: the engine's one message opens it as WatchFinished's
+        first does, and the host sends the same batches, in the same order and
+        on the same terms. It is for gRPC stacks where a stream that carries
+        messages both ways costs a thread for each way (grpc-python's
+        synchronous API); a stream that only receives needs none of its own.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AckFinished(self, request, context):
+        """AckFinished acknowledges every report below cursor: the engine
+        processed them and the host removes them, as a WatchFinished
+        acknowledgement does, whichever stream they came on. The incarnation
+        is required with a nonzero cursor (there is no stream to take it
+        from); one of another host process is refused with Aborted, a cursor
+        the host never issued with InvalidArgument, and neither changes
+        anything. A cursor at or below what is acknowledged already changes
+        nothing.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Status(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -246,6 +282,16 @@ def add_EngineServicer_to_server(servicer, server):
                     servicer.WatchFinished,
                     request_deserializer=custody_dot_api_dot_engine_dot_v1_dot_engine__pb2.WatchFinishedRequest.FromString,
                     response_serializer=custody_dot_api_dot_engine_dot_v1_dot_engine__pb2.Finished.SerializeToString,
+            ),
+            'StreamFinished': grpc.unary_stream_rpc_method_handler(
+                    servicer.StreamFinished,
+                    request_deserializer=custody_dot_api_dot_engine_dot_v1_dot_engine__pb2.WatchFinishedRequest.FromString,
+                    response_serializer=custody_dot_api_dot_engine_dot_v1_dot_engine__pb2.Finished.SerializeToString,
+            ),
+            'AckFinished': grpc.unary_unary_rpc_method_handler(
+                    servicer.AckFinished,
+                    request_deserializer=custody_dot_api_dot_engine_dot_v1_dot_engine__pb2.AckFinishedRequest.FromString,
+                    response_serializer=custody_dot_api_dot_engine_dot_v1_dot_engine__pb2.Empty.SerializeToString,
             ),
             'Status': grpc.unary_unary_rpc_method_handler(
                     servicer.Status,
@@ -550,6 +596,60 @@ class Engine:
             '/custody.engine.v1.Engine/WatchFinished',
             custody_dot_api_dot_engine_dot_v1_dot_engine__pb2.WatchFinishedRequest.SerializeToString,
             custody_dot_api_dot_engine_dot_v1_dot_engine__pb2.Finished.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StreamFinished(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/custody.engine.v1.Engine/StreamFinished',
+            custody_dot_api_dot_engine_dot_v1_dot_engine__pb2.WatchFinishedRequest.SerializeToString,
+            custody_dot_api_dot_engine_dot_v1_dot_engine__pb2.Finished.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AckFinished(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/custody.engine.v1.Engine/AckFinished',
+            custody_dot_api_dot_engine_dot_v1_dot_engine__pb2.AckFinishedRequest.SerializeToString,
+            custody_dot_api_dot_engine_dot_v1_dot_engine__pb2.Empty.FromString,
             options,
             channel_credentials,
             insecure,
