@@ -196,7 +196,7 @@ def go_p50(custody: Path, pulls: int, block_size: int, fence: str) -> float:
         capture_output=True,
         text=True,
     ).stdout
-    m = re.search(r"^e2e pull latency\s+p50 ([0-9.]+)us", out, re.M)
+    m = re.search(r"^e2e pull latency\s+p50 ([0-9.]+)us", out, re.MULTILINE)
     if m is None:
         raise RuntimeError(f"custody bench e2e printed no pull latency:\n{out}")
     return float(m.group(1)) / 1e6
