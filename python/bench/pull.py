@@ -249,8 +249,7 @@ def main() -> None:
     a = ap.parse_args()
     if a.pulls < 1 or a.concurrency < 0 or a.duration <= 0 or a.rounds < 1:
         ap.error(
-            "--pulls and --rounds must be at least 1, --concurrency at least 0, "
-            "--duration positive"
+            "--pulls and --rounds must be at least 1, --concurrency at least 0, --duration positive"
         )
     go: list[float] = []
     py: list[float] = []
