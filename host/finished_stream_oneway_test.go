@@ -8,19 +8,9 @@ import (
 	enginev1 "github.com/custody-dev/custody/api/engine/v1"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 )
-
-// engineStub is a raw engine API client of rs, closed with the test.
-func (rs *reportServer) engineStub() enginev1.EngineClient {
-	conn, err := grpc.NewClient("unix://"+rs.socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	require.NoError(rs.t, err)
-	rs.t.Cleanup(func() { conn.Close() })
-	return enginev1.NewEngineClient(conn)
-}
 
 // StreamFinished sends what WatchFinished sends, from the opening cursor,
 // and only AckFinished removes it: a second stream from the same cursor

@@ -23,7 +23,7 @@ func TestWatchFinishedDeliversAgainAReplyTheEngineNeverAcknowledged(t *testing.T
 	rs.h.rep.add(recvRound("r1"))
 
 	ctx, cancel := context.WithCancel(context.Background())
-	st, _ := rs.raw(ctx, &enginev1.WatchFinishedRequest{})
+	st := rs.raw(ctx, &enginev1.WatchFinishedRequest{})
 	b, err := st.Recv()
 	require.NoError(t, err)
 	require.Equal(t, []string{"r1"}, b.GetFinishedRecving(), "the host sent the report")
@@ -63,7 +63,7 @@ func TestWatchFinishedLosesNothingWhenTheConnectionDropsMidRound(t *testing.T) {
 	rd, ids := bigRound(40, 20)
 	rs.h.rep.add(rd)
 
-	st, _ := rs.raw(context.Background(), &enginev1.WatchFinishedRequest{MaxBatchBytes: MinBatchBytes})
+	st := rs.raw(context.Background(), &enginev1.WatchFinishedRequest{MaxBatchBytes: MinBatchBytes})
 	b, err := st.Recv()
 	require.NoError(t, err)
 	require.True(t, b.GetMore(), "the first part of a split round")
@@ -137,7 +137,7 @@ func TestWatchFinishedRefusesBadInputAndChangesNothing(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second) // bounds a failure
 			defer cancel()
-			st, _ := rs.raw(ctx, req)
+			st := rs.raw(ctx, req)
 			_, err := st.Recv()
 			assert.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
 		})
@@ -145,7 +145,7 @@ func TestWatchFinishedRefusesBadInputAndChangesNothing(t *testing.T) {
 	t.Run("acknowledgement never issued", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second) // bounds a failure
 		defer cancel()
-		st, _ := rs.raw(ctx, &enginev1.WatchFinishedRequest{})
+		st := rs.raw(ctx, &enginev1.WatchFinishedRequest{})
 		_, err := st.Recv()
 		require.NoError(t, err)
 		require.NoError(t, st.Send(&enginev1.WatchFinishedRequest{Cursor: 9, Incarnation: rs.h.rep.incarnation()}))
@@ -163,7 +163,7 @@ func TestWatchFinishedRefusesBadInputAndChangesNothing(t *testing.T) {
 func TestWatchFinishedAcknowledgementRemovesTheReport(t *testing.T) {
 	rs := serveReports(t)
 	rs.h.rep.add(recvRound("r1"))
-	st, _ := rs.raw(context.Background(), &enginev1.WatchFinishedRequest{})
+	st := rs.raw(context.Background(), &enginev1.WatchFinishedRequest{})
 	b, err := st.Recv()
 	require.NoError(t, err)
 	require.NoError(t, st.Send(&enginev1.WatchFinishedRequest{Cursor: b.GetNext()}))
@@ -233,7 +233,7 @@ func TestWatchFinishedRefusesACursorOfAnotherHostProcess(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second) // bounds a failure
 			defer cancel()
-			st, _ := rs.raw(ctx, req)
+			st := rs.raw(ctx, req)
 			_, err := st.Recv()
 			refused(t, err)
 		})
@@ -241,7 +241,7 @@ func TestWatchFinishedRefusesACursorOfAnotherHostProcess(t *testing.T) {
 	t.Run("an acknowledgement of another incarnation", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second) // bounds a failure
 		defer cancel()
-		st, _ := rs.raw(ctx, &enginev1.WatchFinishedRequest{})
+		st := rs.raw(ctx, &enginev1.WatchFinishedRequest{})
 		b, err := st.Recv()
 		require.NoError(t, err)
 		require.Equal(t, inc, b.GetIncarnation(), "a batch carries the host's incarnation")
@@ -255,7 +255,7 @@ func TestWatchFinishedRefusesACursorOfAnotherHostProcess(t *testing.T) {
 	// The host's own incarnation with its cursor resumes there.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second) // bounds a failure
 	defer cancel()
-	st, _ := rs.raw(ctx, &enginev1.WatchFinishedRequest{Cursor: 2, Incarnation: inc})
+	st := rs.raw(ctx, &enginev1.WatchFinishedRequest{Cursor: 2, Incarnation: inc})
 	b2, err := st.Recv()
 	require.NoError(t, err)
 	assert.Equal(t, []string{"r2", "r3"}, b2.GetFinishedRecving())

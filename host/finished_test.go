@@ -69,14 +69,19 @@ func (rs *reportServer) dial(opts ...client.Option) *client.Client {
 
 // raw opens a bare stream, for what the client library hides: batches as
 // they cross the wire and acknowledgements withheld.
-func (rs *reportServer) raw(ctx context.Context, open *enginev1.WatchFinishedRequest) (enginev1.Engine_WatchFinishedClient, *grpc.ClientConn) {
+func (rs *reportServer) raw(ctx context.Context, open *enginev1.WatchFinishedRequest) enginev1.Engine_WatchFinishedClient {
+	st, err := rs.engineStub().WatchFinished(ctx)
+	require.NoError(rs.t, err)
+	require.NoError(rs.t, st.Send(open))
+	return st
+}
+
+// engineStub is a raw engine API client of rs, closed with the test.
+func (rs *reportServer) engineStub() enginev1.EngineClient {
 	conn, err := grpc.NewClient("unix://"+rs.socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	require.NoError(rs.t, err)
 	rs.t.Cleanup(func() { conn.Close() })
-	st, err := enginev1.NewEngineClient(conn).WatchFinished(ctx)
-	require.NoError(rs.t, err)
-	require.NoError(rs.t, st.Send(open))
-	return st, conn
+	return enginev1.NewEngineClient(conn)
 }
 
 // received is what an engine processed, by request id.
