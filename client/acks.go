@@ -8,8 +8,11 @@ import (
 )
 
 // DefaultAckDelay is how long WatchFinished waits, after fn processed a
-// report, before it acknowledges it (WithAckDelay).
-const DefaultAckDelay = 2 * time.Millisecond
+// report, before it acknowledges it (WithAckDelay): at most 20
+// acknowledgements a second, and what a later engine process gets again
+// of what this one processed is at most this much. The Python client's is
+// the same.
+const DefaultAckDelay = 50 * time.Millisecond
 
 // WithAckDelay sets how long WatchFinished waits, after fn processed a
 // report, before it acknowledges it, so that one acknowledgement covers
