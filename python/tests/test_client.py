@@ -720,9 +720,9 @@ def test_watch_ends_promptly_on_stop_and_close(custody_pair: Pair) -> None:
         assert len(result) == 1
         assert isinstance(result[0], StopIteration)
         w.close()
-        # gRPC's channel thread, which runs while a stream is open, ends
-        # once the channel's last stream is done: joined here, it must end
-        # at once; the watch's own thread is already gone.
+        # The stream has no gRPC thread (the iterating thread reads it) and
+        # the watch's acknowledger was joined as it ended: any thread
+        # started since, joined here, must end at once.
         for extra in watch_threads() - before:
             extra.join(1.0)
             assert not extra.is_alive(), f"a thread of the watch outlived it: {extra}"

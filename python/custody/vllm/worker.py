@@ -5,7 +5,7 @@ At registration the whole KV cache becomes one custody pool
 (Alloc): custody holds a block only while a transfer or a pin has it, and
 gives it back through a finished report.
 
-Reports come from the host's WatchFinished stream, read by one thread into
+Reports come from the host's StreamFinished stream, read by one thread into
 a queue; every vLLM step takes what arrived (:meth:`WorkerSide.transfer_results`).
 custody reports a request only once every transfer of it is terminal or
 fenced, so a block vLLM gets back is one no transfer can still touch. A
