@@ -126,11 +126,12 @@ class Bench:
                 raise RuntimeError(f"{rid} failed: {out[0]}")
         return took
 
-    def sequential(self, prefix: str, n: int) -> tuple[list[float], float]:
-        """n pulls one after another: their latencies and the seconds all took."""
-        t0 = time.perf_counter()
+    def sequential(self, prefix: str, n: int) -> tuple[list[float], float, float]:
+        """n pulls one after another: their latencies, the seconds all took,
+        and this process's CPU seconds (every thread) per pull."""
+        t0, c0 = time.perf_counter(), time.process_time()
         out = [self.pull(prefix, 0) for _ in range(n)]
-        return out, time.perf_counter() - t0
+        return out, time.perf_counter() - t0, (time.process_time() - c0) / n
 
     def concurrent(self, n: int, seconds: float) -> float:
         """n pulls kept in flight for seconds: pulls per second."""
@@ -179,8 +180,9 @@ GOAL_RATIO = 1.5
 """The Python pull's p50 may be at most this times the Go client's."""
 
 
-def go_p50(custody: Path, pulls: int, block_size: int, fence: str) -> float:
-    """The p50 of ``custody bench e2e``'s sequential pulls, in seconds."""
+def go_pull(custody: Path, pulls: int, block_size: int, fence: str) -> tuple[float, float]:
+    """The p50 of ``custody bench e2e``'s sequential pulls and the CPU its
+    engine side (the Go client's process) spent per pull, in seconds."""
     out = subprocess.run(
         [
             str(custody),
@@ -197,14 +199,16 @@ def go_p50(custody: Path, pulls: int, block_size: int, fence: str) -> float:
         text=True,
     ).stdout
     m = re.search(r"^e2e pull latency\s+p50 ([0-9.]+)us", out, re.MULTILINE)
-    if m is None:
-        raise RuntimeError(f"custody bench e2e printed no pull latency:\n{out}")
-    return float(m.group(1)) / 1e6
+    c = re.search(r"^\s+engine side \(this process\)\s+([0-9.]+)us", out, re.MULTILINE)
+    if m is None or c is None:
+        raise RuntimeError(f"custody bench e2e printed no pull latency or engine-side CPU:\n{out}")
+    return float(m.group(1)) / 1e6, float(c.group(1)) / 1e6
 
 
-def run(a: argparse.Namespace) -> tuple[list[float], float, float]:
+def run(a: argparse.Namespace) -> tuple[list[float], float, float, float]:
     """One round on a new pair of hosts: the sequential pulls' latencies,
-    the seconds they took, and the rate run's pulls per second (0 without)."""
+    the seconds they took, the CPU per pull, and the rate run's pulls per
+    second (0 without)."""
     base = "/dev/shm" if os.path.isdir("/dev/shm") else None
     d = Path(tempfile.mkdtemp(prefix="custody-py-bench-", dir=base))
     try:
@@ -219,7 +223,7 @@ def run(a: argparse.Namespace) -> tuple[list[float], float, float]:
             b = Bench(pair, max(a.concurrency, 1))
             try:
                 b.sequential("warm", a.warmup)
-                seq, took = b.sequential("seq", a.pulls)
+                seq, took, cpu = b.sequential("seq", a.pulls)
                 rate = b.concurrent(a.concurrency, a.duration) if a.concurrency else 0.0
             finally:
                 b.stop()
@@ -227,7 +231,7 @@ def run(a: argparse.Namespace) -> tuple[list[float], float, float]:
             pair.stop()
     finally:
         shutil.rmtree(d, ignore_errors=True)
-    return seq, took, rate
+    return seq, took, cpu, rate
 
 
 def main() -> None:
@@ -251,17 +255,18 @@ def main() -> None:
         ap.error(
             "--pulls and --rounds must be at least 1, --concurrency at least 0, --duration positive"
         )
-    go: list[float] = []
-    py: list[float] = []
+    go: list[tuple[float, float]] = []  # per round: p50, engine-side CPU per pull
+    py: list[tuple[float, float]] = []
     for i in range(a.rounds):
         if a.against_go:
-            go.append(go_p50(a.custody, a.pulls, a.block_size, a.fence))
-        seq, took, rate = run(a)
-        py.append(pct(seq, 50))
+            go.append(go_pull(a.custody, a.pulls, a.block_size, a.fence))
+        seq, took, cpu, rate = run(a)
+        py.append((pct(seq, 50), cpu))
         if a.rounds > 1:
-            line = f"round {i + 1}: py p50 {us(py[-1])}"
+            line = f"round {i + 1}: py p50 {us(py[-1][0])} cpu/pull {us(cpu)}"
             if go:
-                line += f"  go p50 {us(go[-1])}  ratio {py[-1] / go[-1]:.2f}"
+                g = go[-1]
+                line += f"  go p50 {us(g[0])} cpu/pull {us(g[1])}  ratio {py[-1][0] / g[0]:.2f}"
             print(line, flush=True)
     print(
         f"python bench/pull.py: fake transport, fence={a.fence}, {a.block_size} B blocks, "
@@ -276,12 +281,15 @@ def main() -> None:
         f"py pull latency       p50 {us(pct(seq, 50))}  p99 {us(pct(seq, 99))}  ({len(seq)} pulls)"
     )
     print(f"py sequential pulls/s {len(seq) / took:.0f}")
+    print(f"py process CPU/pull   {us(cpu)}  (every thread of this process, sequential pulls)")
     if a.concurrency:
         print(f"py pulls/s at {a.concurrency:<3}    {rate:.0f}")
     if go:
-        py_m, go_m = statistics.median(py), statistics.median(go)
+        py_m, go_m = (statistics.median(x[0] for x in py), statistics.median(x[0] for x in go))
+        py_c, go_c = (statistics.median(x[1] for x in py), statistics.median(x[1] for x in go))
         ratio = py_m / go_m
         print(f"median p50 of {a.rounds} rounds: py {us(py_m)}  go (bench e2e) {us(go_m)}")
+        print(f"median engine-side CPU per pull: py {us(py_c)}  go {us(go_c)}")
         print(
             f"goal name=py-pull-vs-go value={ratio:.2f} target={GOAL_RATIO:.2f} "
             f"met={'yes' if ratio <= GOAL_RATIO else 'no'}"
