@@ -98,8 +98,8 @@ _BACKOFF_MAX = 0.5
 # How often a watch given a stop event looks at it while it waits for the
 # host's next report (threading.Event cannot be waited on with another).
 _STOP_POLL = 0.05
-# How long a watch waits for the thread that sent a stream's messages to end
-# once the stream is cancelled.
+# How long a watch waits for a stream's acknowledger to end once the stream
+# is closed, and the deadline of each acknowledgement.
 _JOIN_TIMEOUT = 5.0
 
 _UINT64 = (1 << 64) - 1
@@ -666,12 +666,11 @@ class _Stream:
         first = engine_pb2.WatchFinishedRequest(
             cursor=self.cursor, incarnation=self.inc, max_batch_bytes=client._max_reply
         )
-        stub = client._stub
         try:
-            self.call: Any = stub.StreamFinished(first)
+            self.call: Any = client._stub.StreamFinished(first)
         except ValueError as e:  # a closed channel
             raise Canceled(f"engine socket {client.socket_path}: the client is closed") from e
-        self.acks = _Acker(stub, self.call, client._ack_delay, stop)
+        self.acks = _Acker(client._stub, self.call, client._ack_delay, stop)
 
     def round(self) -> tuple[Finished, int]:
         """The stream's next whole round and the cursor after it. Raises
