@@ -48,7 +48,9 @@ func TestStreamFinishedSendsTheLogAndAckFinishedRemovesIt(t *testing.T) {
 	rs.h.rep.add(recvRound("r3"))
 	b3, err := st.Recv()
 	require.NoError(t, err)
-	assert.Equal(t, []string{"r3"}, b3.GetFinishedRecving(), "the opening cursor acknowledged r2")
+	assert.Equal(t, []string{"r3"}, b3.GetFinishedRecving(), "a stream opened past r2 sends what follows it")
+	left, _, _ := rs.h.rep.next(0, DefaultBatchBytes)
+	assert.Equal(t, b.GetNext(), left.Cursor, "the opening cursor acknowledged r2: the host's log starts after it")
 }
 
 // AckFinished refuses what it cannot apply, and changes nothing: a cursor
