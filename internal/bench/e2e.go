@@ -140,15 +140,15 @@ func E2E(ctx context.Context, out io.Writer, cfg E2EConfig) (err error) {
 	if err := e.prepare(ctx, max(cfg.Concurrency, 1)); err != nil {
 		return err
 	}
-	if _, err := e.sequential(ctx, "warm", e2eWarmup); err != nil {
+	if _, _, err := e.sequential(ctx, "warm", e2eWarmup); err != nil {
 		return err
 	}
 	rows, err := pullRows(pair.Decode, pair.Prefill)
 	if err != nil {
 		return err
 	}
-	var seq []time.Duration
-	pullCost, err := costOf(rows, func() (err error) { seq, err = e.sequential(ctx, "seq", cfg.Pulls); return err })
+	var seq, reads []time.Duration
+	pullCost, err := costOf(rows, func() (err error) { seq, reads, err = e.sequential(ctx, "seq", cfg.Pulls); return err })
 	if err != nil {
 		return err
 	}
@@ -168,6 +168,7 @@ func E2E(ctx context.Context, out io.Writer, cfg E2EConfig) (err error) {
 	fmt.Fprintf(out, "method: two `custody serve` hosts (prefill, decode) on the engine API over unix sockets; a pull is ExpectSend on prefill, then Read of one block on decode (notify_producer), timed from Read until its finished report arrives on decode's WatchFinished stream; the producer's finished report is awaited before the next pull. %d warm-up pulls first. Throughput: %d requests kept in flight for %v. References in the same run: the same transport with two agents in one process (custody-bench-ref), Post READ of one block then Poll in a loop until DONE; and a bare gRPC unary call (health Check) over a unix socket to another process, with the engine API's gRPC options (flow-control windows set, so no bandwidth-delay pings) on both ends.\n",
 		e2eWarmup, cfg.Concurrency, cfg.Duration)
 	fmt.Fprintf(out, "e2e pull latency      p50 %s  p99 %s  (%d pulls)\n", us(pct(seq, 50)), us(pct(seq, 99)), len(seq))
+	fmt.Fprintf(out, "e2e read call         p50 %s  p99 %s  (from Read until it returned: the part of the pull in the Read call)\n", us(pct(reads, 50)), us(pct(reads, 99)))
 	fmt.Fprintf(out, "e2e pulls/s at %-3d    %.0f\n", cfg.Concurrency, rate)
 	fmt.Fprintf(out, "in-process Post→DONE  p50 %s  p99 %s\n", us(pct(inproc.Pulls, 50)), us(pct(inproc.Pulls, 99)))
 	fmt.Fprintf(out, "bare gRPC unary RTT   p50 %s  p99 %s\n", us(pct(rtt, 50)), us(pct(rtt, 99)))

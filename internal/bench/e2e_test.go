@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -38,6 +39,18 @@ func TestBenchE2EPrintsItsGoalLine(t *testing.T) {
 	} {
 		assert.Regexp(t, regexp.MustCompile(re), out.String())
 	}
+	// The Read call is a part of each pull: its p50 is positive and at most
+	// the pull's.
+	p50 := func(what string) float64 {
+		m := regexp.MustCompile(`(?m)^` + what + ` +p50 ([0-9.]+)us`).FindStringSubmatch(out.String())
+		require.NotNil(t, m, "%s has its line", what)
+		v, err := strconv.ParseFloat(m[1], 64)
+		require.NoError(t, err)
+		return v
+	}
+	read, pull := p50("e2e read call"), p50("e2e pull latency")
+	assert.Greater(t, read, 0.0, "the Read call took time")
+	assert.LessOrEqual(t, read, pull, "the Read call is a part of the pull")
 	// Every process of a pull and of the round trip has its row, and each
 	// of them worked for it: CPU, and (where the kernel lets this process
 	// count them) system calls.

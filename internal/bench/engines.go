@@ -80,8 +80,9 @@ func (e *engines) prepare(ctx context.Context, workers int) error {
 // every prefill rank, then on every decode rank a Read of its block from
 // each prefill rank (notify_producer). It returns the time from the first
 // Read to the last decode rank's finished report, once every prefill rank
-// reported it too.
-func (e *engines) pull(ctx context.Context, prefix string, w int) (time.Duration, error) {
+// reported it too, and the time from the first Read until the last
+// returned (the Read calls' share of it).
+func (e *engines) pull(ctx context.Context, prefix string, w int) (took, read time.Duration, err error) {
 	id := fmt.Sprintf("%s-%d", prefix, e.seq.Add(1))
 	var sent, recv []<-chan string
 	for _, r := range e.pre {
@@ -94,7 +95,7 @@ func (e *engines) pull(ctx context.Context, prefix string, w int) (time.Duration
 	token := client.NewToken() // the same on every rank: one logical request
 	for r, p := range e.prefill {
 		if err := p.Client.ExpectSend(ctx, id, token, "", p.Pool, e.src[r][w*nd:(w+1)*nd], nd, time.Minute); err != nil {
-			return 0, fmt.Errorf("%s: %s: expect send: %w", id, p.Name, err)
+			return 0, 0, fmt.Errorf("%s: %s: expect send: %w", id, p.Name, err)
 		}
 	}
 	start := time.Now()
@@ -109,16 +110,16 @@ func (e *engines) pull(ctx context.Context, prefix string, w int) (time.Duration
 				break
 			}
 			if !errors.Is(err, client.ErrUnavailable) { // the peer's handshake runs
-				return 0, fmt.Errorf("%s: %s: read: %w", id, d.Name, err)
+				return 0, 0, fmt.Errorf("%s: %s: read: %w", id, d.Name, err)
 			}
 			select {
 			case <-ctx.Done():
-				return 0, ctx.Err()
+				return 0, 0, ctx.Err()
 			case <-time.After(time.Millisecond): // pacing while the handshake runs
 			}
 		}
 	}
-	var took time.Duration
+	read = time.Since(start)
 	waitFor := append(append([]*cluster.Host{}, e.decode...), e.prefill...)
 	stuck := time.NewTimer(reportWait)
 	defer stuck.Stop()
@@ -131,32 +132,33 @@ func (e *engines) pull(ctx context.Context, prefix string, w int) (time.Duration
 					held = append(held, fmt.Sprintf("%s holds %d requests", h.Name, st.GetRequests()))
 				}
 			}
-			return 0, fmt.Errorf("%s: %s did not report it finished within %v (%s); see the hosts' logs in %s", id, waitFor[i].Name, reportWait, strings.Join(held, ", "), e.logs)
+			return 0, 0, fmt.Errorf("%s: %s did not report it finished within %v (%s); see the hosts' logs in %s", id, waitFor[i].Name, reportWait, strings.Join(held, ", "), e.logs)
 		case reason := <-ch:
 			if i == len(recv)-1 {
 				took = time.Since(start)
 			}
 			if reason != "" {
-				return 0, fmt.Errorf("%s failed: %s", id, reason)
+				return 0, 0, fmt.Errorf("%s failed: %s", id, reason)
 			}
 		case <-ctx.Done():
-			return 0, fmt.Errorf("%s: no finished report: %w", id, ctx.Err())
+			return 0, 0, fmt.Errorf("%s: no finished report: %w", id, ctx.Err())
 		}
 	}
-	return took, nil
+	return took, read, nil
 }
 
-// sequential runs n pulls one after another with worker 0's blocks.
-func (e *engines) sequential(ctx context.Context, prefix string, n int) ([]time.Duration, error) {
-	out := make([]time.Duration, 0, n)
+// sequential runs n pulls one after another with worker 0's blocks: each
+// pull's time and its Read calls' (as pull).
+func (e *engines) sequential(ctx context.Context, prefix string, n int) (pulls, reads []time.Duration, err error) {
+	pulls, reads = make([]time.Duration, 0, n), make([]time.Duration, 0, n)
 	for range n {
-		d, err := e.pull(ctx, prefix, 0)
+		d, r, err := e.pull(ctx, prefix, 0)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		out = append(out, d)
+		pulls, reads = append(pulls, d), append(reads, r)
 	}
-	return out, nil
+	return pulls, reads, nil
 }
 
 // concurrent keeps n pulls in flight, one per worker, for d; it returns
@@ -176,7 +178,7 @@ func (e *engines) concurrent(ctx context.Context, n int, d time.Duration) ([]tim
 			defer wg.Done()
 			var mine []time.Duration
 			for time.Now().Before(deadline) {
-				took, err := e.pull(ctx, "conc", w)
+				took, _, err := e.pull(ctx, "conc", w)
 				if err != nil {
 					errs <- err
 					break

@@ -110,7 +110,7 @@ func startRankMode(ctx context.Context, cfg HostsConfig, name, dir string, coord
 	if err := m.prepare(ctx, cfg.Concurrency); err != nil {
 		return nil, errors.Join(fmt.Errorf("%s: %w", name, err), m.stop())
 	}
-	if _, err := m.sequential(ctx, "warm", e2eWarmup); err != nil {
+	if _, _, err := m.sequential(ctx, "warm", e2eWarmup); err != nil {
 		return nil, errors.Join(fmt.Errorf("%s: warm-up: %w", name, err), m.stop())
 	}
 	return m, nil

@@ -15,7 +15,7 @@ import (
 func (m *rankMode) round(ctx context.Context, cfg HostsConfig) (ranksRound, error) {
 	var r ranksRound
 	var err error
-	if r.seq, err = m.sequential(ctx, "seq", ranksSeqPulls); err != nil {
+	if r.seq, _, err = m.sequential(ctx, "seq", ranksSeqPulls); err != nil {
 		return r, err
 	}
 	var count func() (map[string]int, int64, error)

@@ -100,9 +100,10 @@ class Bench:
         self.dst = pair.decode.api.alloc(pair.decode.pool, workers)
         self._seq = itertools.count(1)
 
-    def pull(self, prefix: str, w: int) -> float:
+    def pull(self, prefix: str, w: int) -> tuple[float, float]:
         """One pull with worker w's blocks: seconds from Read to decode's
-        report. Returns once prefill's report arrived too."""
+        report, and from Read until the call returned (its share of it).
+        Returns once prefill's report arrived too."""
         rid = f"{prefix}-{next(self._seq)}"
         sent, recv = self.pw.expect(rid), self.dw.expect(rid)
         p, d = self.pair.prefill, self.pair.decode
@@ -113,6 +114,7 @@ class Bench:
             start = time.perf_counter()
             try:
                 d.api.read(rid, token, "prefill", True, part)
+                read = time.perf_counter() - start
                 break
             except Unavailable:  # the peer's handshake runs
                 time.sleep(0.001)
@@ -124,14 +126,16 @@ class Bench:
                 took = time.perf_counter() - start
             if out[0]:
                 raise RuntimeError(f"{rid} failed: {out[0]}")
-        return took
+        return took, read
 
-    def sequential(self, prefix: str, n: int) -> tuple[list[float], float, float]:
-        """n pulls one after another: their latencies, the seconds all took,
-        and this process's CPU seconds (every thread) per pull."""
+    def sequential(self, prefix: str, n: int) -> tuple[list[float], list[float], float, float]:
+        """n pulls one after another: their latencies, their Read calls'
+        (as pull), the seconds all took, and this process's CPU seconds
+        (every thread) per pull."""
         t0, c0 = time.perf_counter(), time.process_time()
         out = [self.pull(prefix, 0) for _ in range(n)]
-        return out, time.perf_counter() - t0, (time.process_time() - c0) / n
+        el, cpu = time.perf_counter() - t0, (time.process_time() - c0) / n
+        return [x[0] for x in out], [x[1] for x in out], el, cpu
 
     def concurrent(self, n: int, seconds: float) -> float:
         """n pulls kept in flight for seconds: pulls per second."""
@@ -180,9 +184,10 @@ GOAL_RATIO = 1.5
 """The Python pull's p50 may be at most this times the Go client's."""
 
 
-def go_pull(custody: Path, pulls: int, block_size: int, fence: str) -> tuple[float, float]:
-    """The p50 of ``custody bench e2e``'s sequential pulls and the CPU its
-    engine side (the Go client's process) spent per pull, in seconds."""
+def go_pull(custody: Path, pulls: int, block_size: int, fence: str) -> tuple[float, float, float]:
+    """The p50 of ``custody bench e2e``'s sequential pulls, the CPU its
+    engine side (the Go client's process) spent per pull, and the p50 of
+    the pulls' Read calls, in seconds."""
     out = subprocess.run(
         [
             str(custody),
@@ -200,15 +205,18 @@ def go_pull(custody: Path, pulls: int, block_size: int, fence: str) -> tuple[flo
     ).stdout
     m = re.search(r"^e2e pull latency\s+p50 ([0-9.]+)us", out, re.MULTILINE)
     c = re.search(r"^\s+engine side \(this process\)\s+([0-9.]+)us", out, re.MULTILINE)
-    if m is None or c is None:
-        raise RuntimeError(f"custody bench e2e printed no pull latency or engine-side CPU:\n{out}")
-    return float(m.group(1)) / 1e6, float(c.group(1)) / 1e6
+    r = re.search(r"^e2e read call\s+p50 ([0-9.]+)us", out, re.MULTILINE)
+    if m is None or c is None or r is None:
+        raise RuntimeError(
+            f"custody bench e2e printed no pull latency, Read call or engine-side CPU:\n{out}"
+        )
+    return float(m.group(1)) / 1e6, float(c.group(1)) / 1e6, float(r.group(1)) / 1e6
 
 
-def run(a: argparse.Namespace) -> tuple[list[float], float, float, float]:
+def run(a: argparse.Namespace) -> tuple[list[float], list[float], float, float, float]:
     """One round on a new pair of hosts: the sequential pulls' latencies,
-    the seconds they took, the CPU per pull, and the rate run's pulls per
-    second (0 without)."""
+    their Read calls', the seconds they took, the CPU per pull, and the
+    rate run's pulls per second (0 without)."""
     base = "/dev/shm" if os.path.isdir("/dev/shm") else None
     d = Path(tempfile.mkdtemp(prefix="custody-py-bench-", dir=base))
     try:
@@ -223,7 +231,7 @@ def run(a: argparse.Namespace) -> tuple[list[float], float, float, float]:
             b = Bench(pair, max(a.concurrency, 1))
             try:
                 b.sequential("warm", a.warmup)
-                seq, took, cpu = b.sequential("seq", a.pulls)
+                seq, reads, took, cpu = b.sequential("seq", a.pulls)
                 rate = b.concurrent(a.concurrency, a.duration) if a.concurrency else 0.0
             finally:
                 b.stop()
@@ -231,7 +239,7 @@ def run(a: argparse.Namespace) -> tuple[list[float], float, float, float]:
             pair.stop()
     finally:
         shutil.rmtree(d, ignore_errors=True)
-    return seq, took, cpu, rate
+    return seq, reads, took, cpu, rate
 
 
 def main() -> None:
@@ -255,13 +263,14 @@ def main() -> None:
         ap.error(
             "--pulls and --rounds must be at least 1, --concurrency at least 0, --duration positive"
         )
-    go: list[tuple[float, float]] = []  # per round: p50, engine-side CPU per pull
-    py: list[tuple[float, float]] = []
+    # per round: p50, engine-side CPU per pull, Read call p50
+    go: list[tuple[float, float, float]] = []
+    py: list[tuple[float, float, float]] = []
     for i in range(a.rounds):
         if a.against_go:
             go.append(go_pull(a.custody, a.pulls, a.block_size, a.fence))
-        seq, took, cpu, rate = run(a)
-        py.append((pct(seq, 50), cpu))
+        seq, reads, took, cpu, rate = run(a)
+        py.append((pct(seq, 50), cpu, pct(reads, 50)))
         if a.rounds > 1:
             line = f"round {i + 1}: py p50 {us(py[-1][0])} cpu/pull {us(cpu)}"
             if go:
@@ -280,6 +289,10 @@ def main() -> None:
     print(
         f"py pull latency       p50 {us(pct(seq, 50))}  p99 {us(pct(seq, 99))}  ({len(seq)} pulls)"
     )
+    print(
+        f"py read call          p50 {us(pct(reads, 50))}  p99 {us(pct(reads, 99))}  "
+        f"(from Read until it returned: the part of the pull in the Read call)"
+    )
     print(f"py sequential pulls/s {len(seq) / took:.0f}")
     print(f"py process CPU/pull   {us(cpu)}  (every thread of this process, sequential pulls)")
     if a.concurrency:
@@ -290,6 +303,11 @@ def main() -> None:
         ratio = py_m / go_m
         print(f"median p50 of {a.rounds} rounds: py {us(py_m)}  go (bench e2e) {us(go_m)}")
         print(f"median engine-side CPU per pull: py {us(py_c)}  go {us(go_c)}")
+        py_r, go_r = (statistics.median(x[2] for x in py), statistics.median(x[2] for x in go))
+        print(
+            f"median Read call p50: py {us(py_r)}  go {us(go_r)}  ratio {py_r / go_r:.2f}; "
+            f"the rest of the pull (to the report): py {us(py_m - py_r)}  go {us(go_m - go_r)}"
+        )
         print(
             f"goal name=py-pull-vs-go value={ratio:.2f} target={GOAL_RATIO:.2f} "
             f"met={'yes' if ratio <= GOAL_RATIO else 'no'}"

@@ -39,6 +39,25 @@ def test_against_go_prints_both_clients_and_the_goal(custody_bin: Path) -> None:
         py, py_cpu, go, go_cpu, ratio = map(float, r)
         assert py > 0 and py_cpu > 0 and go > 0 and go_cpu > 0, out
         assert abs(ratio - py / go) < 0.01, out
+    # Each side's Read call is a part of its pull: positive, at most the
+    # pull's median, and the rest is what the pull took besides it.
+    reads = re.search(
+        r"^median Read call p50: py ([0-9.]+)us  go ([0-9.]+)us  ratio ([0-9.]+); "
+        r"the rest of the pull \(to the report\): py (-?[0-9.]+)us  go (-?[0-9.]+)us$",
+        out,
+        re.MULTILINE,
+    )
+    medians = re.search(
+        r"^median p50 of 2 rounds: py ([0-9.]+)us  go \(bench e2e\) ([0-9.]+)us$", out, re.MULTILINE
+    )
+    assert reads is not None and medians is not None, out
+    py_read, go_read, read_ratio, py_rest, go_rest = map(float, reads.groups())
+    py_pull, go_pull = map(float, medians.groups())
+    assert 0 < py_read <= py_pull and 0 < go_read <= go_pull, out
+    assert abs(read_ratio - py_read / go_read) < 0.01, out
+    assert abs(py_rest - (py_pull - py_read)) < 0.2 and abs(go_rest - (go_pull - go_read)) < 0.2, (
+        out
+    )
     goal = re.search(
         r"^goal name=py-pull-vs-go value=([0-9.]+) target=1\.50 met=(yes|no)$", out, re.MULTILINE
     )
