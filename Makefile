@@ -10,7 +10,7 @@ GOBIN_TOOLS := $(CURDIR)/.tools
 PYTHON := $(CURDIR)/.venv/bin/python
 PROTO := sdk/plugin/proto/custody/transport/v1/transport.proto api/engine/v1/engine.proto
 
-.PHONY: all build test test-python lint-python test-nixl demo vllm-demo soak proto bench lint deps clean mutate explore explore-breaks
+.PHONY: all build test test-ucx test-ucx-current test-python lint-python test-nixl demo vllm-demo soak proto bench lint deps clean mutate explore explore-breaks
 
 all: build
 
@@ -20,6 +20,9 @@ all: build
 UCX_PREFIX ?=
 UCX_ENV = $(if $(UCX_PREFIX),UCX_PREFIX=$(UCX_PREFIX) PKG_CONFIG=$(CURDIR)/scripts/ucx-pkg-config CGO_LDFLAGS=-Wl$(,)-rpath$(,)$(UCX_PREFIX)/lib,)
 , := ,
+# UCX_VERSION is the version of the UCX the build uses, as pkg-config
+# reports it; the ucx transport's tests check that they load that one.
+UCX_VERSION = $$(env $(UCX_ENV) sh -c '"$${PKG_CONFIG:-pkg-config}" --modversion ucx')
 
 # deps installs the system packages the build needs (UCX for the ucx
 # transport) with apt-get when running as root, or says what to run.
@@ -36,10 +39,23 @@ build: deps
 	@./scripts/nixl.sh build $(GO) $(BIN)
 
 test: build lint
-	$(UCX_ENV) CUSTODY_BIN=$(BIN) $(GO) test -race -count=1 -timeout 20m ./...
+	$(UCX_ENV) CUSTODY_BIN=$(BIN) CUSTODY_UCX_VERSION=$(UCX_VERSION) $(GO) test -race -count=1 -timeout 20m ./...
+	$(if $(UCX_PREFIX),,@$(MAKE) --no-print-directory test-ucx-current)
 	set -o pipefail; $(GO) test -count=1 -run '^TestExplore$$' -v ./core ./host/group/ledger | grep -vE '^=== (RUN|PAUSE|CONT)'
 	@$(MAKE) --no-print-directory explore-breaks
 	@$(MAKE) --no-print-directory test-python
+
+# test-ucx-current runs the ucx transport's tests (conformance over tcp and
+# shared memory, in process and as the plugin binary, included) against
+# the registry's current UCX (scripts/ucx.sh current), as make test runs
+# every test against the UCX the build uses (Debian's, by default; make
+# test runs this only then).
+test-ucx-current: deps
+	@prefix=$$(./scripts/ucx.sh current) && $(MAKE) --no-print-directory test-ucx UCX_PREFIX=$$prefix
+
+# test-ucx runs the ucx transport's tests against the UCX the build uses.
+test-ucx: deps
+	$(UCX_ENV) CUSTODY_UCX_VERSION=$(UCX_VERSION) $(GO) test -race -count=1 -timeout 10m ./plugins/ucx/...
 
 # test-python makes .venv (scripts/python.sh: the custody package, its test
 # tools and vLLM from the registry), lints the package and runs its tests

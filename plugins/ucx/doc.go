@@ -148,6 +148,8 @@
 // with a message on stderr: the host treats that as a fence
 // (PeerLossProcessExits). Never a hang, never a silent success. Peers
 // must share the host in this mode, as these transports require anyway.
+// UCX 1.22 is the same here: ucx_info -d lists no peer-failure handling
+// for posix or sysv (cma has it, but carries no active messages).
 //
 // Describe before Open reports the configuration Open without a tls
 // parameter would get, which is $UCX_TLS when set: run a shared-memory
@@ -211,12 +213,13 @@
 // (Debian's libucx-dev 1.13.1, the default) or the one under UCX_PREFIX:
 // make UCX_PREFIX=$(scripts/ucx.sh current) builds and tests it against
 // UCX 1.22.0 from the Python package registry (libucx-cu12, the UCX that
-// NIXL's wheels run on). Everything above is what 1.13 does. On 1.22 every
+// NIXL's wheels run on). Everything above holds on both. On 1.22 every
 // test of this package passes, conformance over tcp and over shared memory
-// included, but one: over posix,sysv,cma a single progress call may
-// complete a whole 16 MiB WRITE (TestCallerProgressBounded), so a caller's
-// Events or Poll is not bounded by a segment there, and a Post the ring
-// pump serves behind it may wait for a large transfer's copy.
+// included. There a caller's progress round over posix,sysv,cma copies a
+// whole cma segment (UCX_CMA_SEG_SIZE, 512 KiB by default), so one Events
+// or Poll moves at most 64 of them (32 MiB): a 16 MiB WRITE can finish
+// within one call, a 64 MiB one cannot (TestCallerProgressBounded). On
+// 1.13 the caller's rounds move little of a WRITE there.
 //
 // Over tcp the agent sets UCX's TCP segment sizes to 256 KiB
 // (tcpSegments, unless a parameter or the environment sets them): with
@@ -227,8 +230,11 @@
 // about 1,050 with them or without. Over posix,sysv,cma this
 // transport is slower on 1.22 (0.85x WRITE, 0.61x READ at 1 MiB, session
 // 13), while 1.22's own ucx_perftest is 6x faster into heap memory there
-// (one copy). make's default stays 1.13, which passes every test;
-// UCX_PREFIX picks 1.22, faster over tcp and at 4 KiB over shared memory.
+// (one copy). make's default stays 1.13: 1.22 is faster over tcp and at
+// 4 KiB over shared memory, slower at 1 MiB over posix,sysv,cma.
+// UCX_PREFIX picks 1.22. make test runs this package's tests against both
+// (test-ucx-current), and each run checks that it loaded the UCX it was
+// built for (TestRunsOnTheUCXItWasBuiltFor).
 //
 // On 1.22 the shared-memory list chooses between latency and bandwidth:
 // with cma, UCP moves the bytes by single copies between the processes

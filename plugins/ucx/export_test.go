@@ -24,6 +24,9 @@ func SetSleepMax(d time.Duration) (restore func()) {
 	return func() { sleepMax = old }
 }
 
+// UCXVersion is ucxVersion, for the tests.
+var UCXVersion = ucxVersion
+
 // FenceScope is fenceScope, for the tests.
 var FenceScope = fenceScope
 

@@ -20,6 +20,15 @@ import (
 
 // This file is the only one that speaks cgo: small wrappers over shim.c.
 
+// ucxVersion is the version of the UCX library this process runs on
+// (ucp_get_version), e.g. "1.22.0": the one its dynamic linker loaded,
+// which need not be the one it was built against.
+func ucxVersion() string {
+	var major, minor, release C.uint
+	C.ucp_get_version(&major, &minor, &release)
+	return fmt.Sprintf("%d.%d.%d", major, minor, release)
+}
+
 // status is a UCX status code (ucs_status_t).
 type status int
 
