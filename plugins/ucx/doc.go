@@ -230,8 +230,16 @@
 // about 1,050 with them or without. Over posix,sysv,cma this
 // transport is slower on 1.22 (0.85x WRITE, 0.61x READ at 1 MiB, session
 // 13), while 1.22's own ucx_perftest is 6x faster into heap memory there
-// (one copy). make's default stays 1.13: 1.22 is faster over tcp and at
-// 4 KiB over shared memory, slower at 1 MiB over posix,sysv,cma.
+// (one copy). make's default stays 1.13: 1.22 is faster over tcp and in a
+// single 4 KiB Post to DONE over shared memory, but slower in streams over
+// posix,sysv,cma. custody bench bw, one run, 1.13 then 1.22, MiB/s:
+//
+//	tls             op     4 KiB (depth 1024)  1 MiB (depth 64)
+//	tcp             WRITE  491 / 504           1,042 / 3,282
+//	tcp             READ   510 / 529           1,132 / 3,005
+//	posix,sysv,cma  WRITE  2,336 / 1,417       6,758 / 5,626
+//	posix,sysv,cma  READ   2,108 / 355         7,283 / 4,686
+//
 // UCX_PREFIX picks 1.22. make test runs this package's tests against both
 // (test-ucx-current), and each run checks that it loaded the UCX it was
 // built for (TestRunsOnTheUCXItWasBuiltFor).
