@@ -44,6 +44,7 @@ test: build lint
 	set -o pipefail; $(GO) test -count=1 -run '^TestExplore$$' -v ./core ./host/group/ledger | grep -vE '^=== (RUN|PAUSE|CONT)'
 	@$(MAKE) --no-print-directory explore-breaks
 	@$(MAKE) --no-print-directory test-python
+	@$(MAKE) --no-print-directory test-nixl
 
 # test-ucx-current runs the ucx transport's tests (conformance over tcp and
 # shared memory, in process and as the plugin binary, included) against
@@ -71,11 +72,16 @@ lint-python:
 	$(PYTHON) -m ruff format --check python
 	$(PYTHON) -m mypy --config-file python/pyproject.toml python/custody
 
-# test-nixl runs the NIXL transport's tests against an installed NIXL
-# (NIXL_PREFIX, or pkg-config's nixl): the conformance suite over UCX tcp
-# and shared memory, in process and as the plugin binary.
-test-nixl: build
-	@eval "$$(./scripts/nixl.sh env)" && CUSTODY_BIN=$(BIN) $(GO) test -tags nixl -race -count=1 -timeout 20m ./plugins/nixl/...
+# test-nixl runs the NIXL transport's tests and the demo over it against
+# NIXL_PREFIX, pkg-config's nixl, or else NIXL from the package registries
+# (scripts/nixl.sh registry installs it into .nixl): the conformance suite
+# over UCX tcp and shared memory, in process and as the plugin binary.
+test-nixl: build lint
+	@[ -n "$${NIXL_PREFIX:-}" ] || pkg-config --exists nixl 2>/dev/null || ./scripts/nixl.sh registry >/dev/null
+	@./scripts/nixl.sh build $(GO) $(BIN)
+	@eval "$$(./scripts/nixl.sh env)" && $(GO) vet -tags nixl ./plugins/nixl/... && $(GOBIN_TOOLS)/staticcheck -tags nixl ./plugins/nixl/... && \
+		CUSTODY_BIN=$(BIN) $(GO) test -tags nixl -race -count=1 -timeout 20m ./plugins/nixl/...
+	$(BIN)/custody demo --transport nixl
 
 demo: build
 	$(BIN)/custody demo
@@ -154,4 +160,4 @@ proto:
 		--python_out=python --grpc_python_out=python --pyi_out=python custody/api/engine/v1/engine.proto
 
 clean:
-	rm -rf $(BIN) $(GOBIN_TOOLS) .venv
+	rm -rf $(BIN) $(GOBIN_TOOLS) .venv .nixl

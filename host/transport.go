@@ -39,7 +39,7 @@ func PluginPath(tc TransportConfig) (string, error) {
 	if err != nil {
 		hint := "run make build or set transport.path"
 		if tc.Name == "nixl" {
-			hint = "make build builds it only where NIXL is installed (set NIXL_PREFIX; docs/nixl.md), or set transport.path"
+			hint = "make build builds it only where it finds NIXL (make test-nixl installs it from the package registries, or set NIXL_PREFIX; docs/nixl.md), or set transport.path"
 		}
 		return "", fmt.Errorf("config: transport.name %q: %s is neither next to this binary nor on PATH; %s", tc.Name, bin, hint)
 	}

@@ -73,7 +73,7 @@ func init() {
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.Transport, "transport", "fake", "transport: fake, ucx or nixl (custody-transport-nixl next to this binary: make build with NIXL_PREFIX)")
+	f.StringVar(&o.Transport, "transport", "fake", "transport: fake, ucx or nixl (custody-transport-nixl next to this binary: make test-nixl builds it)")
 	f.StringArrayVar(&params, "param", nil, "extra transport parameter k=v for both hosts (repeatable)")
 	f.IntVar(&o.Requests, "requests", 160, "requests to run")
 	f.IntVar(&o.Concurrency, "concurrency", 8, "requests in flight at once")

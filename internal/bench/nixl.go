@@ -69,12 +69,11 @@ func NIXL(ctx context.Context, out io.Writer, cfg NIXLConfig) error {
 		}
 	}
 	// custody over NIXL is measured where its transport was built (make
-	// build NIXL_PREFIX=...); NIXL's wheel has no C++ headers to build it
-	// against, so without one the run compares NIXL direct and custody over
-	// UCX alone.
+	// build, where scripts/nixl.sh finds a NIXL); without one the run
+	// compares NIXL direct and custody over UCX alone.
 	var noPlugin string
 	if _, err := os.Stat(cfg.Plugin); err != nil {
-		noPlugin = fmt.Sprintf("custody over NIXL not measured: %v (make build NIXL_PREFIX=..., docs/nixl.md)", err)
+		noPlugin = fmt.Sprintf("custody over NIXL not measured: %v (make test-nixl builds it against NIXL from the package registries, docs/nixl.md)", err)
 		if cfg.UCX == "" {
 			return errors.New(noPlugin + ", and no UCX transport to measure beside NIXL direct")
 		}

@@ -28,7 +28,7 @@ func (r nixlRef) String() string { return strings.Join(append([]string{r.bin}, r
 func (r nixlRef) check() error {
 	for _, p := range append([]string{r.bin}, r.args...) {
 		if _, err := os.Stat(p); err != nil {
-			return fmt.Errorf("NIXL-direct reference %s: %w; make build builds custody-nixl-reference next to the plugin where NIXL_PREFIX names a NIXL install, and make test-python makes the Python one's .venv (NIXL's wheel)", r, err)
+			return fmt.Errorf("NIXL-direct reference %s: %w; make test-nixl builds custody-nixl-reference next to the plugin (NIXL from the package registries, or NIXL_PREFIX), and make test-python makes the Python one's .venv (NIXL's wheel)", r, err)
 		}
 	}
 	return nil

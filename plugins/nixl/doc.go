@@ -1,22 +1,26 @@
-// Package nixl is custody's NIXL transport: a NIXL agent (the C++ agent
-// API of nixl.h, through the small extern "C" shim in shim.cpp) in its own
-// process behind the transport contract, so that every ownership rule of
-// the host applies to it and the agent is fenced by killing its process.
-// It implements sdk.Transport in process (New) and as the plugin binary
+// Package nixl is custody's NIXL transport: a NIXL agent (NIXL's C API,
+// libnixl_capi, through the small shim in shim.c) in its own process
+// behind the transport contract, so that every ownership rule of the host
+// applies to it and the agent is fenced by killing its process. It
+// implements sdk.Transport in process (New) and as the plugin binary
 // custody-transport-nixl.
 //
-// It builds only with the nixl build tag against an installed NIXL: the
-// Makefile finds it through NIXL_PREFIX (or pkg-config's nixl) and sets
-// CGO_CPPFLAGS and CGO_LDFLAGS (scripts/nixl.sh); without it make build
-// says why it skipped the binaries, and the package holds only its pure-Go
-// parts (metadata, parameters, the peer watch) and a test that says why the
-// NIXL tests did not run. Developed against NIXL 1.4 with its UCX backend
-// over Debian's UCX 1.13.
+// It builds only with the nixl build tag against a NIXL that scripts/nixl.sh
+// finds and sets CGO_CPPFLAGS and CGO_LDFLAGS for: NIXL_PREFIX, pkg-config's
+// nixl, or NIXL from the package registries, which make test-nixl installs
+// into .nixl (the nixl-cu12 wheel's libraries, backend plugins and bundled
+// UCX, and the C API's header, wrapper.h, from the crates registry's
+// nixl-sys of the same version: NIXL's wheels carry no header). Without one
+// make build says why it skipped the binaries, and the package holds only
+// its pure-Go parts (metadata, parameters, the peer watch) and a test that
+// says why the NIXL tests did not run. Tested on every landing against the
+// registry's NIXL 1.5.1 and the UCX 1.23.0 it bundles; developed first
+// against NIXL 1.4 over Debian's UCX 1.13.
 //
 // # Model
 //
 // One nixlAgent per process, named by Open's agent name, created with
-// NIXL's progress thread (nixlAgentConfig useProgThread), and one backend,
+// NIXL's progress thread (the agent config's enable_prog_thread), and one backend,
 // created by parameter (backend=UCX by default) and named in every call
 // (the opt args' backends). NIXL's progress thread drives the UCX worker
 // between calls: over tcp and shared memory a peer's puts and gets into this
@@ -72,17 +76,22 @@
 //     ring pump polls every running handle, so with the plugin it leaves
 //     within the pump's poll interval; an in-process caller must poll.
 //   - Peer loss, with UCX peer error handling (ucx_error_handling_mode=peer,
-//     NIXL's default; tcp): the request that meets the dead endpoint ends
-//     NIXL_ERR_REMOTE_DISCONNECT, and NIXL then drops the agent's metadata
-//     by itself; every other request to that agent then answers
-//     NIXL_ERR_NOT_FOUND ("invalidated during transfer") without looking at
-//     it. UCX completes every request on a failed endpoint with an error
-//     first, so both are terminal: FAILED with REMOTE_DISCONNECT. The peer
-//     is marked lost: Post to it and SendNotifications to it are
-//     REMOTE_DISCONNECT, PrepareDescriptors on it BACKEND, and UnloadPeers
-//     succeeds (NIXL's NOT_FOUND there means it already dropped the agent).
-//     PeerLoss is reported, bound 30 s (a reset connection shows in
-//     milliseconds; an idle one through UCX's TCP keepalive).
+//     NIXL's default; tcp): UCX completes every request on a failed
+//     endpoint with an error. NIXL 1.5 answers NIXL_ERR_REMOTE_DISCONNECT
+//     for each and keeps the agent's metadata; NIXL 1.4 answered it for
+//     the first, dropped the metadata, and NIXL_ERR_NOT_FOUND for the rest.
+//     NIXL's C API folds REMOTE_DISCONNECT into ERROR_BACKEND with NIXL's
+//     other failures, so the transport takes a request to a peer that
+//     NIXL failed (getXferStatus, postXferReq, genNotif: ERROR_BACKEND or
+//     NOT_FOUND) as that peer's endpoint failing: the handle ends FAILED
+//     with REMOTE_DISCONNECT and the peer is marked lost. Post to it and
+//     SendNotifications to it are then REMOTE_DISCONNECT,
+//     PrepareDescriptors on it BACKEND, and UnloadPeers invalidates it
+//     (NIXL's NOT_FOUND there means it already dropped the agent). A
+//     request NIXL failed for another reason costs the host a reload of
+//     that peer, never a byte: the request ended either way. PeerLoss is
+//     reported, bound 30 s (a reset connection shows in milliseconds; an
+//     idle one through UCX's TCP keepalive).
 //   - Peer loss without peer error handling (ucx_error_handling_mode=none,
 //     which UCX 1.13 needs over shared memory): UCX reports nothing and a
 //     request to a dead peer never completes, and could never be released
@@ -93,7 +102,8 @@
 //   - Peers: NIXL keys remote agents by name, so two loads of one agent
 //     share its NIXL state (counted), and a load of an agent NIXL still
 //     knows under another connection is INVALID_ARGUMENT (NIXL's
-//     NIXL_ERR_NOT_ALLOWED). The last UnloadPeers of an agent parks its
+//     NIXL_ERR_NOT_ALLOWED, ERROR_BACKEND through the C API: the transport
+//     knows which agents it loaded). The last UnloadPeers of an agent parks its
 //     NIXL state instead of invalidating it (names.go): closing a UCX 1.13
 //     endpoint whose wire-up has not finished (loaded and unloaded without
 //     a transfer) makes UCX in the peer's process fail an assertion
@@ -115,6 +125,13 @@
 //   - Post: a post NIXL refuses issued nothing still running (the UCX
 //     backend fails a post only on an endpoint that failed, and releases
 //     what it started); its request is released at once.
+//   - Post over cma (NIXL 1.5.1 with its UCX 1.23.0): NIXL's postXferReq
+//     copies a WRITE's bytes before it returns, so Post waits for them
+//     (conformance's post-never-waits: 20 of 20 64 MiB WRITEs returned
+//     only once every byte had landed). Over posix and sysv without cma,
+//     and over tcp, it does not. The suite holds the transport to
+//     tls=posix,sysv for shared memory; tls naming cma is accepted at that
+//     cost.
 //
 // # Fence scope
 //

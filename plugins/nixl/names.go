@@ -27,8 +27,9 @@ var maxParked = 16
 func (t *Transport) loadName(agent string, blob []byte) (string, status) {
 	name, st := t.nat.loadMD(blob)
 	ref := t.names[agent]
-	if st == statusNotAllowed && ref != nil && ref.refs == 0 {
-		// A parked agent of that name came back with another connection:
+	if st == statusBackend && ref != nil && ref.refs == 0 {
+		// A parked agent of that name came back with another connection
+		// (NIXL's NOT_ALLOWED, which the C API says as ERROR_BACKEND):
 		// drop the old state and load the new.
 		t.nat.invalidate(agent)
 		delete(t.names, agent)

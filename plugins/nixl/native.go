@@ -3,8 +3,8 @@
 package nixl
 
 /*
-#cgo CXXFLAGS: -std=c++17 -O2
-#cgo LDFLAGS: -lnixl -lnixl_build -lstdc++
+#cgo CFLAGS: -std=c11 -O2
+#cgo LDFLAGS: -lnixl_capi
 #include <stdlib.h>
 #include "shim.h"
 */
@@ -18,30 +18,31 @@ import (
 	"github.com/custody-dev/custody/sdk"
 )
 
-// This file is the only one that speaks cgo: thin wrappers over shim.cpp.
-// The include and library paths come from CGO_CPPFLAGS and CGO_LDFLAGS,
-// which the Makefile sets from NIXL_PREFIX (docs/nixl.md).
+// This file is the only one that speaks cgo: thin wrappers over shim.c,
+// which calls NIXL's C API. The include and library paths come from
+// CGO_CPPFLAGS and CGO_LDFLAGS, which scripts/nixl.sh sets (docs/nixl.md).
 
-// status is a nixl_status_t, or statusException when NIXL threw.
+// status is a nixl_capi_status_t. The C API folds several of NIXL's
+// statuses into ERROR_BACKEND (REMOTE_DISCONNECT, NOT_ALLOWED and MISMATCH
+// among them); transport.go's gone and names.go say how the transport
+// tells them apart.
 type status int
 
 const (
-	statusInProg           status = C.CX_IN_PROG
-	statusSuccess          status = C.CX_SUCCESS
-	statusInvalidParam     status = C.CX_ERR_INVALID_PARAM
-	statusNotFound         status = C.CX_ERR_NOT_FOUND
-	statusMismatch         status = C.CX_ERR_MISMATCH
-	statusNotAllowed       status = C.CX_ERR_NOT_ALLOWED
-	statusRemoteDisconnect status = C.CX_ERR_REMOTE_DISCONNECT
-	statusException        status = C.CX_EXCEPTION
+	statusInProg       status = C.NIXL_CAPI_IN_PROG
+	statusSuccess      status = C.NIXL_CAPI_SUCCESS
+	statusInvalidParam status = C.NIXL_CAPI_ERROR_INVALID_PARAM
+	statusBackend      status = C.NIXL_CAPI_ERROR_BACKEND
+	statusNotFound     status = C.NIXL_CAPI_ERROR_NOT_FOUND
 )
 
 var statusNames = map[status]string{
-	1: "NIXL_IN_PROG", 0: "NIXL_SUCCESS", -1: "NIXL_ERR_NOT_POSTED", -2: "NIXL_ERR_INVALID_PARAM",
-	-3: "NIXL_ERR_BACKEND", -4: "NIXL_ERR_NOT_FOUND", -5: "NIXL_ERR_MISMATCH", -6: "NIXL_ERR_NOT_ALLOWED",
-	-7: "NIXL_ERR_REPOST_ACTIVE", -8: "NIXL_ERR_UNKNOWN", -9: "NIXL_ERR_NOT_SUPPORTED",
-	-10: "NIXL_ERR_REMOTE_DISCONNECT", -11: "NIXL_ERR_CANCELED", -12: "NIXL_ERR_NO_TELEMETRY",
-	statusException: "a C++ exception",
+	statusInProg: "NIXL_CAPI_IN_PROG", statusSuccess: "NIXL_CAPI_SUCCESS",
+	statusInvalidParam: "NIXL_CAPI_ERROR_INVALID_PARAM", statusBackend: "NIXL_CAPI_ERROR_BACKEND",
+	C.NIXL_CAPI_ERROR_INVALID_STATE: "NIXL_CAPI_ERROR_INVALID_STATE",
+	C.NIXL_CAPI_ERROR_EXCEPTION:     "NIXL_CAPI_ERROR_EXCEPTION",
+	C.NIXL_CAPI_ERROR_NO_TELEMETRY:  "NIXL_CAPI_ERROR_NO_TELEMETRY",
+	statusNotFound:                  "NIXL_CAPI_ERROR_NOT_FOUND",
 }
 
 func (s status) String() string {
@@ -102,9 +103,8 @@ func pluginParams(backend string) ([]string, error) {
 	defer C.free(unsafe.Pointer(cb))
 	var out *C.char
 	var n C.size_t
-	var msg [errBuf]C.char
-	if st := status(C.cx_plugin_params(cb, &out, &n, &msg[0], errBuf)); st != statusSuccess {
-		return nil, sdk.Errorf(sdk.CodeInvalidArgument, "nixl: backend %q: %s (%v); name a backend plugin of this NIXL install, e.g. backend=UCX", backend, C.GoString(&msg[0]), st)
+	if st := status(C.cx_plugin_params(cb, &out, &n)); st != statusSuccess {
+		return nil, sdk.Errorf(sdk.CodeInvalidArgument, "nixl: backend %q: getPluginParams returned %v; name a backend plugin of this NIXL install, e.g. backend=UCX", backend, st)
 	}
 	s := C.GoStringN(out, C.int(n))
 	C.cx_free(unsafe.Pointer(out))

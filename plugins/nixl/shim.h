@@ -1,46 +1,31 @@
 //go:build nixl
 
-// The C face of the NIXL agent (nixl.h is C++): one opaque agent, plain
-// status codes (nixl_status_t values, or CX_EXCEPTION when NIXL threw) and
-// C buffers. Every function catches what NIXL throws. The Go side
-// serialises every call; NIXL's own progress thread runs beside them.
+// The face of NIXL the Go side calls: one opaque agent with one backend,
+// over NIXL's C API (libnixl_capi, declared in wrapper.h, the header NIXL
+// ships with its Rust bindings). Calls return nixl_capi_status_t values.
+// The Go side serialises every call; NIXL's own progress thread runs
+// beside them.
 #ifndef CUSTODY_NIXL_SHIM_H
 #define CUSTODY_NIXL_SHIM_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#ifdef __cplusplus
-extern "C" {
-#endif
-
-// The nixl_status_t values the Go side tells apart (nixl_types.h is C++;
-// shim.cpp checks that these agree with it).
-#define CX_IN_PROG 1
-#define CX_SUCCESS 0
-#define CX_ERR_INVALID_PARAM (-2)
-#define CX_ERR_NOT_FOUND (-4)
-#define CX_ERR_MISMATCH (-5)
-#define CX_ERR_NOT_ALLOWED (-6)
-#define CX_ERR_REMOTE_DISCONNECT (-10)
-
-// CX_EXCEPTION is returned when NIXL threw a C++ exception; the message is
-// in the error buffer.
-#define CX_EXCEPTION (-1000)
+#include "wrapper.h"
 
 typedef struct cx_agent cx_agent;
 
 // cx_open creates an agent named name with NIXL's progress thread (which
 // waits up to delay_us for the worker's events between rounds) and one
 // backend of type backend, created with the n params keys[i]=vals[i]. On
-// failure it returns the status and writes a message into err.
+// failure it returns the status and writes which call failed into err.
 int cx_open(const char *name, uint64_t delay_us, const char *backend, int n, const char **keys,
             const char **vals, cx_agent **out, char *err, size_t errlen);
 void cx_close(cx_agent *a);
 
 // cx_plugin_params lists the parameters a backend plugin advertises, as
 // "key=default\n" lines in a malloc'd buffer (free with cx_free).
-int cx_plugin_params(const char *backend, char **out, size_t *len, char *err, size_t errlen);
+int cx_plugin_params(const char *backend, char **out, size_t *len);
 
 // cx_register and cx_deregister register DRAM [addr, addr+len).
 int cx_register(cx_agent *a, uint64_t addr, uint64_t len);
@@ -52,7 +37,6 @@ int cx_local_md(cx_agent *a, void **out, size_t *len);
 // it into name (NUL-terminated, truncated to cap).
 int cx_load_md(cx_agent *a, const void *md, size_t len, char *name, size_t cap);
 int cx_invalidate_md(cx_agent *a, const char *name);
-
 // cx_prep prepares a dlist of n DRAM descriptors: local when agent is
 // NULL, else of that remote agent.
 int cx_prep(cx_agent *a, const char *agent, int n, const uint64_t *addrs, const uint64_t *lens,
@@ -61,12 +45,13 @@ int cx_release_dlist(cx_agent *a, void *dlist);
 
 // cx_post makes and posts one transfer (op 0 READ, 1 WRITE) of n index
 // pairs; with has_notif the notification rides with it. It returns the
-// post's status (NIXL_IN_PROG, NIXL_SUCCESS or an error); *req is set when
-// a request exists (also after a failed post: release it).
+// post's status (IN_PROG, SUCCESS or an error); *req is set when a
+// request exists (also after a failed post: release it).
 int cx_post(cx_agent *a, int op, void *local, const int *lidx, void *remote, const int *ridx,
             int n, const void *notif, size_t notif_len, int has_notif, void **req);
 // cx_status writes getXferStatus of each of n requests into out.
 void cx_status(cx_agent *a, int n, void *const *reqs, int *out);
+// cx_release_req releases a request; on success it is freed.
 int cx_release_req(cx_agent *a, void *req);
 
 int cx_gen_notif(cx_agent *a, const char *agent, const void *msg, size_t len);
@@ -76,9 +61,5 @@ int cx_gen_notif(cx_agent *a, const char *agent, const void *msg, size_t len);
 int cx_get_notifs(cx_agent *a, void **out, size_t *len);
 
 void cx_free(void *p);
-
-#ifdef __cplusplus
-}
-#endif
 
 #endif

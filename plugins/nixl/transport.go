@@ -284,14 +284,15 @@ func (t *Transport) load(spec sdk.PeerSpec) (kit.Loaded[*peerVal], error) {
 			}
 			return none, sdk.Errorf(sdk.CodeInvalidArgument, "nixl: LoadPeers %q: NIXL's metadata inside names agent %q", spec.Name, name)
 		}
-		code := sdk.CodeBackend
-		switch st {
-		case statusMismatch, statusInvalidParam, statusNotAllowed:
-			code = sdk.CodeInvalidArgument
-		case statusRemoteDisconnect:
-			code = sdk.CodeRemoteDisconnect
+		if st == statusInvalidParam {
+			return none, sdk.Errorf(sdk.CodeInvalidArgument, "nixl: LoadPeers %q: loadRemoteMD returned %v; nothing loaded", spec.Name, st)
 		}
-		return none, sdk.Errorf(code, "nixl: LoadPeers %q: loadRemoteMD returned %v; nothing loaded", spec.Name, st)
+		if ref := t.names[m.Agent]; ref != nil && ref.refs > 0 {
+			// NIXL refuses (NOT_ALLOWED) an agent it holds under another
+			// connection; the C API says ERROR_BACKEND.
+			return none, sdk.Errorf(sdk.CodeInvalidArgument, "nixl: LoadPeers %q: loadRemoteMD returned %v: NIXL holds agent %q, loaded for another peer, with other metadata; nothing loaded", spec.Name, st, m.Agent)
+		}
+		return none, sdk.Errorf(sdk.CodeBackend, "nixl: LoadPeers %q: loadRemoteMD returned %v; nothing loaded", spec.Name, st)
 	}
 	regions := make(map[sdk.RegionID]uint64, len(m.Regions))
 	for _, r := range m.Regions {
@@ -422,7 +423,7 @@ func (t *Transport) start(spec sdk.PostSpec, h *handle) error {
 	if req != nil {
 		t.nat.releaseReq(req)
 	}
-	if st == statusRemoteDisconnect || st == statusNotFound {
+	if gone(st) {
 		t.names[peer].lost = true
 		return sdk.Errorf(sdk.CodeRemoteDisconnect, "nixl: Post to %s: postXferReq returned %v; nothing posted", peer, st)
 	}
@@ -460,17 +461,28 @@ func (t *Transport) Poll(ctx context.Context, ids []sdk.HandleID) ([]sdk.HandleS
 	return out, nil
 }
 
+// gone says whether a call to a peer that returned st failed because the
+// peer is gone. NIXL answers REMOTE_DISCONNECT for every request on a UCX
+// endpoint that failed, and NOT_FOUND once it dropped the peer; NIXL's C
+// API folds REMOTE_DISCONNECT into ERROR_BACKEND with NIXL's other
+// failures. A call that reached the peer's endpoint and failed is taken
+// as that endpoint failing: UCX fails an endpoint (and every request on
+// it) on the error of any one request when peer error handling is on.
+func gone(st status) bool {
+	return st == statusNotFound || st == statusBackend
+}
+
 // settle turns a running handle terminal when NIXL says it is.
 func (t *Transport) settle(h *handle, st status) {
 	peer := h.Remote.Peer
-	switch st {
-	case statusInProg:
-	case statusSuccess:
+	switch {
+	case st == statusInProg:
+	case st == statusSuccess:
 		t.book.Complete(h, sdk.StateDone, nil)
-	case statusRemoteDisconnect, statusNotFound:
-		// NOT_FOUND: NIXL dropped the peer's metadata after another
-		// request to it failed with REMOTE_DISCONNECT. Its UCX endpoint
-		// failed, which ends every request on it.
+	case gone(st):
+		// NIXL dropped the peer's metadata when this or another request
+		// to it failed with REMOTE_DISCONNECT. Its UCX endpoint failed,
+		// which ends every request on it.
 		t.names[peer.Value.name].lost = true
 		t.book.Complete(h, sdk.StateFailed, sdk.Errorf(sdk.CodeRemoteDisconnect, "nixl: transfer to %s: getXferStatus returned %v: the peer is gone", peer.Name, st))
 	default:
@@ -508,10 +520,10 @@ func (t *Transport) SendNotifications(ctx context.Context, msgs []sdk.OutboundNo
 		if t.names[p.Value.name].lost {
 			return sdk.Errorf(sdk.CodeRemoteDisconnect, "nixl: SendNotifications to %s: NIXL reported the peer disconnected; not sent", p.Name)
 		}
-		switch st := t.nat.genNotif(p.Value.name, msgs[i].Message); st {
-		case statusSuccess, statusInProg:
+		switch st := t.nat.genNotif(p.Value.name, msgs[i].Message); {
+		case st == statusSuccess || st == statusInProg:
 			return nil
-		case statusRemoteDisconnect:
+		case gone(st):
 			return sdk.Errorf(sdk.CodeRemoteDisconnect, "nixl: SendNotifications to %s: genNotif returned %v; not sent", p.Name, st)
 		default:
 			return sdk.Errorf(sdk.CodeBackend, "nixl: SendNotifications to %s: genNotif returned %v; not sent", p.Name, st)

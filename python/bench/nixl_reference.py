@@ -1,7 +1,7 @@
 """NIXL driven directly through the API of NIXL's wheel (``nixl``, from the
 package registry), without custody: the NIXL-direct reference that ``custody
-bench nixl`` compares against where custody-nixl-reference (which links
-NIXL's C++ headers, absent from the wheel) cannot be built. It takes the same
+bench nixl`` compares against where custody-nixl-reference (make test-nixl
+builds it) was not built. It takes the same
 arguments and prints the same result line as that program:
 
     nixl_reference.py bw -size N -op write|read -depth D -min-time T [-param k=v ...]
