@@ -49,7 +49,7 @@ two NIXL agents in two processes, no contract, no process boundary) and custody
 over UCX; then the 4 KiB Post to DONE latency of each. It prints a table, a
 ratio line per size and op, and goal lines at 1 MiB.
 
-Where the NIXL transport was not built (NIXL's wheel carries no C++ headers),
+Where the NIXL transport was not built (make test-nixl builds it),
 it measures NIXL direct through the wheel's Python API
 (python/bench/nixl_reference.py) against custody over UCX alone.`,
 		Args: cobra.NoArgs,
