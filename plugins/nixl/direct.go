@@ -36,7 +36,7 @@ func OpenDirect(name string, params map[string]string) (*Direct, error) {
 			return nil, err
 		}
 	}
-	n, st, msg := openNative(name, cfg.progressDelay, cfg.backend, cfg.params)
+	n, st, msg := openNative(name, cfg.delay(), cfg.backend, cfg.params)
 	if n == nil {
 		return nil, fmt.Errorf("nixl: creating agent %q with %s: %s (%v)", name, cfg, msg, st)
 	}

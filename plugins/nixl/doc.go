@@ -150,13 +150,15 @@
 //	              else tcp); NIXL's UCX backend reads it from the
 //	              environment
 //	progress_delay=D  how long NIXL's progress thread waits for the
-//	              worker's events between rounds (nixlAgentConfig
-//	              pthrDelay, rounded up to whole ms by NIXL). Default 1ms,
-//	              where the worker's events wake it at once (tcp); over
-//	              posix, sysv and cma UCX 1.13 raises no event for incoming
-//	              data, a peer's transfers into the agent would move once
-//	              per wait, and the default is NIXL's own, 0: the thread
-//	              spins, a core per agent even when idle
+//	              worker's events between rounds (the agent config's
+//	              pthr_delay_us, rounded up to whole ms by NIXL). Default
+//	              1ms, where the worker's events wake it at once (tcp).
+//	              Over posix, sysv and cma it depends on the UCX loaded
+//	              (params.go, shmProgressDelay): with UCX 1.13 a peer's
+//	              transfers into the agent would move once per wait, and
+//	              the default is NIXL's own, 0: the thread spins, a core
+//	              per agent even when idle; with UCX 1.23 (NIXL's wheel)
+//	              it is 1ms, which costs a peer's READ nothing
 //	KEY=VALUE     any parameter the backend plugin lists (getPluginParams)
 //	              and, for UCX, engine_config: passed to createBackend
 //	              unchanged. UCX: ucx_error_handling_mode (peer or none;

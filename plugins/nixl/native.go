@@ -4,7 +4,7 @@ package nixl
 
 /*
 #cgo CFLAGS: -std=c11 -O2
-#cgo LDFLAGS: -lnixl_capi
+#cgo LDFLAGS: -lnixl_capi -ldl
 #include <stdlib.h>
 #include "shim.h"
 */
@@ -15,6 +15,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/custody-dev/custody/internal/ucxtls"
 	"github.com/custody-dev/custody/sdk"
 )
 
@@ -65,6 +66,28 @@ func itoa(n int) string {
 // native is one nixlAgent with one backend.
 type native struct {
 	a *C.cx_agent
+}
+
+// ucxVersion says which UCX this process loaded: NIXL's UCX backend plugin
+// loads it, and pluginParams's probe loads the plugin.
+func ucxVersion() (major, minor int, ok bool) {
+	var maj, mnr, rel C.uint
+	if C.cx_ucx_version(&maj, &mnr, &rel) != 0 {
+		return 0, 0, false
+	}
+	return int(maj), int(mnr), true
+}
+
+// delay is the wait of c's progress thread: the parameter's, else over
+// shared memory by the UCX NIXL's backend loads (shmProgressDelay).
+func (c config) delay() time.Duration {
+	if c.delaySet || c.backend != "UCX" || !ucxtls.UsesShm(c.tls) {
+		return c.progressDelay
+	}
+	if _, err := pluginParams(c.backend); err != nil {
+		return c.progressDelay
+	}
+	return shmProgressDelay(ucxVersion())
 }
 
 // errBuf is the size of the shim's error messages.

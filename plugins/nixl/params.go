@@ -27,10 +27,25 @@ const errModeKey = "ucx_error_handling_mode"
 // progressDelayTCP is the progress thread's default wait when no
 // shared-memory transport is selected: over tcp the worker's events wake
 // the thread at once, so a wait costs no latency and an idle agent no CPU.
-// Over posix, sysv and cma UCX 1.13 raises no event for incoming data, and
-// a peer's transfers into the agent would move once per wait: there the
-// default is NIXL's own, 0, a thread that spins (a core per agent).
+// Over posix, sysv and cma see shmProgressDelay.
 const progressDelayTCP = time.Millisecond
+
+// shmProgressDelay is the progress thread's default wait over shared
+// memory, by the version of the UCX loaded (ok false: unknown). With UCX
+// 1.13 a peer's transfers into the agent move only when its progress
+// thread runs (UCX raises no event for incoming data there), so it is
+// NIXL's own, 0: a thread that spins, a core per agent even when idle.
+// With UCX 1.23 (the one NIXL's wheel bundles) a 4 KiB READ from an agent
+// whose thread waits 1 ms between rounds takes as long as from a spinning
+// one (3.6-4.1 us against 3.5-3.6 us at p50, NIXL direct over posix,sysv),
+// and the spinning threads only take the cores from the callers: 1 ms.
+// Versions between were not measured and keep the spin.
+func shmProgressDelay(major, minor int, ok bool) time.Duration {
+	if ok && (major > 1 || major == 1 && minor >= 23) {
+		return progressDelayTCP
+	}
+	return 0
+}
 
 // extraBackendKeys are backend parameters NIXL's UCX backend reads but its
 // plugin does not list among its parameters (getPluginParams).
@@ -47,8 +62,11 @@ type config struct {
 	// params are the backend parameters passed to createBackend.
 	params map[string]string
 	// progressDelay is how long NIXL's progress thread waits for the
-	// worker's events between two rounds (nixlAgentConfig pthrDelay).
+	// worker's events between two rounds (nixlAgentConfig pthrDelay);
+	// delaySet says the parameter set it, else over shared memory the UCX
+	// loaded decides (config.delay).
 	progressDelay time.Duration
+	delaySet      bool
 	// errNone is whether UCX endpoints run without peer error handling
 	// (ucx_error_handling_mode=none): UCX then reports no dead peer, so
 	// the agent watches its peers' processes and exits when one dies.
@@ -60,7 +78,7 @@ type config struct {
 //	backend=NAME  the NIXL backend plugin (default UCX)
 //	tls=LIST      UCX_TLS of this process (default: $UCX_TLS, else tcp)
 //	progress_delay=D  the longest wait of NIXL's progress thread between
-//	              rounds (default 1ms, or 0, NIXL's own, over shared memory)
+//	              rounds (default 1ms; over shared memory shmProgressDelay's)
 //	KEY=VALUE     any parameter the backend plugin lists (getPluginParams;
 //	              for UCX also engine_config), passed to createBackend
 //
@@ -89,7 +107,7 @@ func parseParams(p map[string]string, known func(backend string) ([]string, erro
 		if err != nil || d < 0 {
 			return config{}, sdk.Errorf(sdk.CodeInvalidArgument, "nixl: parameter progress_delay=%q: want a duration of at least 0, e.g. 1ms (0 makes NIXL's progress thread spin)", v)
 		}
-		c.progressDelay = d
+		c.progressDelay, c.delaySet = d, true
 	}
 	keys := make([]string, 0, len(p))
 	for k := range p {

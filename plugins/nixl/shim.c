@@ -1,8 +1,11 @@
 //go:build nixl
 
 // The shim over NIXL's C API (see shim.h).
+#define _GNU_SOURCE // dl_iterate_phdr
 #include "shim.h"
 
+#include <dlfcn.h>
+#include <link.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -276,6 +279,29 @@ cx_get_notifs(cx_agent *a, void **out, size_t *len) {
     }
     nixl_capi_notif_map_clear(a->notifs);
     return st;
+}
+
+static int
+find_ucp(struct dl_phdr_info *info, size_t size, void *path) {
+    (void)size;
+    const char *slash = info->dlpi_name != NULL ? strrchr(info->dlpi_name, '/') : NULL;
+    if (slash == NULL || strncmp(slash + 1, "libucp", 6) != 0) return 0;
+    snprintf(path, 4096, "%s", info->dlpi_name);
+    return 1;
+}
+
+int
+cx_ucx_version(unsigned *major, unsigned *minor, unsigned *release) {
+    char path[4096] = "";
+    dl_iterate_phdr(find_ucp, path);
+    if (path[0] == '\0') return -1;
+    void *h = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
+    if (h == NULL) return -1;
+    void (*get)(unsigned *, unsigned *, unsigned *);
+    *(void **)&get = dlsym(h, "ucp_get_version");
+    if (get != NULL) get(major, minor, release);
+    dlclose(h);
+    return get != NULL ? 0 : -1;
 }
 
 void

@@ -60,6 +60,10 @@ int cx_gen_notif(cx_agent *a, const char *agent, const void *msg, size_t len);
 // cx_free); *len is 0 when none arrived.
 int cx_get_notifs(cx_agent *a, void **out, size_t *len);
 
+// cx_ucx_version writes the version of the UCX loaded in this process (by
+// NIXL's UCX backend plugin); it returns -1 when none is loaded.
+int cx_ucx_version(unsigned *major, unsigned *minor, unsigned *release);
+
 void cx_free(void *p);
 
 #endif

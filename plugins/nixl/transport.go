@@ -114,7 +114,7 @@ func (t *Transport) Open(ctx context.Context, req sdk.OpenRequest) error {
 				return sdk.Errorf(sdk.CodeBackend, "nixl: Open %q: setting UCX_TLS: %v", req.Agent, err)
 			}
 		}
-		nat, st, msg := openNative(req.Agent, cfg.progressDelay, cfg.backend, cfg.params)
+		nat, st, msg := openNative(req.Agent, cfg.delay(), cfg.backend, cfg.params)
 		if nat == nil {
 			return sdk.Errorf(sdk.CodeInvalidArgument, "nixl: Open %q: NIXL refused backend %s with %s: %s (%v); check the parameters (plugins/nixl/doc.go lists them)", req.Agent, cfg.backend, cfg, msg, st)
 		}
