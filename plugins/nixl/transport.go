@@ -480,9 +480,7 @@ func (t *Transport) settle(h *handle, st status) {
 	case st == statusSuccess:
 		t.book.Complete(h, sdk.StateDone, nil)
 	case gone(st):
-		// NIXL dropped the peer's metadata when this or another request
-		// to it failed with REMOTE_DISCONNECT. Its UCX endpoint failed,
-		// which ends every request on it.
+		// The peer's UCX endpoint failed, which ends every request on it.
 		t.names[peer.Value.name].lost = true
 		t.book.Complete(h, sdk.StateFailed, sdk.Errorf(sdk.CodeRemoteDisconnect, "nixl: transfer to %s: getXferStatus returned %v: the peer is gone", peer.Name, st))
 	default:
