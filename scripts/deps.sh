@@ -4,7 +4,7 @@
 # With "protoc" it installs only the protobuf compiler (for make proto).
 set -euo pipefail
 
-want=(gcc pkg-config libucx-dev ucx-utils)
+want=(gcc pkg-config libucx-dev ucx-utils curl ca-certificates)
 [ "${1:-}" = protoc ] && want=(protobuf-compiler)
 
 missing=()
