@@ -2,16 +2,20 @@ package proccost
 
 import (
 	"bufio"
+	"fmt"
 	"os"
 	"os/exec"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 )
 
 // startChild starts a shell that runs script, then waits on its stdin, and
-// returns once the script has run.
+// returns once the script has run and the shell is blocked reading.
 func startChild(t *testing.T, script string) *exec.Cmd {
 	t.Helper()
 	child := exec.Command("sh", "-c", script+"; echo ready; read x")
@@ -24,7 +28,18 @@ func startChild(t *testing.T, script string) *exec.Cmd {
 	line, err := bufio.NewReader(out).ReadString('\n')
 	require.NoError(t, err)
 	require.Equal(t, "ready\n", line)
-	return child
+	// "ready" comes before the shell's read: wait until the kernel shows
+	// it blocked in that read (/proc/PID/syscall starts with its number),
+	// so that a window opened now sees no system call of the shell's.
+	blocked := fmt.Sprintf("%d ", unix.SYS_READ)
+	for {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/syscall", child.Process.Pid))
+		require.NoError(t, err)
+		if strings.HasPrefix(string(b), blocked) {
+			return child
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // Threads counts a process's CPU time and context switches, and Tree finds
