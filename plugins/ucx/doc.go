@@ -21,7 +21,8 @@
 //     entries and bumps a counter; every call first reads that counter
 //     (one atomic load) and takes the entries only when it moved.
 //   - Poll, when a handle it is asked about still runs and at most 4 ops
-//     are in flight, progresses the worker itself until nothing more is
+//     are in flight, progresses the worker itself, outside the agent's
+//     lock (so that no Post or Release waits behind it), until nothing more is
 //     ready (at most 64 rounds, stopping early when another call waits for
 //     the worker; not while the progress thread holds the lock): a caller that
 //     polls until DONE is its own progress engine. While it polls in a
@@ -32,8 +33,8 @@
 //     transfer then waits for the peer or for this side's progress thread,
 //     and a caller polling in a loop would otherwise take their core on a
 //     crowded machine.
-//   - Events, while anything is in flight, does the same outside the
-//     agent's lock, except that with more than 4 ops in flight it leaves
+//   - Events, while anything is in flight, does the same, except that
+//     with more than 4 ops in flight it leaves
 //     the core to the progress thread without yielding it: the ring pump
 //     of a transport process asks for events in a loop and serves
 //     submissions between its calls, so it finds a completion without

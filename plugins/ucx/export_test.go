@@ -34,7 +34,7 @@ var FenceScope = fenceScope
 // only what callers progress themselves moves (tests).
 func (t *Transport) PauseProgress(on bool) { t.agent.Load().nw.pauseThread(on) }
 
-// SetProgressHook makes the progress of a caller of Events run fn in place
+// SetProgressHook makes the progress of a caller of Events or Poll run fn in place
 // of the shim's progress, where and when that would run (tests); nil
 // restores it. Set it while no call runs.
 func (t *Transport) SetProgressHook(fn func()) { t.agent.Load().progressHook = fn }

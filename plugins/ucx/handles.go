@@ -117,10 +117,23 @@ func (p *peer) outcome(id sdk.HandleID, c completion) (sdk.State, error) {
 }
 
 // Poll reports each handle's state.
+//
+// When a polled handle still runs, Poll first progresses the worker on the
+// caller's thread, outside the agent's lock (callerProgress), and then
+// takes what that finished: a caller that polls until DONE is then its own
+// progress engine (no hand-off to the progress thread, which naps
+// meanwhile), and a Release or Post of another caller does not wait behind
+// that progress.
 func (t *Transport) Poll(ctx context.Context, ids []sdk.HandleID) ([]sdk.HandleStatus, error) {
+	running := false
+	if err := t.do(ctx, "Poll", len(ids), func(a *agent) { running = a.anyRunning(ids) }); err != nil {
+		return nil, err
+	}
+	if running {
+		t.callerProgress(true)
+	}
 	out := make([]sdk.HandleStatus, len(ids))
 	err := t.do(ctx, "Poll", len(ids), func(a *agent) {
-		a.driveProgress(ids)
 		for i, id := range ids {
 			out[i] = a.book.Poll(id)
 		}
@@ -131,20 +144,16 @@ func (t *Transport) Poll(ctx context.Context, ids []sdk.HandleID) ([]sdk.HandleS
 	return out, nil
 }
 
-// driveProgress progresses the worker on the caller's thread when a polled
-// handle still runs, and takes what that finished: a caller that polls
-// until DONE is then its own progress engine (no hand-off to the progress
-// thread, which naps meanwhile).
-func (a *agent) driveProgress(ids []sdk.HandleID) {
+// anyRunning says whether one of ids names a handle not yet terminal.
+func (a *agent) anyRunning(ids []sdk.HandleID) bool {
 	for _, id := range ids {
 		if h := a.book.Find(id); h != nil {
 			if st, _ := h.State(); !st.Terminal() {
-				a.nw.callerProgress(true)
-				a.reap()
-				return
+				return true
 			}
 		}
 	}
+	return false
 }
 
 // Cancel is accepted and changes nothing: UCX cannot cancel a posted put
@@ -188,7 +197,7 @@ func (t *Transport) Events(ctx context.Context, max int) ([]sdk.Event, error) {
 	if err := kit.ContextError(ctx, "ucx"); err != nil {
 		return nil, err
 	}
-	t.callerProgress()
+	t.callerProgress(false)
 	var out []sdk.Event
 	err := t.do(ctx, "Events", 0, func(a *agent) { out = a.book.Events(max) })
 	return out, err
@@ -200,11 +209,11 @@ func (t *Transport) Events(ctx context.Context, max int) ([]sdk.Event, error) {
 // at most, and none after the one under way once a Post waits for the
 // worker), so that what waits for this caller (the ring pump's next
 // submission) does not wait for a transfer's bytes either. With many ops
-// in flight it leaves them to the progress thread without giving up the
-// CPU: the ring pump that calls it has submissions to serve, and a
-// scheduler slice lost on each of its calls would cap the completions it
-// forwards.
-func (t *Transport) callerProgress() {
+// in flight it leaves them to the progress thread, giving up the CPU only
+// with yield: the ring pump that calls Events has submissions to serve,
+// and a scheduler slice lost on each of its calls would cap the
+// completions it forwards.
+func (t *Transport) callerProgress(yield bool) {
 	a := t.agent.Load()
 	if a == nil {
 		return
@@ -218,5 +227,5 @@ func (t *Transport) callerProgress() {
 		a.progressHook()
 		return
 	}
-	a.nw.callerProgress(false)
+	a.nw.callerProgress(yield)
 }

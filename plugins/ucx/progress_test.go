@@ -133,14 +133,19 @@ func TestCallerProgressBounded(t *testing.T) {
 }
 
 // TestPostNeverWaitsBehindProgress: a Post (or a Release) never waits for
-// a caller that progresses the worker in Events, however long that takes:
-// that progress runs outside the agent's lock. The caller's progress is
-// held here (a hook runs in its place and blocks until released), with a
-// transfer running; a Post must return meanwhile. Were the progress under
-// the agent's lock, it would wait for it, and the test fails on its bound.
-// (Poll progresses under the agent's lock: a Post waits for at most its
-// bounded rounds there, as it waits for any call.)
+// a caller that progresses the worker in Events or in Poll, however long
+// that takes: that progress runs outside the agent's lock. The caller's
+// progress is held here (a hook runs in its place and blocks until
+// released), with a transfer running; a Post must return meanwhile. Were
+// the progress under the agent's lock, it would wait for it, and the test
+// fails on its bound.
 func TestPostNeverWaitsBehindProgress(t *testing.T) {
+	for _, call := range []string{"Events", "Poll"} {
+		t.Run(call, func(t *testing.T) { postBesideProgress(t, call) })
+	}
+}
+
+func postBesideProgress(t *testing.T, call string) {
 	p := newPair(t, "posix,sysv,cma", 2<<20)
 	local, remote := p.dlists(t, 2, 1<<20)
 	ctx := context.Background()
@@ -162,13 +167,18 @@ func TestPostNeverWaitsBehindProgress(t *testing.T) {
 	})
 	progressed := make(chan error, 1)
 	go func() {
-		_, err := p.a.Events(ctx, 0)
+		var err error
+		if call == "Events" {
+			_, err = p.a.Events(ctx, 0)
+		} else {
+			_, err = p.a.Poll(ctx, []sdk.HandleID{first})
+		}
 		progressed <- err
 	}()
 	select {
 	case <-entered: // the caller's progress is under way, and stays so
 	case err := <-progressed:
-		t.Fatalf("Events returned (%v) without progressing the worker while a WRITE ran", err)
+		t.Fatalf("%s returned (%v) without progressing the worker while a WRITE ran", call, err)
 	}
 	posted := make(chan []sdk.PostResult, 1)
 	go func() {
@@ -181,7 +191,7 @@ func TestPostNeverWaitsBehindProgress(t *testing.T) {
 	case second = <-posted:
 	case <-time.After(10 * time.Second):
 		close(release)
-		t.Fatal("Post waited behind the caller's progress in Events")
+		t.Fatalf("Post waited behind the caller's progress in %s", call)
 	}
 	require.NoError(t, second[0].Err)
 	close(release)
