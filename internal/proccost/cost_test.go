@@ -2,44 +2,35 @@ package proccost
 
 import (
 	"bufio"
-	"fmt"
 	"os"
 	"os/exec"
-	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 )
 
-// startChild starts a shell that runs script, then waits on its stdin, and
-// returns once the script has run and the shell is blocked reading.
+// startChild starts a shell that runs script and then stops itself
+// (SIGSTOP), and returns once the kernel reported it stopped (wait4 with
+// WUNTRACED): from then on it runs nothing, not even a system call, until
+// the test's cleanup continues it and it ends.
 func startChild(t *testing.T, script string) *exec.Cmd {
 	t.Helper()
-	child := exec.Command("sh", "-c", script+"; echo ready; read x")
-	stdin, err := child.StdinPipe()
-	require.NoError(t, err)
-	out, err := child.StdoutPipe()
-	require.NoError(t, err)
+	child := exec.Command("sh", "-c", script+"; kill -STOP $$")
 	require.NoError(t, child.Start())
-	t.Cleanup(func() { _ = stdin.Close(); _ = child.Wait() })
-	line, err := bufio.NewReader(out).ReadString('\n')
-	require.NoError(t, err)
-	require.Equal(t, "ready\n", line)
-	// "ready" comes before the shell's read: wait until the kernel shows
-	// it blocked in that read (/proc/PID/syscall starts with its number),
-	// so that a window opened now sees no system call of the shell's.
-	blocked := fmt.Sprintf("%d ", unix.SYS_READ)
+	t.Cleanup(func() { _ = child.Process.Signal(unix.SIGCONT); _ = child.Wait() })
+	var ws unix.WaitStatus
 	for {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/syscall", child.Process.Pid))
-		require.NoError(t, err)
-		if strings.HasPrefix(string(b), blocked) {
-			return child
+		_, err := unix.Wait4(child.Process.Pid, &ws, unix.WUNTRACED, nil)
+		if err == unix.EINTR {
+			continue
 		}
-		time.Sleep(time.Millisecond)
+		require.NoError(t, err)
+		break
 	}
+	require.True(t, ws.Stopped(), "the child ended (%v) instead of stopping", ws)
+	return child
 }
 
 // Threads counts a process's CPU time and context switches, and Tree finds
@@ -99,6 +90,6 @@ func TestMeterIdleProcess(t *testing.T) {
 	require.NoError(t, err)
 	costs, err := m.Stop()
 	require.NoError(t, err)
-	assert.Zero(t, costs[0].CPU, "a process blocked on read runs no instruction")
+	assert.Zero(t, costs[0].CPU, "a stopped process runs no instruction")
 	assert.Zero(t, costs[0].Syscalls)
 }
