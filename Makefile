@@ -77,7 +77,7 @@ lint-python:
 # (scripts/nixl.sh registry installs it into .nixl): the conformance suite
 # over UCX tcp and shared memory, in process and as the plugin binary.
 test-nixl: build lint
-	@[ -n "$${NIXL_PREFIX:-}" ] || pkg-config --exists nixl 2>/dev/null || ./scripts/nixl.sh registry >/dev/null
+	@./scripts/nixl.sh need
 	@./scripts/nixl.sh build $(GO) $(BIN)
 	@eval "$$(./scripts/nixl.sh env)" && $(GO) vet -tags nixl ./plugins/nixl/... && $(GOBIN_TOOLS)/staticcheck -tags nixl ./plugins/nixl/... && \
 		CUSTODY_BIN=$(BIN) $(GO) test -tags nixl -race -count=1 -timeout 20m ./plugins/nixl/...

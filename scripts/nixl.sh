@@ -17,6 +17,8 @@
 #   nixl.sh registry      install NIXL from the registries into .nixl (once):
 #                         the nixl-cu12 wheel (libraries, UCX and backend
 #                         plugins) and nixl-sys's header; print its libdir
+#   nixl.sh need          the same, unless NIXL_PREFIX or pkg-config names
+#                         a NIXL
 #   nixl.sh env           print the cgo flags (export lines) to build with
 #                         -tags nixl, or, on stderr, why NIXL was not found
 #                         (exit 1)
@@ -124,6 +126,11 @@ case "${1:-}" in
 registry)
   registry
   ;;
+need)
+  if [ -z "${NIXL_PREFIX:-}" ] && ! pkg-config --exists nixl 2>/dev/null; then
+    registry >/dev/null
+  fi
+  ;;
 env)
   if ! find_nixl; then echo "$why" >&2; exit 1; fi
   echo "export CGO_CPPFLAGS='$cppflags'"
@@ -141,7 +148,7 @@ build)
   done
   ;;
 *)
-  echo "usage: $0 registry | env | build GO BIN" >&2
+  echo "usage: $0 registry | need | env | build GO BIN" >&2
   exit 2
   ;;
 esac

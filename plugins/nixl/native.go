@@ -69,7 +69,7 @@ type native struct {
 }
 
 // ucxVersion says which UCX this process loaded: NIXL's UCX backend plugin
-// loads it, and pluginParams's probe loads the plugin.
+// loads it, and pluginParams's probe loads the plugin (which stays loaded).
 func ucxVersion() (major, minor int, ok bool) {
 	var maj, mnr, rel C.uint
 	if C.cx_ucx_version(&maj, &mnr, &rel) != 0 {
@@ -84,8 +84,12 @@ func (c config) delay() time.Duration {
 	if c.delaySet || c.backend != "UCX" || !ucxtls.UsesShm(c.tls) {
 		return c.progressDelay
 	}
-	if _, err := pluginParams(c.backend); err != nil {
-		return c.progressDelay
+	if _, _, ok := ucxVersion(); !ok {
+		// Not loaded yet (parseParams probes the plugin only for its
+		// parameters): load it.
+		if _, err := pluginParams(c.backend); err != nil {
+			return c.progressDelay
+		}
 	}
 	return shmProgressDelay(ucxVersion())
 }
