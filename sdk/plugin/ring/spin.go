@@ -3,7 +3,6 @@ package ring
 import (
 	"runtime"
 	"time"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -22,10 +21,10 @@ const (
 )
 
 // spinner is one spinning goroutine's last look at whether it holds the CPU
-// its peer last ran on. The look is a system call (getcpu), which carries
-// nothing to the peer: a spin round takes about a microsecond, and the
-// answer changes only when a scheduler moves one side, so it is looked up
-// at most every cpuCheck.
+// its peer last ran on. The look may be a system call (currentCPU), which
+// carries nothing to the peer: a spin round takes about a microsecond, and
+// the answer changes only when a scheduler moves one side, so it is looked
+// up at most every cpuCheck.
 type spinner struct {
 	at   time.Time
 	same bool
@@ -56,8 +55,8 @@ func (sp *spinner) sameCPU(now time.Time, look func() bool) bool {
 // sameCPU records where the owner of mine runs and reports whether the
 // owner of peer last ran there too. The caller must hold the mapping.
 func sameCPU(mine, peer doorbell) bool {
-	var cpu uint32
-	if _, _, errno := unix.RawSyscall(unix.SYS_GETCPU, uintptr(unsafe.Pointer(&cpu)), 0, 0); errno != 0 {
+	cpu, ok := currentCPU()
+	if !ok {
 		return false
 	}
 	mine.cpu.Store(cpu + 1)
