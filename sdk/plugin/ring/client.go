@@ -11,8 +11,9 @@ import (
 
 // Host timing.
 const (
-	// waitSpin is how long a caller drains the completion ring itself
-	// before it blocks for its result.
+	// waitSpin is how long a caller whose call found the pump awake
+	// drains the completion ring itself before it blocks for its result
+	// (Client.waitSpin).
 	waitSpin = 200 * time.Microsecond
 	// readerSpin is how long the reader goroutine keeps looking after
 	// the last completion before it sleeps.
@@ -54,6 +55,8 @@ type Client struct {
 	name string
 	// timeout bounds every call, with the caller's own deadline.
 	timeout time.Duration
+	// waitSpin is waitSpin (a test's own otherwise).
+	waitSpin time.Duration
 	// done ends once the process is gone.
 	done context.Context
 	// shutdown is the error of a call made once the process is gone;
@@ -131,6 +134,9 @@ type pendingCall struct {
 	errs  []error
 	done  chan struct{}
 	fin   atomic.Bool
+	// spun: the caller drained the completion ring itself for a while
+	// (submit).
+	spun bool
 }
 
 // ClientConfig is what a Client needs of the process it talks to, and what
@@ -174,7 +180,7 @@ type ClientConfig struct {
 func NewClient(mem []byte, l Layout, cfg ClientConfig) *Client {
 	m := newMapping(mem, l)
 	r := &Client{
-		name: cfg.Name, timeout: cfg.Timeout, done: cfg.Done, shutdown: cfg.Shutdown,
+		name: cfg.Name, timeout: cfg.Timeout, waitSpin: waitSpin, done: cfg.Done, shutdown: cfg.Shutdown,
 		log: cfg.Log, kill: cfg.Kill, wake: cfg.Wake, mem: mem, m: m,
 		events: cfg.Events, prompt: cfg.Prompt, releaseTerminal: cfg.ReleaseTerminal,
 		half:       int(l.subArena / 2),

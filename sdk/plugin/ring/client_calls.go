@@ -83,19 +83,27 @@ func (r *Client) submit(ctx context.Context, method string, kind, resKind uint16
 	e := entry{seq: r.sub.tail, kind: kind, call: c.id, count: uint32(n), total: uint32(n), deadline: dl.UnixNano(), arenaOff: off, arenaLen: uint32(len(payload)), sent: now.UnixNano()}
 	e.encode(ent)
 	r.sub.publish()
-	r.m.plugin.ring()
+	woke := r.m.plugin.ring()
 	r.subMu.Unlock()
 
-	// Drain ourselves for a while: the answer usually comes within
-	// microseconds, and a goroutine hand-off would cost more.
-	r.spinning.Add(1)
-	for spun := now; !c.fin.Load() && time.Since(spun) < waitSpin; {
-		if r.drain() == 0 {
-			r.yield(&sp, spun)
+	// Drain ourselves while the answer is due within microseconds: when
+	// the pump was awake to take the call, since a goroutine hand-off
+	// would cost more. A pump this call had to wake answers only once the
+	// kernel has run it again, tens of microseconds or more on a busy
+	// machine, which a spinner would spend on a CPU (maybe the very one
+	// the pump needs): the caller waits, and the reader hands it the
+	// answer.
+	if !woke {
+		c.spun = true
+		r.spinning.Add(1)
+		for spun := now; !c.fin.Load() && time.Since(spun) < r.waitSpin; {
+			if r.drain() == 0 {
+				r.yield(&sp, spun)
+			}
 		}
-	}
-	if r.spinning.Add(-1) == 0 {
-		r.rouse()
+		if r.spinning.Add(-1) == 0 {
+			r.rouse()
+		}
 	}
 	if !c.fin.Load() {
 		ctx = bounded()

@@ -124,7 +124,10 @@
 //     (client_now.go).
 //
 // Whoever waits drains the completion ring itself; a reader goroutine
-// drains it when nobody does (client_drain.go). Every completion that may
+// drains it when nobody does (client_drain.go). A caller spins for its
+// result only when its call found the pump awake; one whose call had to
+// wake the pump waits, since the pump answers only once the kernel runs
+// it again, and the reader hands it the answer. Every completion that may
 // change a handle's state or brings a notification sends on
 // ClientConfig.Wake.
 //

@@ -20,12 +20,15 @@ type doorbell struct {
 	word, sleeping, cpu *atomic.Uint32
 }
 
-// ring wakes the owner if it sleeps. Call it after publishing.
-func (d doorbell) ring() {
-	if d.sleeping.Load() != 0 {
-		d.word.Add(1)
-		futexWake(d.word)
+// ring wakes the owner if it sleeps, and reports whether it did. Call it
+// after publishing.
+func (d doorbell) ring() bool {
+	if d.sleeping.Load() == 0 {
+		return false
 	}
+	d.word.Add(1)
+	futexWake(d.word)
+	return true
 }
 
 // force wakes the owner whether or not it says it sleeps (shutdown).
