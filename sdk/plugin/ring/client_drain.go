@@ -46,7 +46,7 @@ func (r *Client) reader() {
 			sp.yield(last, r.m.host, r.m.plugin)
 			continue
 		}
-		v := r.m.host.prepare()
+		v := r.m.host.prepare(asleep)
 		if r.pending() || r.isStopped() {
 			r.m.host.cancel()
 			continue
@@ -178,7 +178,7 @@ func (r *Client) drain() int {
 	}
 	if n > 0 {
 		// Room was freed: a plugin waiting for it may sleep.
-		r.m.plugin.ring()
+		r.m.plugin.roomFreed()
 	}
 	if woke {
 		select {

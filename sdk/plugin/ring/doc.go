@@ -96,12 +96,19 @@
 // (adapting the spin to how often it pays; spin.go), then sets its
 // sleeping flag, loads its word, checks the rings once more and waits on
 // the word (FUTEX_WAIT on the shared mapping). A producer that has
-// published, or a consumer that has freed space, loads the peer's sleeping
-// flag after its own store and, when set, increments the peer's word and
-// wakes it (FUTEX_WAKE). Both sides' store-then-load are sequentially
-// consistent, so either the sleeper sees the new entries on its last
-// check, or the waker sees the flag; and the kernel's FUTEX_WAIT returns
-// at once if the word moved since it was loaded. Nothing spins while idle.
+// published loads the peer's sleeping flag after its own store and, when
+// set, clears it, increments the peer's word and wakes it (FUTEX_WAKE).
+// Both sides' store-then-load are sequentially consistent, so either the
+// sleeper sees the new entries on its last check, or the waker sees the
+// flag; and the kernel's FUTEX_WAIT returns at once if the word moved
+// since it was loaded. The waker clears the flag with a compare-and-swap,
+// so that of several entries published before the sleeper runs again
+// only the first costs a FUTEX_WAKE: the sleeper looks at the rings once
+// awake. A side that waits for room in a ring it produces into (the pump,
+// when the completion ring is full) says so in its flag, and the
+// consumer wakes it when it frees room; freed room wakes no side that
+// sleeps for entries, since it tells that side nothing. Nothing spins
+// while idle.
 //
 // # The host's side
 //

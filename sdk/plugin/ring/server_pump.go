@@ -124,7 +124,7 @@ func (s *Server) run() {
 			default:
 			}
 		}
-		v := s.m.plugin.prepare()
+		v := s.m.plugin.prepare(asleep)
 		if n, err := s.sub.available(); err != nil || n > 0 || s.kickedStates.Load() || s.kickedNotes.Load() || s.stopped.Load() {
 			s.m.plugin.cancel()
 			continue
@@ -196,7 +196,7 @@ func (s *Server) step(kickedStates, kickedNotes bool, now time.Time, notesAt *ti
 	}
 	if n > 0 {
 		// Slots were freed: a host waiting for room may sleep.
-		s.m.host.ring()
+		s.m.host.roomFreed()
 		s.followGap, s.followAt = 0, now
 	}
 	if posted {

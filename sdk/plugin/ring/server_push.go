@@ -167,7 +167,13 @@ func (s *Server) push(e entry, payload []byte) error {
 			sp.yield(spun, s.m.plugin, s.m.host)
 			continue
 		}
-		v := s.m.plugin.prepare()
+		// Sleep until the host frees room: announce it, then look
+		// once more, since the host may have freed it meanwhile.
+		v := s.m.plugin.prepare(awaitingRoom)
+		if err := s.pushOnce(e, payload); !errors.Is(err, errFull) {
+			s.m.plugin.cancel()
+			return err
+		}
 		if s.stopped.Load() {
 			s.m.plugin.cancel()
 			continue
