@@ -92,8 +92,9 @@ func (r *Client) submit(ctx context.Context, method string, kind, resKind uint16
 	// kernel has run it again, tens of microseconds or more on a busy
 	// machine, which a spinner would spend on a CPU (maybe the very one
 	// the pump needs): the caller waits, and the reader hands it the
-	// answer.
-	if !woke {
+	// answer. A caller that polls in a loop spins all the same: it spends
+	// its CPU on waiting anyway, and its reader naps.
+	if !woke || r.pollLooping() {
 		c.spun = true
 		r.spinning.Add(1)
 		for spun := now; !c.fin.Load() && time.Since(spun) < r.waitSpin; {
@@ -104,6 +105,10 @@ func (r *Client) submit(ctx context.Context, method string, kind, resKind uint16
 		if r.spinning.Add(-1) == 0 {
 			r.rouse()
 		}
+	} else {
+		// The reader may nap after a poll loop that ended: it hands
+		// this caller the answer.
+		r.rouse()
 	}
 	if !c.fin.Load() {
 		ctx = bounded()

@@ -59,9 +59,12 @@ func (r *Client) reader() {
 // one spins for its call's result, or Polls in a loop (its last Poll is at
 // most pollGap old).
 func (r *Client) draining() bool {
-	if r.spinning.Load() > 0 {
-		return true
-	}
+	return r.spinning.Load() > 0 || r.pollLooping()
+}
+
+// pollLooping reports whether a caller Polls in a loop: its last Poll is
+// at most pollGap old.
+func (r *Client) pollLooping() bool {
 	at := r.polled.Load()
 	return at != 0 && clock()-at < int64(pollGap)
 }

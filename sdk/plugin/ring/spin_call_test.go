@@ -11,10 +11,10 @@ import (
 	"github.com/custody-dev/custody/sdk"
 )
 
-// A caller spins for its result only when its call found the pump awake: a
-// call that had to wake the pump waits, and the reader hands it its answer.
-// The transport holds the first Post, so that the pump stays awake in it
-// while a second caller submits.
+// A caller spins for its result only when its call found the pump awake,
+// or when it polls in a loop: a call that had to wake the pump waits, and
+// the reader hands it its answer. The transport holds the first Post, so
+// that the pump stays awake in it while a second caller submits.
 func TestACallerSpinsOnlyWhenThePumpWasAwake(t *testing.T) {
 	let := make(chan struct{})
 	slow := &slowPost{let: let}
@@ -52,4 +52,15 @@ func TestACallerSpinsOnlyWhenThePumpWasAwake(t *testing.T) {
 			t.Fatal("a Post got no answer")
 		}
 	}
+
+	// A caller that polls in a loop (its last Poll is recent; here it
+	// stays so) spins even when its call woke the pump.
+	require.Eventually(t, func() bool { return pr.host.m.plugin.sleeping.Load() == 1 }, 10*time.Second, time.Millisecond, "the pump went to sleep again")
+	pr.host.polled.Store(clock() + int64(time.Hour))
+	defer pr.host.polled.Store(0)
+	third := make(chan result, 1)
+	post(third)
+	r := <-third
+	require.NoError(t, r.err)
+	assert.True(t, r.c.spun, "a caller polling in a loop spun for its result")
 }
