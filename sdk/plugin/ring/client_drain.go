@@ -11,7 +11,7 @@ import (
 
 // Draining the completion ring. Whoever waits drains it itself: a caller
 // spinning for its call's result (submit: when the call found the pump
-// awake), a Poll. The reader goroutine
+// awake, or its caller polls in a loop), a Poll. The reader goroutine
 // drains it when nobody does, spinning a little after the last completion
 // and then sleeping on the host's doorbell. While a caller drains (spins
 // for its result, or Polls in a loop), the reader naps off its CPU (nap),

@@ -132,11 +132,11 @@
 //
 // Whoever waits drains the completion ring itself; a reader goroutine
 // drains it when nobody does (client_drain.go). A caller spins for its
-// result only when its call found the pump awake; one whose call had to
-// wake the pump waits, since the pump answers only once the kernel runs
-// it again, and the reader hands it the answer. Every completion that may
-// change a handle's state or brings a notification sends on
-// ClientConfig.Wake.
+// result only when its call found the pump awake, or when it polls in a
+// loop; one whose call had to wake the pump waits, since the pump answers
+// only once the kernel runs it again, and the reader hands it the answer.
+// Every completion that may change a handle's state or brings a
+// notification sends on ClientConfig.Wake.
 //
 // # The plugin's side
 //
