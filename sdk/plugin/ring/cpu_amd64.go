@@ -9,22 +9,26 @@ package ring
 // cpuAuxMask takes the CPU's number out of TSC_AUX.
 const cpuAuxMask = 1<<12 - 1
 
-// userCPU returns the first reader of TSC_AUX that the CPU offers and
-// that agrees with getcpu, or nil.
-func userCPU() func() (uint32, bool) {
+// offered says which of the instructions that read TSC_AUX the CPU
+// offers (CPUID).
+func offered() (hasRDPID, hasRDTSCP bool) {
 	_, _, ecx7, _ := cpuid(7, 0)
 	maxExt, _, _, _ := cpuid(0x80000000, 0)
 	var edxExt uint32
 	if maxExt >= 0x80000001 {
 		_, _, _, edxExt = cpuid(0x80000001, 0)
 	}
+	return ecx7&(1<<22) != 0, edxExt&(1<<27) != 0 // CPUID.(EAX=7,ECX=0):ECX.RDPID[bit 22], CPUID.80000001H:EDX.RDTSCP[bit 27]
+}
+
+// userCPU returns the first reader of TSC_AUX that the CPU offers and
+// that agrees with getcpu, or nil.
+func userCPU() func() (uint32, bool) {
+	hasRDPID, hasRDTSCP := offered()
 	readers := []struct {
 		offered bool
 		read    func() uint32
-	}{
-		{ecx7&(1<<22) != 0, rdpid},       // CPUID.(EAX=7,ECX=0):ECX.RDPID[bit 22]
-		{edxExt&(1<<27) != 0, rdtscpAux}, // CPUID.80000001H:EDX.RDTSCP[bit 27]
-	}
+	}{{hasRDPID, rdpid}, {hasRDTSCP, rdtscpAux}}
 	for _, r := range readers {
 		read := r.read
 		f := func() (uint32, bool) { return read() & cpuAuxMask, true }
