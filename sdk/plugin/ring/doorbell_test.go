@@ -1,7 +1,6 @@
 package ring
 
 import (
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,22 +15,25 @@ func TestDoorbellWakesASleeper(t *testing.T) {
 	c := newConsumer(plug.sub, "submission")
 	p := newProducer(host.sub, "submission")
 	woke := make(chan uint64)
-	var slept atomic.Bool
+	// sleeping is closed once the sleeper said it sleeps and found nothing:
+	// from then on only the doorbell wakes it (a ring before its
+	// FUTEX_WAIT moves the word, and the wait returns at once).
+	sleeping := make(chan struct{})
 	go func() {
-		for {
+		for first := true; ; first = false {
 			v := plug.plugin.prepare(asleep)
 			if n, _ := c.available(); n > 0 {
 				plug.plugin.cancel()
 				woke <- n
 				return
 			}
-			slept.Store(true)
+			if first {
+				close(sleeping)
+			}
 			plug.plugin.wait(v, 0)
 		}
 	}()
-	for !slept.Load() {
-		time.Sleep(time.Millisecond) // waits for the goroutine to go to sleep; not a synchronisation of the result
-	}
+	<-sleeping
 	require.NoError(t, produce(p, entry{kind: kindRelease}, nil))
 	host.plugin.ring()
 	select {
